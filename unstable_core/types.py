@@ -79,8 +79,9 @@ class Step:
     """One turn of one player, with the exact tokens the model saw and produced.
 
     `prompt_ids` + `completion_ids` is what the learner trains on; `logprobs` are the sampling-time
-    log-probabilities of `completion_ids`; `reward` starts as the game's shaped final reward and is
-    changed by the step and sampling reward transforms.
+    log-probabilities of `completion_ids`. `final_reward` is the seat's game outcome after the final
+    reward transforms; `reward` starts equal to it and is changed by the step and sampling transforms
+    (so `reward - final_reward` is the step shaping, which an actor-critic learner uses per step).
     """
 
     pid: int
@@ -92,6 +93,7 @@ class Step:
     completion_ids: list[int] = attrs.field(factory=list)
     logprobs: list[float] = attrs.field(factory=list)
     reward: float = 0.0
+    final_reward: float = 0.0
     format_ok: bool = True
     invalid_move: bool = False
     model_uid: str = ""
