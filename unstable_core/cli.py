@@ -33,29 +33,33 @@ def cli() -> None:
 @click.option("--all", "show_all", is_flag=True, help="Include the core's built-in components.")
 def plugins(as_json: bool, show_all: bool) -> None:
     """List the installed plugins and what each provides."""
-    from unstable_core.plugins import list_plugins
+    import os
+
+    from unstable_core.plugins import LOAD_ENV, list_plugins
 
     infos = list_plugins(include_builtins=show_all)
     if as_json:
         click.echo(json.dumps([p.to_json() for p in infos], indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
     if not infos:
-        console.print(
-            "No plugin is installed. Install one, e.g. `pip install unstable-reinforce unstable-samplers unstable-rewards`"
-            " (or `pip install -e plugins/<name>` from a checkout); `unstable plugins --all` shows the core's built-ins."
+        hidden = f" ({LOAD_ENV}={os.environ[LOAD_ENV]!r} hides the others)" if LOAD_ENV in os.environ else ""
+        click.echo(
+            f"No plugin is installed{hidden}. Install one, e.g. `pip install unstable-reinforce "
+            "unstable-samplers unstable-rewards` (or `pip install -e plugins/<name>` from a checkout); "
+            "`unstable plugins --all` shows the core's built-ins."
         )
         return
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title="unstable plugins")
     for col in ("distribution", "version", "provides", "error"):
         table.add_column(col, overflow="fold")
     for p in infos:
         provides = "\n".join(f"{kind}: {', '.join(names)}" for kind, names in p.provides.items()) or "-"
-        table.add_row(p.name, p.version, provides, f"[red]{p.error}[/red]" if p.error else "")
-    console.print(table)
+        table.add_row(Text(p.name), Text(p.version), Text(provides), Text(p.error or "", style="red"))
+    Console().print(table)
 
 
 def _add_plugin_commands() -> None:

@@ -1,15 +1,18 @@
 """Plugin discovery: entry points of the group `unstable`, loaded one by one, into one `Registry`.
 
-- Every entry point is loaded on its own; an import failure is kept on that plugin's `PluginInfo`
-  (and re-raised when `UNSTABLE_STRICT_PLUGINS=1`), and every other plugin still works.
+- Every entry point is loaded on its own; a failure is kept on that distribution's `PluginInfo`
+  (and raised as `PluginLoadError` when `UNSTABLE_STRICT_PLUGINS=1`), and every other plugin still works.
 - `UNSTABLE_LOAD_PLUGINS=dist1,dist2` loads only those distributions; an empty value loads none.
-- The core's built-ins are registered through the same hooks, as the plugin `unstable-core`.
+- The core's built-ins are registered through the same hooks, as the distribution `unstable-core`.
+- Hook functions that match no hook spec are reported, like pluggy's `check_pending`.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
@@ -22,6 +25,13 @@ from unstable_core.registry import KINDS, Component, DuplicateComponentError, Re
 
 ENTRY_POINT_GROUP = "unstable"
 CORE_DIST = "unstable-core"
+LOAD_ENV = "UNSTABLE_LOAD_PLUGINS"
+STRICT_ENV = "UNSTABLE_STRICT_PLUGINS"
+HOOKS: list[str] = [*KINDS.values(), "register_commands"]
+
+
+class PluginLoadError(UnstableError):
+    """A plugin failed to load while `UNSTABLE_STRICT_PLUGINS=1` asks for failures to be raised."""
 
 
 @attrs.define
@@ -35,28 +45,118 @@ class PluginInfo:
     error: str | None = None
     builtin: bool = False
 
+    def add_error(self, message: str) -> None:
+        """Keep one more problem of this plugin (all of them are shown, joined by '; ')."""
+        self.error = message if not self.error else f"{self.error}; {message}"
+
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"name": self.name, "version": self.version, "hooks": self.hooks, "provides": self.provides}
+        """The `unstable plugins --json` entry: name, version, hooks, provides and, if any, error."""
+        data: dict[str, Any] = {
+            "name": self.name,
+            "version": self.version,
+            "hooks": list(self.hooks),
+            "provides": {kind: list(names) for kind, names in self.provides.items()},
+        }
         if self.error:
             data["error"] = self.error
         return data
 
 
+@attrs.define
+class PluginState:
+    """The plugin manager, the registry it filled, one `PluginInfo` per distribution, the loaded modules."""
+
+    manager: pluggy.PluginManager
+    registry: Registry
+    plugins: list[PluginInfo]
+    # pluggy plugin name ("dist:entry-point") -> (the distribution's info, the loaded module)
+    loaded: dict[str, tuple[PluginInfo, Any]] = attrs.field(factory=dict)
+
+
 def normalize_dist(name: str) -> str:
-    """PEP 503 normalisation, so `unstable_rewards` and `Unstable-Rewards` name one distribution."""
-    return name.lower().replace("_", "-").replace(".", "-")
+    """PEP 503 normalisation, so `unstable_rewards` and `Unstable.Rewards` name one distribution."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _strict() -> bool:
-    return os.environ.get("UNSTABLE_STRICT_PLUGINS", "") not in ("", "0", "false")
+def strict_plugins() -> bool:
+    """Whether `UNSTABLE_STRICT_PLUGINS` asks for a broken plugin to raise instead of being listed."""
+    value = os.environ.get(STRICT_ENV, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise UnstableError(f"{STRICT_ENV}={value!r} is not understood; set it to 1 or 0")
 
 
-def _allowed_dists() -> set[str] | None:
-    """None: load every plugin; otherwise the normalised names of the distributions to load."""
-    value = os.environ.get("UNSTABLE_LOAD_PLUGINS")
+def allowed_dists() -> set[str] | None:
+    """None: load every plugin; otherwise the normalised names in `UNSTABLE_LOAD_PLUGINS`."""
+    value = os.environ.get(LOAD_ENV)
     if value is None:
         return None
     return {normalize_dist(v.strip()) for v in value.split(",") if v.strip()}
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
+def _fail(state: PluginState, info: PluginInfo, message: str, cause: BaseException | None = None) -> None:
+    """Record a plugin's problem; under `UNSTABLE_STRICT_PLUGINS=1` raise it instead."""
+    info.add_error(message)
+    state.registry.broken.setdefault(info.name, message)
+    if strict_plugins():
+        raise PluginLoadError(f"plugin {info.name}: {message}") from cause
+
+
+def _entry_points_by_dist() -> dict[str, tuple[str, list[metadata.EntryPoint]]]:
+    """normalised distribution -> (version, its entry points), each entry point once, sorted by name."""
+    found: dict[str, tuple[str, list[metadata.EntryPoint]]] = {}
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = normalize_dist(ep.dist.name) if ep.dist else normalize_dist(ep.name)
+        version = ep.dist.version if ep.dist else "?"
+        _, eps = found.setdefault(dist, (version, []))
+        if all(e.name != ep.name for e in eps):  # the same distribution seen twice on sys.path
+            eps.append(ep)
+    return {d: (v, sorted(eps, key=lambda e: e.name)) for d, (v, eps) in sorted(found.items())}
+
+
+def _select(by_dist: dict[str, Any]) -> dict[str, Any]:
+    """The distributions `UNSTABLE_LOAD_PLUGINS` allows; naming one that is not installed is an error."""
+    allowed = allowed_dists()
+    if allowed is None:
+        return by_dist
+    missing = sorted(allowed - set(by_dist) - {CORE_DIST})
+    if missing:
+        raise UnstableError(
+            f"{LOAD_ENV} names {', '.join(missing)}, which is not installed; installed plugins: "
+            f"{', '.join(by_dist) or 'none'}; fix the variable or install the plugin"
+        )
+    return {d: v for d, v in by_dist.items() if d in allowed}
+
+
+def discover() -> PluginState:
+    """Load the built-ins and every allowed entry point of the group `unstable` into a fresh state."""
+    manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    manager.add_hookspecs(hookspecs)
+    state = PluginState(manager=manager, registry=Registry(), plugins=[])
+
+    from unstable_core import builtins
+
+    core = PluginInfo(name=CORE_DIST, version=_core_version(), builtin=True)
+    state.plugins.append(core)
+    _add_plugin(state, core, "builtins", builtins)
+
+    for dist, (version, eps) in _select(_entry_points_by_dist()).items():
+        info = PluginInfo(name=dist, version=version)
+        state.plugins.append(info)
+        for ep in eps:
+            try:
+                module = ep.load()
+            except Exception as exc:  # one broken plugin must not take the others down
+                _fail(state, info, f"could not import {ep.value!r}: {_one_line(exc)}", exc)
+                continue
+            _add_plugin(state, info, ep.name, module)
+    return state
 
 
 def _core_version() -> str:
@@ -66,92 +166,82 @@ def _core_version() -> str:
         return "0+unknown"
 
 
-@attrs.define
-class PluginState:
-    """The plugin manager, the registry it filled, and one `PluginInfo` per plugin."""
-
-    manager: pluggy.PluginManager
-    registry: Registry
-    plugins: list[PluginInfo]
-
-
-def _unknown_hooks(module: Any) -> list[str]:
-    """Names of functions marked `@hookimpl` that match no hook spec (typos such as `register_learner`)."""
-    marker = f"{hookspecs.PROJECT_NAME}_impl"
-    return sorted(
-        name
-        for name in dir(module)
-        if hasattr(getattr(module, name, None), marker) and not hasattr(hookspecs, name)
+def _add_plugin(state: PluginState, info: PluginInfo, plugin: str, module: Any) -> None:
+    """Register one plugin module with pluggy, report unknown hooks, and run its registration hooks."""
+    plugin_name = f"{info.name}:{plugin}"
+    try:
+        state.manager.register(module, name=plugin_name)
+    except (ValueError, pluggy.PluginValidationError) as exc:  # a bad hook signature, a module twice
+        _fail(state, info, f"entry point {plugin!r} was rejected: {_one_line(exc)}", exc)
+        return
+    state.loaded[plugin_name] = (info, module)
+    callers = state.manager.get_hookcallers(module) or []
+    info.hooks.extend(c.name for c in callers if c.has_spec() and c.name not in info.hooks)
+    unknown = sorted(
+        c.name
+        for c in callers
+        if not c.has_spec() and any(i.plugin is module and not i.optionalhook for i in c.get_hookimpls())
     )
-
-
-def _register_hooks(state: PluginState, module: Any, info: PluginInfo) -> None:
-    """Call one plugin's registration hooks, filling the registry with its components."""
-    state.manager.register(module, name=info.name)
-    marker = f"{hookspecs.PROJECT_NAME}_impl"
-    all_hooks = [*KINDS.values(), "register_commands"]
-    info.hooks = [h for h in all_hooks if hasattr(getattr(module, h, None), marker)]
-    errors = []
-    unknown = _unknown_hooks(module)
     if unknown:
-        errors.append(f"unknown hook(s) {', '.join(unknown)}; the hooks are: {', '.join(all_hooks)}")
+        _fail(
+            state,
+            info,
+            f"unknown hook(s) {', '.join(unknown)} in {plugin!r}; the hooks are: {', '.join(HOOKS)}",
+        )
     for kind, hook_name in KINDS.items():
-        if hook_name not in info.hooks:
-            continue
-        fn = getattr(module, hook_name)
+        for impl in _impls(state.manager, hook_name, module):
+            try:
+                _call(impl, register=_register_callback(state, info, plugin, kind))
+            except PluginLoadError:
+                raise
+            except Exception as exc:  # a broken hook must not take the others down
+                _fail(state, info, f"{hook_name} of {plugin!r} failed: {_one_line(exc)}", exc)
 
-        def register(name: str, target: Any, description: str = "", _kind: str = kind) -> None:
-            state.registry.add(Component(_kind, name, target, description, plugin=info.name, dist=info.name))
-            info.provides.setdefault(_kind, []).append(name)
 
+def _call(impl: Any, **kwargs: Any) -> Any:
+    """Call one hook implementation the way pluggy does: with the spec's arguments it asks for."""
+    return impl.function(*[kwargs[name] for name in impl.argnames])
+
+
+def _impls(manager: pluggy.PluginManager, hook_name: str, module: Any) -> list[Any]:
+    """The hook implementations of one module for one hook."""
+    return [i for i in getattr(manager.hook, hook_name).get_hookimpls() if i.plugin is module]
+
+
+def _register_callback(state: PluginState, info: PluginInfo, plugin: str, kind: str) -> Callable[..., None]:
+    """The `register(name, target, description="")` given to a plugin's hook for one kind."""
+
+    def register(name: str, target: Any, description: str = "") -> None:
+        component = Component(kind, name, target, str(description), plugin=plugin, dist=info.name)
         try:
-            fn(register=register)
+            state.registry.add(component)
         except DuplicateComponentError as exc:
-            errors.append(str(exc))
             state.registry.mark_conflict(exc)
-            if _strict():
+            for other in state.plugins:
+                if other.name in exc.dists and other is not info:
+                    other.add_error(str(exc))
+                    state.registry.broken.setdefault(other.name, str(exc))
+            _fail(state, info, str(exc), exc)
+            return
+        except UnstableError as exc:  # a bad name or target: keep the plugin's other components
+            _fail(state, info, str(exc), exc)
+            return
+        info.provides.setdefault(kind, []).append(name)
+
+    return register
+
+
+def add_commands(cli: Any) -> None:
+    """Call each plugin's `register_commands(cli)` on its own; a failing one is recorded (raised if strict)."""
+    state = get_state()
+    for plugin_name, (info, module) in state.loaded.items():
+        for impl in _impls(state.manager, "register_commands", module):
+            try:
+                _call(impl, cli=cli)
+            except PluginLoadError:
                 raise
-        except Exception as exc:  # a broken plugin must not take the others down
-            errors.append(f"{hook_name} failed: {type(exc).__name__}: {exc}")
-            if _strict():
-                raise
-    if errors:
-        info.error = "; ".join(errors)
-
-
-def discover() -> PluginState:
-    """Load the built-ins and every allowed entry point of the group `unstable`."""
-    manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-    manager.add_hookspecs(hookspecs)
-    state = PluginState(manager=manager, registry=Registry(), plugins=[])
-
-    from unstable_core import builtins
-
-    core = PluginInfo(name=CORE_DIST, version=_core_version(), builtin=True)
-    _register_hooks(state, builtins, core)
-    state.plugins.append(core)
-
-    allowed = _allowed_dists()
-    seen: set[str] = set()
-    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.dist.name if e.dist else "", e.name)):
-        dist_name = normalize_dist(ep.dist.name) if ep.dist else ep.name
-        if allowed is not None and dist_name not in allowed:
-            continue
-        key = f"{dist_name}:{ep.name}"
-        if key in seen:  # the same distribution seen twice on sys.path
-            continue
-        seen.add(key)
-        info = PluginInfo(name=dist_name, version=ep.dist.version if ep.dist else "?")
-        state.plugins.append(info)
-        try:
-            module = ep.load()
-        except Exception as exc:
-            info.error = f"could not import {ep.value!r}: {type(exc).__name__}: {exc}"
-            if _strict():
-                raise UnstableError(f"plugin {dist_name}: {info.error}") from exc
-            continue
-        _register_hooks(state, module, info)
-    return state
+            except Exception as exc:
+                _fail(state, info, f"register_commands of {plugin_name!r} failed: {_one_line(exc)}", exc)
 
 
 _state: PluginState | None = None
@@ -159,7 +249,7 @@ _lock = threading.Lock()
 
 
 def get_state() -> PluginState:
-    """The discovered plugins (discovered once per process)."""
+    """The discovered plugins (discovered once per process; `reset()` forgets them)."""
     global _state
     with _lock:
         if _state is None:
@@ -175,14 +265,17 @@ def reset() -> None:
 
 
 def get_registry() -> Registry:
+    """The registry of every component the built-ins and the loaded plugins provide."""
     return get_state().registry
 
 
 def get_plugin_manager() -> pluggy.PluginManager:
+    """The pluggy manager holding the built-ins and every plugin that loaded."""
     return get_state().manager
 
 
 def list_plugins(include_builtins: bool = False) -> list[PluginInfo]:
+    """The discovered distributions, in name order (the core's built-ins first, when included)."""
     return [p for p in get_state().plugins if include_builtins or not p.builtin]
 
 

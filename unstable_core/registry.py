@@ -1,11 +1,14 @@
 """Named components by kind (learners, samplers, transforms, ...), with the plugin that provided them.
 
-Targets may be objects or lazy `"module:Name"` strings; a string is imported only by `Component.load()`.
+Targets may be objects or lazy `"module:Name"` strings; a string is imported only by `Component.load()`,
+so that filling the registry (and listing plugins) never imports torch.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +16,7 @@ import attrs
 
 from unstable_core.errors import UnstableError
 
+# kind -> the registration hook of `hookspecs` that fills it.
 KINDS: dict[str, str] = {
     "learner": "register_learners",
     "env_sampler": "register_env_samplers",
@@ -51,17 +55,21 @@ _LOCAL_PLUGIN_DIRS = {
     "unstable-rewards": "plugins/unstable_rewards",
 }
 
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
+_IMPORT_STRING = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
+
 
 class UnknownComponentError(UnstableError, LookupError):
     """A component name that no installed plugin provides."""
 
 
 class DuplicateComponentError(UnstableError):
-    """Two plugins registered the same name for the same kind."""
+    """Two plugins registered the same name for the same kind; `dists` names both distributions."""
 
-    def __init__(self, message: str, kind: str = "", name: str = "") -> None:
+    def __init__(self, message: str, kind: str = "", name: str = "", dists: tuple[str, ...] = ()) -> None:
         super().__init__(message)
-        self.kind, self.name = kind, name
+        self.kind, self.name, self.dists = kind, name, dists
 
 
 def install_hint(dist: str) -> str:
@@ -71,94 +79,155 @@ def install_hint(dist: str) -> str:
     return f"pip install {dist}{where}"
 
 
+def check_import_string(target: str) -> None:
+    """Reject a lazy target that is not of the form `"package.module:Name"` (before anything imports it)."""
+    if not _IMPORT_STRING.match(target):
+        raise UnstableError(f"import string {target!r} must look like 'package.module:Name'")
+
+
 def load_target(target: Any) -> Any:
-    """Resolve a `"module:Name"` import string (or return a non-string target unchanged)."""
+    """Resolve a `"module:Name"` import string (a non-string target is returned unchanged)."""
     if not isinstance(target, str):
         return target
+    check_import_string(target)
     module_name, _, attr = target.partition(":")
-    if not attr:
-        raise UnstableError(f"import string {target!r} must look like 'package.module:Name'")
-    obj: Any = importlib.import_module(module_name)
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UnstableError(f"cannot import {target!r}: {type(exc).__name__}: {exc}") from exc
     for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UnstableError(f"cannot import {target!r}: {module_name!r} has no attribute {part!r}")
         obj = getattr(obj, part)
     return obj
 
 
 @attrs.define
 class Component:
-    """One registered component, lazily importable."""
+    """One registered component: a class or factory, or a lazy import string naming one."""
 
     kind: str
     name: str
     target: Any
     description: str = ""
-    plugin: str = ""
-    dist: str = ""
+    plugin: str = ""  # the entry point (or built-in module) that registered it
+    dist: str = ""  # the distribution that ships that plugin
 
     def load(self) -> Any:
         """The class or factory itself (imports a lazy target on first use)."""
         if isinstance(self.target, str):
-            self.target = load_target(self.target)
+            try:
+                self.target = load_target(self.target)
+            except UnstableError as exc:
+                provider = self.dist or self.plugin or "?"
+                raise UnstableError(
+                    f"{self.kind} {self.name!r} of {provider}: {exc}; reinstall or upgrade {provider}"
+                ) from exc
         return self.target
 
     @property
     def target_name(self) -> str:
+        """`"module:Name"` of the target, without importing it."""
         if isinstance(self.target, str):
             return self.target
-        return f"{getattr(self.target, '__module__', '?')}:{getattr(self.target, '__qualname__', repr(self.target))}"
+        module = getattr(self.target, "__module__", "?")
+        return f"{module}:{getattr(self.target, '__qualname__', repr(self.target))}"
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise UnstableError(f"unknown component kind {kind!r}; the kinds are: {', '.join(KINDS)}")
 
 
 @attrs.define
 class Registry:
-    """Components by kind and name."""
+    """Components by kind and name; names a plugin failed to claim alone are kept as conflicts."""
 
     _items: dict[str, dict[str, Component]] = attrs.field(factory=lambda: {k: {} for k in KINDS})
-    _conflicts: dict[tuple[str, str], str] = attrs.field(factory=dict)
+    _conflicts: dict[tuple[str, str], DuplicateComponentError] = attrs.field(factory=dict)
+    # distribution -> the first error of its plugin, so an unknown name can point at the broken plugin.
+    broken: dict[str, str] = attrs.field(factory=dict)
 
     def add(self, component: Component) -> None:
-        if component.kind not in self._items:
-            raise UnstableError(f"unknown component kind {component.kind!r}; kinds are: {', '.join(KINDS)}")
-        if not component.name or not isinstance(component.name, str):
-            raise UnstableError(f"plugin {component.dist or component.plugin!r} registered a {component.kind} without a name")
+        """Register one component; a bad name or target raises, a taken name raises `DuplicateComponentError`."""
+        _check_kind(component.kind)
+        provider = component.dist or component.plugin or "?"
+        if not isinstance(component.name, str) or not _NAME.match(component.name):
+            raise UnstableError(
+                f"{provider} registered a {component.kind} named {component.name!r}; a name is letters, "
+                "digits, '-', '_' or '.', starting with a letter or digit"
+            )
+        if isinstance(component.target, str):
+            check_import_string(component.target)
+        elif not callable(component.target):
+            raise UnstableError(
+                f"{provider} registered {component.kind} {component.name!r} as {component.target!r}; "
+                "register a class, a factory or an import string 'package.module:Name'"
+            )
         taken = self._items[component.kind].get(component.name)
         if taken is not None:
-            raise DuplicateComponentError(
-                f"{component.kind} {component.name!r} is registered twice: by {taken.dist or taken.plugin!r} "
-                f"and by {component.dist or component.plugin!r}; uninstall one of the two distributions",
-                kind=component.kind,
-                name=component.name,
-            )
+            raise _duplicate(taken, component)
         self._items[component.kind][component.name] = component
 
     def get(self, kind: str, name: str) -> Component:
         """The component, or an `UnknownComponentError` listing what is installed and what to install."""
+        _check_kind(kind)
         conflict = self._conflicts.get((kind, name))
-        if conflict:
-            raise DuplicateComponentError(conflict, kind=kind, name=name)
-        found = self._items.get(kind, {}).get(name)
+        if conflict is not None:
+            raise DuplicateComponentError(str(conflict), kind=kind, name=name, dists=conflict.dists)
+        found = self._items[kind].get(name)
         if found is not None:
             return found
-        installed = ", ".join(sorted(self._items.get(kind, {}))) or "none"
+        raise UnknownComponentError(self._unknown_message(kind, name))
+
+    def _unknown_message(self, kind: str, name: str) -> str:
         label = kind.replace("_", " ")
-        message = f"unknown {label} {name!r}; installed: {installed}"
+        installed = self.names(kind)
+        message = f"unknown {label} {name!r}; installed {label}s: {', '.join(installed) or 'none'}"
+        close = difflib.get_close_matches(name, installed, n=1)
+        if close:
+            message += f"; did you mean {close[0]!r}?"
         provider = KNOWN_PROVIDERS.get(kind, {}).get(name)
-        if provider:
-            message += f". {name!r} is provided by {provider}: {install_hint(provider)}"
-        raise UnknownComponentError(message)
+        if provider in self.broken:
+            message += (
+                f"; {name!r} is provided by {provider}, which is installed but broken: "
+                f"{self.broken[provider]} (see `unstable plugins`)"
+            )
+        elif provider:
+            message += f"; {name!r} is provided by {provider}: {install_hint(provider)}"
+        elif self.broken:
+            message += f"; plugins with errors: {', '.join(sorted(self.broken))} (see `unstable plugins`)"
+        return message
 
     def mark_conflict(self, error: DuplicateComponentError) -> None:
         """Remember a name two plugins claim: using it fails with the message naming both."""
-        self._conflicts[(error.kind, error.name)] = str(error)
+        self._conflicts[(error.kind, error.name)] = error
 
     def load(self, kind: str, name: str) -> Any:
+        """The class or factory registered as `name` of `kind` (imported now if lazy)."""
         return self.get(kind, name).load()
 
     def names(self, kind: str) -> list[str]:
-        return sorted(self._items.get(kind, {}))
+        """The registered names of one kind, sorted."""
+        _check_kind(kind)
+        return sorted(self._items[kind])
 
     def by_kind(self, kind: str) -> list[Component]:
+        """The components of one kind, sorted by name."""
         return [self._items[kind][n] for n in self.names(kind)]
 
     def __iter__(self) -> Iterator[Component]:
         for kind in self._items:
             yield from self.by_kind(kind)
+
+
+def _duplicate(taken: Component, new: Component) -> DuplicateComponentError:
+    first, second = taken.dist or taken.plugin or "?", new.dist or new.plugin or "?"
+    what = f"{new.kind} {new.name!r}"
+    if first == second:
+        message = f"{what} is registered twice by {first}; register each name once"
+    else:
+        message = (
+            f"{what} is registered twice: by {first} and by {second}; uninstall one of the two distributions"
+        )
+    return DuplicateComponentError(message, kind=new.kind, name=new.name, dists=(first, second))
