@@ -1,3 +1,105 @@
-"""Prompt templates: (observation, tokenizer) -> prompt text. (Placeholder: filled in by the games work.)"""
+"""Prompt templates: callables `(observation, tokenizer) -> prompt text`, and rendering a prompt to token ids.
 
-TEMPLATES: dict = {}
+`default` uses the tokenizer's own chat template, so it fits any instruct model. The named ones are the
+fixed chat strings of UnstableBaselines for Qwen3, Gemma 3 and Llama instruct models; they ignore the
+tokenizer. This module stays import-light (no torch, no transformers): listing plugins imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from unstable_core.errors import UnstableError
+
+Template = Callable[[str, Any], str]
+
+BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+ZERO_SUM_INTRO = "You are playing a two-player zero-sum game. Make valid actions to win."
+SINGLE_PLAYER_INTRO = "You are playing a single-player game. Make valid actions to solve it completely."
+
+
+def default_template(observation: str, tokenizer: Any) -> str:
+    """The tokenizer's own chat template around one user message: the observation and the \\boxed{} rule."""
+    content = (
+        f"You are playing a game. Make valid moves to win.\nObservation: {observation}\n"
+        "Think briefly about your next move, then give your final action within \\boxed{}."
+    )
+    messages = [{"role": "user", "content": content}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def qwen3_zs(observation: str, tokenizer: Any = None) -> str:
+    """Qwen3 chat format, two-player zero-sum game, reasoning then a \\boxed{} answer."""
+    return (
+        f"<|im_start|>user\n{ZERO_SUM_INTRO}\nObservation: {observation}\n{BOXED_INSTRUCTION}<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def qwen3_sp(observation: str, tokenizer: Any = None) -> str:
+    """Qwen3 chat format, single-player game, reasoning then a \\boxed{} answer."""
+    return (
+        f"<|im_start|>user\n{SINGLE_PLAYER_INTRO}\nObservation: {observation}\n{BOXED_INSTRUCTION}<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def qwen3_reasoning(observation: str, tokenizer: Any = None) -> str:
+    """Qwen3 chat format for a question, with the assistant turn opened inside a <think> block."""
+    return (
+        f"<|im_start|>user\n{BOXED_INSTRUCTION}\nQuestion: {observation}<|im_end|>\n"
+        "<|im_start|>assistant\n<think>"
+    )
+
+
+def gemma3_zs(observation: str, tokenizer: Any = None) -> str:
+    """Gemma 3 chat format, two-player zero-sum game, reasoning then a \\boxed{} answer."""
+    return (
+        f"<bos><start_of_turn>user\n{ZERO_SUM_INTRO}\nObservation: {observation}\n{BOXED_INSTRUCTION}"
+        "<end_of_turn>\n<start_of_turn>model\n"
+    )
+
+
+def llama_instruct_zs(observation: str, tokenizer: Any = None) -> str:
+    """Llama 3 instruct chat format: a system turn with the game rule, the observation as the user turn."""
+    return (
+        f"<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n{ZERO_SUM_INTRO}<|eot_id|>"
+        f"<|start_header_id|>user<|end_header_id|>\n\nCurrent Observation: {observation}\n{BOXED_INSTRUCTION}"
+        "<|eot_id|>\n<|start_header_id|>assistant<|end_header_id|>"
+    )
+
+
+TEMPLATES: dict[str, Template] = {
+    "default": default_template,
+    "qwen3-zs": qwen3_zs,
+    "qwen3-sp": qwen3_sp,
+    "qwen3-reasoning": qwen3_reasoning,
+    "gemma3-zs": gemma3_zs,
+    "llama-instruct-zs": llama_instruct_zs,
+}
+
+
+def get_template(name: str, templates: Mapping[str, Template] | None = None) -> Template:
+    """The template called `name` in `templates` (default: the built-in TEMPLATES)."""
+    templates = TEMPLATES if templates is None else templates
+    try:
+        return templates[name]
+    except KeyError:
+        known = ", ".join(sorted(templates))
+        raise UnstableError(
+            f"unknown prompt template {name!r}; use one of: {known} (or install the plugin that provides it)"
+        ) from None
+
+
+def render_prompt(
+    template_name: str, observation: str, tokenizer: Any, templates: Mapping[str, Template] | None = None
+) -> tuple[str, list[int]]:
+    """The prompt for `observation` as (text, token ids), with `tokenizer.decode(ids) == text`.
+
+    The ids are tokenized without added special tokens (chat templates carry their own). The returned
+    text is the decoding of those ids, so that the text recorded for a step is exactly what the model saw.
+    """
+    text = get_template(template_name, templates)(observation, tokenizer)
+    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    return tokenizer.decode(ids), ids
