@@ -1,0 +1,49 @@
+"""Step reward transforms: dense shaping from what each turn's step records (format, move validity)."""
+
+from __future__ import annotations
+
+import attrs
+
+from unstable_core.errors import UnstableError
+from unstable_core.rewards import StepRewardTransform
+from unstable_core.types import Step, Trajectory
+from unstable_rewards.checks import finite_arg, finite_reward
+
+
+def _step_at(transform: StepRewardTransform, trajectory: Trajectory, step_index: int) -> Step:
+    """Step `step_index` of the trajectory, or an UnstableError naming the bad index."""
+    n = len(trajectory.steps)
+    if isinstance(step_index, bool) or not isinstance(step_index, int) or not 0 <= step_index < n:
+        raise UnstableError(
+            f"{type(transform).__name__}: step_index must be an int in [0, {n}) for this trajectory "
+            f"of {n} steps, got {step_index!r}"
+        )
+    return trajectory.steps[step_index]
+
+
+@attrs.define
+class RewardForFormat(StepRewardTransform):
+    """Adds `reward` to a step whose answer had the expected format (`step.format_ok`), else `penalty`."""
+
+    reward: float = attrs.field(default=0.0, validator=finite_arg)
+    penalty: float = attrs.field(default=0.0, validator=finite_arg)
+
+    def __call__(self, trajectory: Trajectory, step_index: int, reward: float) -> float:
+        """The step's reward plus the format bonus or penalty."""
+        step = _step_at(self, trajectory, step_index)
+        r = finite_reward(reward, f"RewardForFormat: step {step_index}")
+        return r + (self.reward if step.format_ok else self.penalty)
+
+
+@attrs.define
+class PenaltyForInvalidMove(StepRewardTransform):
+    """Adds `penalty` to a step the environment marked invalid (`step.invalid_move`), else `reward`."""
+
+    reward: float = attrs.field(default=0.0, validator=finite_arg)
+    penalty: float = attrs.field(default=-1.0, validator=finite_arg)
+
+    def __call__(self, trajectory: Trajectory, step_index: int, reward: float) -> float:
+        """The step's reward plus the invalid-move penalty or the valid-move reward."""
+        step = _step_at(self, trajectory, step_index)
+        r = finite_reward(reward, f"PenaltyForInvalidMove: step {step_index}")
+        return r + (self.penalty if step.invalid_move else self.reward)
