@@ -62,6 +62,16 @@ def plugins(as_json: bool, show_all: bool) -> None:
     Console().print(table)
 
 
+def _add_core_commands() -> None:
+    from unstable_core.commands import play, run
+
+    cli.add_command(run)
+    cli.add_command(play)
+
+
+_add_core_commands()
+
+
 def _add_plugin_commands() -> None:
     from unstable_core.plugins import get_plugin_manager
 

@@ -1,0 +1,92 @@
+"""The buffers: reward stages in order, eviction beyond size, staleness, episodes kept whole."""
+
+from unstable_core.rewards import FinalRewardTransform, SamplingRewardTransform, StepRewardTransform
+from unstable_core.runtime.buffer import EpisodeBuffer, StepBuffer
+from unstable_core.types import GameInformation, GameResult, Step, Trajectory
+
+
+def game(idx: int, rewards: dict[int, float], turns: int = 2, version: int = 0, learners=(0, 1), failed=False) -> GameResult:
+    trajs = []
+    for pid in rewards:
+        steps = [
+            Step(pid=pid, env_id="E", obs="o", act="a", turn=2 * t + pid, game_idx=idx, policy_version=version, format_ok=t % 2 == 0)
+            for t in range(turns)
+        ]
+        trajs.append(Trajectory(pid=pid, env_id="E", model_uid="m", steps=steps, collect_data=pid in learners))
+    info = GameInformation(game_idx=idx, env_id="E", final_rewards=dict(rewards), learner_pids=list(learners), failed=failed)
+    return GameResult(info=info, trajectories=trajs)
+
+
+class Double(FinalRewardTransform):
+    def __call__(self, rewards, env_id=None):
+        return {p: 2 * r for p, r in rewards.items()}
+
+
+class FormatBonus(StepRewardTransform):
+    def __call__(self, trajectory, step_index, reward):
+        return reward + (0.5 if trajectory.steps[step_index].format_ok else -0.5)
+
+
+class AddTen(SamplingRewardTransform):
+    def __call__(self, steps):
+        for s in steps:
+            s.reward += 10
+        return steps
+
+
+def test_reward_stages_apply_in_order():
+    buf = StepBuffer(100, [Double()], [FormatBonus()], [AddTen()])
+    assert buf.add_result(game(0, {0: 1.0, 1: -1.0})) == 4
+    batch = buf.get_batch(4)
+    by_pid = {(s.pid, s.turn): (s.final_reward, s.reward) for s in batch}
+    # final: 2 x outcome; step: +0.5 formatted (t=0), -0.5 not (t=1); sampling: +10
+    assert by_pid == {(0, 0): (2.0, 12.5), (0, 2): (2.0, 11.5), (1, 1): (-2.0, 8.5), (1, 3): (-2.0, 7.5)}
+
+
+def test_only_learner_seats_failed_and_eval_games_skipped():
+    buf = StepBuffer(100)
+    assert buf.add_result(game(0, {0: 1.0, 1: -1.0}, learners=(1,))) == 2
+    assert buf.add_result(game(1, {0: 1.0, 1: -1.0}, failed=True)) == 0
+    ev = game(2, {0: 1.0, 1: -1.0})
+    ev.info.eval = True
+    assert buf.add_result(ev) == 0
+    assert buf.size() == 2 and {s.pid for s in buf.get_batch(2)} == {1}
+
+
+def test_evicts_oldest_beyond_max_size_and_pauses_collection_when_full():
+    buf = StepBuffer(6)
+    for i in range(3):
+        buf.add_result(game(i, {0: 0.0, 1: 0.0}))  # 4 steps each
+    assert buf.size() == 6
+    assert buf.counts["steps_evicted"] == 6
+    assert min(s.game_idx for s in buf.get_batch(6)) == 1  # game 0 evicted first
+    assert buf.continue_collection()
+    buf.add_result(game(3, {0: 0.0, 1: 0.0}))
+    buf.add_result(game(4, {0: 0.0, 1: 0.0}))
+    assert not buf.continue_collection()
+    buf.stop()
+    assert buf.stopped
+
+
+def test_get_batch_waits_for_enough_steps():
+    buf = StepBuffer(100)
+    buf.add_result(game(0, {0: 1.0, 1: 0.0}))
+    assert buf.get_batch(5) is None
+    assert len(buf.get_batch(3)) == 3 and buf.size() == 1
+
+
+def test_stale_steps_are_dropped():
+    buf = StepBuffer(100, max_staleness=1)
+    buf.add_result(game(0, {0: 1.0, 1: 0.0}, version=0))
+    buf.add_result(game(1, {0: 1.0, 1: 0.0}, version=1))
+    assert buf.set_policy_version(2) == 4
+    assert {s.game_idx for s in buf.get_batch(4)} == {1}
+
+
+def test_episode_buffer_serves_whole_trajectories_in_turn_order():
+    buf = EpisodeBuffer(100)
+    buf.add_result(game(0, {0: 1.0, 1: -1.0}, turns=3))
+    batch = buf.get_batch(4)  # 2 trajectories of 3 steps: both whole
+    assert len(batch) == 6
+    assert [s.turn for s in batch if s.pid == 0] == [0, 2, 4]
+    assert buf.size() == 0

@@ -1,0 +1,63 @@
+"""RunConfig: defaults, TOML + overrides, clear errors for bad values."""
+
+import pytest
+
+from unstable_core.config import RunConfig, config_from_dict, load_config, parse_env, parse_transform
+from unstable_core.errors import ConfigError
+
+
+def test_defaults_are_valid_and_mirror_seats_learner_everywhere():
+    cfg = RunConfig()
+    (spec,) = cfg.train_specs()
+    assert (spec.env_id, spec.num_players, spec.num_actors) == ("TicTacToe-v0-train", 2, 2)
+    assert cfg.effective_buffer_size == 2 * cfg.batch_size
+
+
+def test_env_strings():
+    assert parse_env("Kuhn-v0:3", "default", mirror=False).num_actors == 1
+    assert parse_env("Kuhn-v0:3:2", "t", mirror=False).num_actors == 2
+    with pytest.raises(ConfigError, match="ENV_ID"):
+        parse_env("Kuhn-v0:x", "default", mirror=True)
+
+
+def test_transform_strings():
+    assert parse_transform("reward-for-format:reward=1.5,penalty=-1") == ("reward-for-format", {"reward": 1.5, "penalty": -1})
+    assert parse_transform({"name": "normalize", "z_score": True}) == ("normalize", {"z_score": True})
+
+
+def test_toml_file_with_overrides(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('batch_size = 8\nlearning_rate = 0.001\nopponent_sampling_strategy = "lagged"\n')
+    cfg = load_config(path, {"batch_size": 4, "mini_batch_size": None})
+    assert (cfg.batch_size, cfg.learning_rate, cfg.sampler) == (4, 0.001, "lagged")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
+        ({"learning_rate": 2.0}, "learning_rate must be between"),
+        ({"bogus": 1}, "unknown config key 'bogus'"),
+        ({"batch_size": 2, "mini_batch_size": 4}, "mini_batch_size"),
+        ({"sampler": "fixed"}, "--fixed-opponent"),
+        ({"lora_config": {"rank": 4}}, "lora_config: unknown key"),
+    ],
+)
+def test_bad_values_name_the_key(data, message):
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict(data)
+
+
+def test_missing_or_broken_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("batch_size = = 3")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
+
+
+def test_save_round_trip(tmp_path):
+    cfg = RunConfig(batch_size=8, fixed_opponents=["base"], sampler="fixed")
+    cfg.save(tmp_path / "config.toml")
+    assert load_config(tmp_path / "config.toml") == cfg

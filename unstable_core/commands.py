@@ -1,0 +1,169 @@
+"""`unstable run` and `unstable play`: options generated from `RunConfig`, live progress, summary."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+import click
+
+from unstable_core.config import RunConfig, load_config
+from unstable_core.errors import ConfigError
+
+
+def _option_for(field: attrs.Attribute) -> Any:
+    """A click option for one RunConfig field (`batch_size` -> `--batch-size`; lists repeat; dicts are JSON)."""
+    flag = field.metadata.get("cli") or "--" + field.name.replace("_", "-")
+    help_text = field.metadata.get("help", "")
+    default = field.default.factory() if isinstance(field.default, attrs.Factory) else field.default
+    help_text += f" [default: {default}]" if default not in (None, [], {}) else ""
+    if field.type in ("bool", bool):
+        neg = "--no-" + flag[2:]
+        return click.option(f"{flag}/{neg}", field.name, default=None, help=help_text)
+    if str(field.type).startswith("list"):
+        return click.option(flag, field.name, multiple=True, default=None, help=help_text)
+    if str(field.type).startswith("dict"):
+        return click.option(flag, field.name, default=None, metavar="JSON", help=help_text)
+    types = {"int": int, "float": float, "int | None": int, "str": str, "str | None": str}
+    return click.option(flag, field.name, type=types.get(str(field.type), str), default=None, help=help_text)
+
+
+def run_options(fn: Any) -> Any:
+    for field in reversed(attrs.fields(RunConfig)):
+        fn = _option_for(field)(fn)
+    return fn
+
+
+def overrides_from(options: dict[str, Any]) -> dict[str, Any]:
+    """Command-line values that were given (None / empty tuples mean 'not given'); JSON dicts parsed."""
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        if value is None or value == ():
+            continue
+        field = attrs.fields_dict(RunConfig)[key]
+        if str(field.type).startswith("dict"):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"--{key.replace('_', '-')}: not valid JSON ({exc.msg}): {value!r}") from exc
+            if not isinstance(value, dict):
+                raise ConfigError(f"--{key.replace('_', '-')}: expected a JSON object, got {value!r}")
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[key] = value
+    return out
+
+
+def _progress_table(snap: dict[str, Any], learning_steps: int | None, title: str) -> Any:
+    from rich.table import Table
+
+    counts, means = snap.get("counts", {}), snap.get("means", {})
+    table = Table(title=title, show_header=False, expand=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    if learning_steps:
+        table.add_row("learner step", f"{snap.get('learner_step', 0)} / {learning_steps}")
+    table.add_row("games", f"train {counts.get('train_games', 0)} (failed {counts.get('train_failed', 0)}), "
+                  f"eval {counts.get('eval_games', 0)} (failed {counts.get('eval_failed', 0)})")
+    for key in sorted(means):
+        if key.endswith(("format_rate", "invalid_move_rate", "win_rate", "game_length")):
+            table.add_row(key, f"{means[key]:.3f}")
+    learner = snap.get("learner", {})
+    for key in ("loss", "policy_loss", "value_loss", "grad_norm", "update_s"):
+        if key in learner:
+            table.add_row(f"learner {key}", f"{learner[key]:.4g}")
+    inf = snap.get("inference", {})
+    if "tokens_per_s" in inf:
+        table.add_row("inference tokens/s", f"{inf['tokens_per_s']:.1f}")
+    table.add_row("elapsed", f"{snap.get('elapsed_s', 0):.0f} s")
+    return table
+
+
+def ratings_table(registry: dict[str, Any]) -> Any:
+    """TrueSkill ratings of every model, best first."""
+    from rich.table import Table
+
+    table = Table(title="TrueSkill ratings")
+    for col in ("model", "kind", "mu", "sigma", "mu - 3 sigma", "games", "W/D/L"):
+        table.add_column(col)
+    models = sorted(registry.get("models", {}).values(), key=lambda m: -m["mu"])
+    for m in models:
+        table.add_row(
+            m["uid"], m["kind"], f"{m['mu']:.2f}", f"{m['sigma']:.2f}", f"{m['mu'] - 3 * m['sigma']:.2f}",
+            str(m["games"]), f"{m['wins']}/{m['draws']}/{m['losses']}",
+        )
+    return table
+
+
+def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: Any) -> dict[str, Any]:
+    """Start a run, show live progress, stop cleanly on Ctrl-C, print the summary."""
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
+    console.print(f"[bold]{title}[/bold]: run directory [cyan]{run.run_dir}[/cyan]")
+    console.print("starting Ray actors and loading the model (a minute on a laptop CPU)...")
+    run.start(**start_kwargs)
+    try:
+        with Live(console=console, refresh_per_second=1, transient=False) as live:
+            summary = run.wait(on_progress=lambda snap: live.update(_progress_table(snap, learning_steps, title)))
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: finishing the update in progress and shutting down...[/yellow]")
+        summary = run.stop()
+    console.print(_progress_table(summary, learning_steps, f"{title}: summary"))
+    if summary.get("registry"):
+        console.print(ratings_table(summary["registry"]))
+    for p in summary.get("plots", []):
+        console.print(f"picture: [cyan]{p}[/cyan]")
+    console.print(f"run directory: [cyan]{run.run_dir}[/cyan]")
+    return summary
+
+
+@click.command()
+@click.option("--config", "config_path", type=click.Path(), default=None, help="TOML file; options override it.")
+@run_options
+def run(config_path: str | None, **options: Any) -> None:
+    """Train by self-play (defaults: the embedded default model, mirror self-play, a few REINFORCE steps)."""
+    from unstable_core.runtime.run import Run
+
+    cfg = load_config(config_path, overrides_from(options))
+    execute(Run(cfg), cfg.learning_steps, f"unstable run ({cfg.learner}, {cfg.sampler})")
+
+
+@click.command()
+@click.option("--env", "env_id", default="TicTacToe-v0-train", show_default=True, help="TextArena env id.")
+@click.option("--games", default=8, show_default=True, type=click.IntRange(1), help="Games to play.")
+@click.option("--model", default=None, help="Model (alias, hub id, folder). Default: the embedded default.")
+@click.option("--opponent", default=None, help="Opponent: 'base', a LoRA folder or another model. Default: self-play.")
+@click.option("--template", default="default", show_default=True, help="Prompt template.")
+@click.option("--players", default=2, show_default=True, type=click.IntRange(1), help="Seats of the env.")
+@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1), help="Games in flight.")
+@click.option("--max-generation-len", default=64, show_default=True, type=click.IntRange(1), help="Max new tokens per turn.")
+@click.option("--temperature", default=0.7, show_default=True, type=float)
+@click.option("--run-name", default=None, help="Run directory name.")
+@click.option("--runs-dir", default="runs", show_default=True)
+@click.option("--seed", default=0, show_default=True, type=int)
+def play(env_id, games, model, opponent, template, players, concurrency, max_generation_len, temperature, run_name, runs_dir, seed) -> None:
+    """Play games without learning and report outcomes, format and invalid-move rates and ratings."""
+    from unstable_core.models import DEFAULT_MODEL
+    from unstable_core.runtime.run import Run
+
+    overrides = {
+        "model_name": model or DEFAULT_MODEL,
+        "train_envs": [f"{env_id}:{players}:{1 if opponent else players}"],
+        "sampler": "fixed" if opponent else "mirror",
+        "fixed_opponents": [opponent] if opponent else [],
+        "prompt_template": template,
+        "num_train_workers": min(concurrency, games),
+        "max_generation_len": max_generation_len,
+        "temperature": temperature,
+        "run_name": run_name,
+        "runs_dir": runs_dir,
+        "seed": seed,
+        "final_transforms": [],
+        "step_transforms": [],
+        "sampling_transforms": [],
+    }
+    cfg = load_config(None, overrides)
+    execute(Run(cfg, learn=False), None, f"unstable play ({env_id})", max_games=games)

@@ -1,0 +1,271 @@
+"""Run configuration: one attrs class holding every parameter of a run, its TOML form and its validation.
+
+Every field is also a `unstable run` option (`batch_size` -> `--batch-size`); `--config run.toml` loads a
+file and options given on the command line override it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from unstable_core.errors import ConfigError
+from unstable_core.models import DEFAULT_MODEL
+from unstable_core.types import EvalEnvSpec, TrainEnvSpec
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_ENV = "TicTacToe-v0-train"
+
+DEFAULT_LORA_CFG: dict[str, Any] = {
+    "lora_rank": 32,
+    "lora_alpha": 32,
+    "lora_dropout": 0.0,
+    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+}
+
+
+def _help(text: str, **extra: Any) -> dict[str, Any]:
+    return {"help": text, **extra}
+
+
+def _positive(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and value < 1:
+        raise ConfigError(f"{attribute.name} must be >= 1, got {value}")
+
+
+def _non_negative(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and value < 0:
+        raise ConfigError(f"{attribute.name} must be >= 0, got {value}")
+
+
+def _in_range(lo: float, hi: float):
+    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if value is not None and not lo <= value <= hi:
+            raise ConfigError(f"{attribute.name} must be between {lo} and {hi}, got {value}")
+
+    return check
+
+
+def _choice(*allowed: str):
+    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if value not in allowed:
+            raise ConfigError(f"{attribute.name} must be one of {', '.join(allowed)}; got {value!r}")
+
+    return check
+
+
+def parse_env(value: str | dict | TrainEnvSpec, default_template: str, mirror: bool) -> TrainEnvSpec:
+    """`ENV_ID[:NUM_PLAYERS[:NUM_ACTORS]]` (or a TOML table) -> TrainEnvSpec; mirror self-play seats the
+    learner at every seat unless NUM_ACTORS says otherwise."""
+    if isinstance(value, TrainEnvSpec):
+        return value
+    if isinstance(value, dict):
+        try:
+            return TrainEnvSpec(**{"prompt_template": default_template, **value})
+        except TypeError as exc:
+            raise ConfigError(f"train_envs entry {value}: {exc}") from exc
+    parts = str(value).split(":")
+    try:
+        players = int(parts[1]) if len(parts) > 1 else 2
+        actors = int(parts[2]) if len(parts) > 2 else (players if mirror else 1)
+    except ValueError as exc:
+        raise ConfigError(f"--env {value!r}: expected ENV_ID[:NUM_PLAYERS[:NUM_ACTORS]] with integers") from exc
+    try:
+        return TrainEnvSpec(env_id=parts[0], num_players=players, num_actors=actors, prompt_template=default_template)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def parse_eval_env(value: str | dict | EvalEnvSpec, default_template: str) -> EvalEnvSpec:
+    """`ENV_ID[:NUM_PLAYERS[:OPPONENT]]` (or a TOML table) -> EvalEnvSpec."""
+    if isinstance(value, EvalEnvSpec):
+        return value
+    if isinstance(value, dict):
+        return EvalEnvSpec(**{"prompt_template": default_template, **value})
+    parts = str(value).split(":", 2)
+    try:
+        players = int(parts[1]) if len(parts) > 1 else 2
+    except ValueError as exc:
+        raise ConfigError(f"--eval-env {value!r}: expected ENV_ID[:NUM_PLAYERS[:OPPONENT]]") from exc
+    return EvalEnvSpec(
+        env_id=parts[0], num_players=players, prompt_template=default_template, fixed_opponent=parts[2] if len(parts) > 2 else None
+    )
+
+
+def parse_transform(value: str | dict) -> tuple[str, dict[str, Any]]:
+    """`name` or `name:key=value,key=value` (values read as JSON when they parse) -> (name, params)."""
+    if isinstance(value, dict):
+        params = dict(value)
+        try:
+            return params.pop("name"), params
+        except KeyError as exc:
+            raise ConfigError(f"reward transform table {value} needs a 'name' key") from exc
+    name, _, rest = str(value).partition(":")
+    params: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, raw = item.partition("=")
+        if not eq:
+            raise ConfigError(f"reward transform {value!r}: expected name:key=value,key=value")
+        try:
+            params[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            params[key.strip()] = raw
+    return name.strip(), params
+
+
+@attrs.define
+class RunConfig:
+    """Every parameter of a run. Defaults train the embedded default on a laptop CPU in minutes."""
+
+    # what to train
+    model_name: str = attrs.field(default=DEFAULT_MODEL, metadata=_help("base model: alias, hub id or local folder", cli="--model"))
+    learner: str = attrs.field(default="reinforce", metadata=_help("learning algorithm (a registered learner)", alias="algorithm"))
+    train_envs: list[Any] = attrs.field(
+        factory=lambda: [DEFAULT_ENV], metadata=_help("training env ENV_ID[:PLAYERS[:ACTORS]] (repeatable)", cli="--env")
+    )
+    eval_envs: list[Any] = attrs.field(
+        factory=list, metadata=_help("evaluation env ENV_ID[:PLAYERS[:OPPONENT]] (repeatable)", cli="--eval-env")
+    )
+    env_sampler: str = attrs.field(default="random", metadata=_help("env sampling strategy", alias="env_sampling_strategy"))
+    sampler: str = attrs.field(
+        default="mirror", metadata=_help("opponent sampling strategy (mirror, fixed, lagged, trueskill, ...)", alias="opponent_sampling_strategy")
+    )
+    sampler_config: dict[str, Any] = attrs.field(factory=dict, metadata=_help("opponent sampler kwargs as JSON, e.g. {\"k\": 3}"))
+    fixed_opponents: list[str] = attrs.field(
+        factory=list, metadata=_help("fixed opponent: 'base' (the untrained base model) or a LoRA folder (repeatable)", cli="--fixed-opponent")
+    )
+    prompt_template: str = attrs.field(default="default", metadata=_help("prompt template of every env", cli="--template"))
+    # learning
+    learning_steps: int = attrs.field(default=3, validator=_positive, metadata=_help("learner updates to run"))
+    batch_size: int = attrs.field(default=16, validator=_positive, metadata=_help("steps per learner update"))
+    mini_batch_size: int = attrs.field(default=4, validator=_positive, metadata=_help("micro-batch size (gradient accumulation)"))
+    learning_rate: float = attrs.field(default=1e-4, validator=_in_range(0.0, 1.0), metadata=_help("AdamW learning rate"))
+    gradient_clipping: float = attrs.field(default=0.2, validator=_in_range(0.0, 1e9), metadata=_help("global grad-norm clip"))
+    activation_checkpointing: bool = attrs.field(default=False, metadata=_help("checkpoint activations (less memory, slower)"))
+    gradient_checkpointing: bool = attrs.field(default=False, metadata=_help("HF gradient checkpointing in transformer blocks"))
+    use_trainer_cache: bool = attrs.field(default=False, metadata=_help("accepted for compatibility with the reference; unused"))
+    max_train_len: int | None = attrs.field(default=None, validator=_positive, metadata=_help("truncate training sequences to this many tokens"))
+    max_generation_len: int = attrs.field(default=64, validator=_positive, metadata=_help("max new tokens per turn"))
+    buffer_size: int | None = attrs.field(default=None, validator=_positive, metadata=_help("buffer capacity (default 2 x batch_size)"))
+    max_staleness: int = attrs.field(default=1, validator=_non_negative, metadata=_help("drop steps more than this many policy versions old"))
+    lora_config: dict[str, Any] = attrs.field(factory=lambda: dict(DEFAULT_LORA_CFG), metadata=_help("LoRA settings as JSON"))
+    algorithm_config: dict[str, Any] = attrs.field(factory=dict, metadata=_help("learner initialize_algorithm kwargs as JSON"))
+    # reward shaping
+    final_transforms: list[Any] = attrs.field(
+        factory=lambda: ["role-advantage-by-env"], metadata=_help("final reward transform name[:k=v,...] (repeatable)", cli="--final-transform")
+    )
+    step_transforms: list[Any] = attrs.field(
+        factory=lambda: ["reward-for-format:reward=0.5,penalty=-0.5", "penalty-for-invalid-move:penalty=-0.5"],
+        metadata=_help("step reward transform name[:k=v,...] (repeatable)", cli="--step-transform"),
+    )
+    sampling_transforms: list[Any] = attrs.field(
+        factory=lambda: ["normalize-by-env"], metadata=_help("sampling reward transform name[:k=v,...] (repeatable)", cli="--sampling-transform")
+    )
+    # collection and inference
+    num_train_workers: int = attrs.field(default=8, validator=_positive, metadata=_help("training games in flight", alias="num_collection_workers"))
+    num_eval_workers: int = attrs.field(default=0, validator=_non_negative, metadata=_help("evaluation games in flight"))
+    num_collectors: int = attrs.field(default=1, validator=_positive, metadata=_help("collector actors sharing the games"))
+    num_inference_actors: int = attrs.field(default=1, validator=_positive, metadata=_help("inference actors (one per GPU)"))
+    backend: str = attrs.field(default="transformers", metadata=_help("inference backend"))
+    temperature: float = attrs.field(default=0.7, validator=_in_range(0.0, 10.0), metadata=_help("sampling temperature"))
+    top_p: float = attrs.field(default=1.0, validator=_in_range(0.0, 1.0), metadata=_help("nucleus sampling"))
+    max_model_len: int = attrs.field(default=4096, validator=_positive, metadata=_help("context window of the inference backend"))
+    max_batch_size: int = attrs.field(default=32, validator=_positive, metadata=_help("max requests per inference batch"))
+    max_loras: int = attrs.field(default=8, validator=_positive, metadata=_help("adapters kept loaded per inference actor"))
+    vllm_config: dict[str, Any] = attrs.field(factory=dict, metadata=_help("extra vLLM settings as JSON (backend vllm)"))
+    game_timeout_s: float = attrs.field(default=600.0, validator=_in_range(1.0, 1e9), metadata=_help("a game running longer fails"))
+    max_turns: int = attrs.field(default=60, validator=_positive, metadata=_help("a game with more turns fails"))
+    # bookkeeping
+    run_name: str | None = attrs.field(default=None, metadata=_help("run directory name (default: time-stamped)"))
+    runs_dir: str = attrs.field(default="runs", metadata=_help("where run directories are made"))
+    trackers: list[str] = attrs.field(factory=lambda: ["jsonl"], metadata=_help("metric trackers (repeatable)", cli="--tracker"))
+    wandb_project: str = attrs.field(default="unstable", metadata=_help("Weights & Biases project (tracker wandb)"))
+    seed: int = attrs.field(default=0, metadata=_help("seed of samplers, games and learner"))
+    ray_address: str | None = attrs.field(default=None, metadata=_help("join an existing Ray cluster (default: start a local one)"))
+    device: str | None = attrs.field(default=None, metadata=_help("learner/inference device (default: cuda if present, else cpu)"))
+
+    def __attrs_post_init__(self) -> None:
+        if self.mini_batch_size > self.batch_size:
+            raise ConfigError(f"mini_batch_size ({self.mini_batch_size}) must be <= batch_size ({self.batch_size})")
+        if not self.train_envs:
+            raise ConfigError("train_envs is empty: give at least one --env")
+        if self.sampler == "fixed" and not self.fixed_opponents:
+            raise ConfigError("sampler 'fixed' needs at least one --fixed-opponent (e.g. --fixed-opponent base)")
+        unknown = set(self.lora_config) - set(DEFAULT_LORA_CFG)
+        if unknown:
+            raise ConfigError(f"lora_config: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(DEFAULT_LORA_CFG)}")
+        self.lora_config = {**DEFAULT_LORA_CFG, **self.lora_config}
+        self.train_specs()  # validate env strings early
+        self.eval_specs()
+        for stage in ("final", "step", "sampling"):
+            for t in getattr(self, f"{stage}_transforms"):
+                parse_transform(t)
+
+    # ---- derived values
+    @property
+    def mirror(self) -> bool:
+        return self.sampler == "mirror"
+
+    def train_specs(self) -> list[TrainEnvSpec]:
+        return [parse_env(e, self.prompt_template, self.mirror) for e in self.train_envs]
+
+    def eval_specs(self) -> list[EvalEnvSpec]:
+        return [parse_eval_env(e, self.prompt_template) for e in self.eval_envs]
+
+    @property
+    def effective_buffer_size(self) -> int:
+        return self.buffer_size or 2 * self.batch_size
+
+    # ---- files
+    def to_dict(self) -> dict[str, Any]:
+        data = attrs.asdict(self)
+        return {k: v for k, v in data.items() if v is not None}
+
+    def save(self, path: str | os.PathLike) -> None:
+        import tomli_w
+
+        from unstable_core.io import atomic_write_text
+
+        atomic_write_text(path, tomli_w.dumps(self.to_dict()))
+
+
+FIELD_ALIASES = {f.metadata["alias"]: f.name for f in attrs.fields(RunConfig) if "alias" in f.metadata}
+
+
+def config_from_dict(data: dict[str, Any]) -> RunConfig:
+    """A RunConfig from a dict of field names (or the reference's build() names); unknown keys are errors."""
+    fields = {f.name for f in attrs.fields(RunConfig)}
+    clean: dict[str, Any] = {}
+    for key, value in data.items():
+        name = FIELD_ALIASES.get(key, key)
+        if name not in fields:
+            raise ConfigError(f"unknown config key {key!r}; see `unstable run --help` for the keys")
+        clean[name] = value
+    try:
+        return RunConfig(**clean)
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def load_config(path: str | os.PathLike | None, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """Read a TOML file (optional) and apply `overrides` (e.g. command-line options) on top."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} does not exist")
+        try:
+            data = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {str(p)!r} is not valid TOML: {exc}") from exc
+    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return config_from_dict(data)

@@ -1,0 +1,164 @@
+"""Replay buffers between the collectors and the learner, and where the reward transforms run.
+
+- final transforms: once per game, on every seat's outcome;
+- step transforms: once per step of each training trajectory;
+- sampling transforms: on each batch handed to the learner.
+
+`StepBuffer` holds steps (REINFORCE-style learners); `EpisodeBuffer` holds whole trajectories (learners
+that need every step of an episode, e.g. GAE). Both evict the oldest data beyond `max_buffer_size` and
+drop data produced more than `max_staleness` policy versions ago.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from unstable_core.types import GameResult, Step, Trajectory
+
+
+class _Transforms:
+    """The three transform stages, applied in order."""
+
+    def __init__(self, final: list[Any] = (), step: list[Any] = (), sampling: list[Any] = ()) -> None:
+        self.final, self.step, self.sampling = list(final), list(step), list(sampling)
+
+    def shape(self, result: GameResult) -> list[Trajectory]:
+        """Training trajectories of a game with `final_reward` and `reward` set on every step."""
+        rewards = {int(k): float(v) for k, v in result.info.final_rewards.items()}
+        for t in self.final:
+            rewards = t(rewards, result.info.env_id)
+        out = []
+        for traj in result.training_trajectories:
+            traj.final_reward = rewards.get(traj.pid, 0.0)
+            for i, s in enumerate(traj.steps):
+                s.final_reward = traj.final_reward
+                r = traj.final_reward
+                for t in self.step:
+                    r = t(traj, i, r)
+                s.reward = float(r)
+            out.append(traj)
+        return out
+
+    def sample(self, steps: list[Step]) -> list[Step]:
+        for t in self.sampling:
+            steps = t(steps)
+        return steps
+
+    def state_dict(self) -> dict[str, Any]:
+        return {stage: [t.state_dict() for t in getattr(self, stage)] for stage in ("final", "step", "sampling")}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for stage in ("final", "step", "sampling"):
+            for t, s in zip(getattr(self, stage), state.get(stage, []), strict=False):
+                t.load_state_dict(s)
+
+
+class StepBuffer:
+    """Steps of finished training games; `get_batch(n)` removes and returns n of them (oldest first)."""
+
+    def __init__(
+        self,
+        max_buffer_size: int,
+        final_transforms: list[Any] = (),
+        step_transforms: list[Any] = (),
+        sampling_transforms: list[Any] = (),
+        max_staleness: int | None = None,
+    ) -> None:
+        self.max_buffer_size = max_buffer_size
+        self.max_staleness = max_staleness
+        self.transforms = _Transforms(final_transforms, step_transforms, sampling_transforms)
+        self.policy_version = 0
+        self.stopped = False
+        self.counts = {"games": 0, "steps_added": 0, "steps_evicted": 0, "steps_stale": 0, "steps_served": 0}
+        self._items: deque = deque()
+        self._n = 0  # steps held
+
+    # ---- what is stored: one item per step (StepBuffer) or per trajectory (EpisodeBuffer)
+    def _items_of(self, trajectories: list[Trajectory]) -> list[Any]:
+        return [s for t in trajectories for s in t.steps]
+
+    @staticmethod
+    def _steps_of(item: Any) -> list[Step]:
+        return [item]
+
+    def _version(self, item: Any) -> int:
+        return min(s.policy_version for s in self._steps_of(item))
+
+    def size(self) -> int:
+        """Number of steps held."""
+        return self._n
+
+    def add_result(self, result: GameResult) -> int:
+        """Shape and store the training trajectories of a finished game; returns the number of steps added."""
+        if result.info.failed or result.info.eval:
+            return 0
+        items = self._items_of(self.transforms.shape(result))
+        self._items.extend(items)
+        added = sum(len(self._steps_of(i)) for i in items)
+        self._n += added
+        self.counts["games"] += 1
+        self.counts["steps_added"] += added
+        self._evict()
+        return added
+
+    def _evict(self) -> None:
+        while self._items and self._n > self.max_buffer_size:
+            n = len(self._steps_of(self._items.popleft()))
+            self._n -= n
+            self.counts["steps_evicted"] += n
+
+    def set_policy_version(self, version: int) -> int:
+        """The learner's current version; drops data older than `max_staleness` versions. Returns steps dropped."""
+        self.policy_version = version
+        if self.max_staleness is None:
+            return 0
+        keep = [i for i in self._items if self._version(i) >= version - self.max_staleness]
+        held = sum(len(self._steps_of(i)) for i in keep)
+        dropped = self._n - held
+        self._items, self._n = deque(keep), held
+        self.counts["steps_stale"] += dropped
+        return dropped
+
+    def get_batch(self, batch_size: int) -> list[Step] | None:
+        """At least `batch_size` steps (exactly that many for a StepBuffer), sampling transforms applied;
+        None while the buffer holds fewer."""
+        if self.size() < batch_size:
+            return None
+        batch: list[Step] = []
+        while len(batch) < batch_size:
+            batch.extend(self._steps_of(self._items.popleft()))
+        self._n -= len(batch)
+        self.counts["steps_served"] += len(batch)
+        return self.transforms.sample(batch)
+
+    def continue_collection(self) -> bool:
+        """False once stopped, or while full (back-pressure: new games would only be evicted)."""
+        return not self.stopped and self.size() < self.max_buffer_size
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.counts, "size": self.size(), "policy_version": self.policy_version}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The reward transforms' statistics (EMA baselines), to save with a checkpoint."""
+        return self.transforms.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.transforms.load_state_dict(state)
+
+
+class EpisodeBuffer(StepBuffer):
+    """Whole trajectories, served complete and in turn order (for GAE and other per-episode maths)."""
+
+    def _items_of(self, trajectories: list[Trajectory]) -> list[Any]:
+        return [sorted(t.steps, key=lambda s: s.turn) for t in trajectories if t.steps]
+
+    @staticmethod
+    def _steps_of(item: Any) -> list[Step]:
+        return item
+
+
+BUFFERS = {"step": StepBuffer, "episode": EpisodeBuffer}

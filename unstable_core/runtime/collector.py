@@ -1,0 +1,204 @@
+"""The collector: keeps many games in flight as coroutines of one process, spread over inference actors.
+
+Each game is an asyncio task (not a Ray task or process), so a thousand games in flight cost megabytes.
+A game whose inference actor died is replayed from scratch on another (or the restarted) actor, up to
+`max_retries` times; its index and seed stay the same, so it is counted once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+
+from unstable_core.games.loop import InferenceUnavailable, play_game
+from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
+from unstable_core.model_registry import ModelRegistry
+from unstable_core.runtime.scheduler import GameScheduler
+from unstable_core.types import GameInformation, GameResult, GameSpec
+
+log = logging.getLogger(__name__)
+
+MAIN_ENGINE = "main"
+
+
+@attrs.define
+class Route:
+    """Where a model's turns are generated: an engine (a pool of inference actors) and a LoRA adapter."""
+
+    engine: str
+    lora_path: str | None
+    version: int
+
+
+def route_of(registry: ModelRegistry, uid: str, engines: set[str]) -> Route:
+    """Checkpoints and the fixed opponent 'base' (or a LoRA folder) run on the main engine; any other fixed
+    model on the engine named after it."""
+    meta = registry.get_all_models().get(uid)
+    if meta is None:
+        raise KeyError(f"model {uid!r} is not in the registry")
+    if meta.kind == "checkpoint":
+        return Route(MAIN_ENGINE, meta.path_or_name, meta.iteration)
+    name = meta.path_or_name
+    if name in (None, "base"):
+        return Route(MAIN_ENGINE, None, -1)
+    if name in engines:
+        return Route(name, None, -1)
+    return Route(MAIN_ENGINE, name, -1)  # a LoRA adapter folder on the main model
+
+
+def is_actor_failure(exc: BaseException) -> bool:
+    """True when an exception means the inference actor died or is restarting (retry elsewhere)."""
+    import ray.exceptions as rex
+
+    return isinstance(exc, (rex.RayActorError, rex.ActorUnavailableError))
+
+
+class Collector:
+    """Plays training and evaluation games until stopped, streaming results to buffer, registry and tracker."""
+
+    def __init__(
+        self,
+        *,
+        engines: dict[str, list[Any]],
+        tokenizers: dict[str, str],
+        buffer: Any,
+        registry: Any,
+        tracker: Any,
+        scheduler: GameScheduler,
+        params: SamplingParams,
+        max_turns: int = 200,
+        game_timeout_s: float | None = None,
+        max_retries: int = 3,
+    ) -> None:
+        from unstable_core.models import load_tokenizer
+
+        self.engines = engines
+        self.tokenizers = {key: load_tokenizer(name) for key, name in tokenizers.items()}
+        self.buffer, self.registry, self.tracker = buffer, registry, tracker
+        self.scheduler = scheduler
+        self.params = params
+        self.max_turns, self.game_timeout_s, self.max_retries = max_turns, game_timeout_s, max_retries
+        self.running = False
+        self.counts = {"started": 0, "finished": 0, "failed": 0, "retries": 0}
+
+    # ---- one game
+    def _generator(self, engine: str, attempt: int, game_idx: int) -> Callable[[GenerationRequest], Awaitable[GenerationOutput]]:
+        pool = self.engines[engine]
+        actor = pool[(game_idx + attempt) % len(pool)]
+
+        async def generate(request: GenerationRequest) -> GenerationOutput:
+            try:
+                return await actor.generate.remote(request)
+            except Exception as exc:
+                if is_actor_failure(exc):
+                    raise InferenceUnavailable(f"inference actor of {engine!r} unavailable: {type(exc).__name__}") from exc
+                raise
+
+        return generate
+
+    async def play(self, spec: GameSpec, registry: ModelRegistry) -> GameResult:
+        """Play one game, replaying it when its inference actor dies."""
+        error = ""
+        for attempt in range(self.max_retries + 1):
+            try:
+                routes = {p.pid: route_of(registry, p.model_uid, set(self.engines)) for p in spec.players}
+                missing = {r.engine for r in routes.values()} - set(self.engines)
+                if missing:
+                    raise KeyError(f"no inference engine for {sorted(missing)}")
+            except KeyError as exc:
+                return _failed(spec, str(exc))
+            try:
+                return await play_game(
+                    spec,
+                    {pid: self._generator(r.engine, attempt, spec.game_idx) for pid, r in routes.items()},
+                    {pid: self.tokenizers[r.engine] for pid, r in routes.items()},
+                    lora_paths={pid: r.lora_path for pid, r in routes.items()},
+                    policy_versions={pid: r.version for pid, r in routes.items()},
+                    params=self.params,
+                    max_turns=self.max_turns,
+                    timeout_s=self.game_timeout_s,
+                )
+            except InferenceUnavailable as exc:
+                error = str(exc)
+                self.counts["retries"] += 1
+                log.warning("game %d: %s; replaying (attempt %d)", spec.game_idx, error, attempt + 1)
+                await asyncio.sleep(min(5.0, 0.5 * 2**attempt))
+        return _failed(spec, f"gave up after {self.max_retries} retries: {error}")
+
+    async def _run(self, kind: str) -> GameResult:
+        registry = ModelRegistry.from_dict(await self.registry.to_dict.remote())
+        spec = self.scheduler.next_train(registry) if kind == "train" else self.scheduler.next_eval(registry)
+        self.counts["started"] += 1
+        result = await self.play(spec, registry)
+        self.counts["failed" if result.info.failed else "finished"] += 1
+        self.scheduler.env_sampler.update(result.info)
+        self.scheduler.model_sampler.update(result.info)
+        self.tracker.add_game.remote(result)
+        if not result.info.failed:
+            pids = sorted(result.info.final_rewards)
+            self.registry.update_ratings.remote(
+                [result.info.models[p] for p in pids], [result.info.final_rewards[p] for p in pids], result.info.env_id
+            )
+            if kind == "train" and self.buffer is not None:
+                await self.buffer.add_result.remote(result)
+        return result
+
+    # ---- the pool of games in flight
+    async def collect(self, num_train_workers: int, num_eval_workers: int = 0, max_games: int | None = None) -> dict[str, int]:
+        """Keep `num_train_workers` training and `num_eval_workers` evaluation games in flight until `stop()`
+        (or until `max_games` games have been started and finished)."""
+        self.running = True
+        inflight: dict[asyncio.Task, str] = {}
+        try:
+            while self.running:
+                room = max_games is None or self.counts["started"] < max_games
+                can_train = room and (self.buffer is None or await self.buffer.continue_collection.remote())
+                busy = {k: sum(1 for v in inflight.values() if v == k) for k in ("train", "eval")}
+                for kind, want, ok in (("train", num_train_workers, can_train), ("eval", num_eval_workers, room)):
+                    for _ in range(want - busy[kind] if ok else 0):
+                        if max_games is not None and self.counts["started"] >= max_games:
+                            break
+                        inflight[asyncio.create_task(self._run(kind))] = kind
+                        await asyncio.sleep(0)  # let the task take its registry snapshot and index
+                if not inflight:
+                    if not room:
+                        break
+                    await asyncio.sleep(0.2)
+                    continue
+                done, _ = await asyncio.wait(list(inflight), timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    inflight.pop(task)
+                    if task.exception() is not None:  # a bug, not a game failure: keep collecting, say it loudly
+                        log.error("game task crashed: %r", task.exception())
+                        self.counts["failed"] += 1
+        finally:
+            for task in inflight:
+                task.cancel()
+            await asyncio.gather(*inflight, return_exceptions=True)
+            self.running = False
+        return dict(self.counts)
+
+    def stop(self) -> None:
+        self.running = False
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.counts)
+
+
+def _failed(spec: GameSpec, error: str) -> GameResult:
+    info = GameInformation(
+        game_idx=spec.game_idx,
+        env_id=spec.env_id,
+        seed=spec.seed,
+        eval=spec.eval,
+        models={p.pid: p.model_uid for p in spec.players},
+        learner_pids=[p.pid for p in spec.players if p.collect_data],
+        failed=True,
+        error=error,
+        duration_s=0.0,
+    )
+    return GameResult(info=info)

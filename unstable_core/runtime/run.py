@@ -1,0 +1,362 @@
+"""`build(...)`: resolve a run's components, start its Ray actors, wait for it, stop it cleanly.
+
+Tracker, ModelRegistry, Buffer, InferenceActor x N (per engine), Collector x M and the Learner are Ray
+actors; games are coroutines inside the collectors.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from unstable_core.config import RunConfig, config_from_dict, parse_transform
+from unstable_core.errors import ConfigError, UnstableError
+from unstable_core.plugins import get_registry
+from unstable_core.rewards import check_stage
+
+LOCAL_CPUS = 64  # logical CPUs Ray may hand out locally: every actor asks for 0, so this only bounds tasks
+
+
+def instantiate(kind: str, spec: Any, **extra: Any) -> Any:
+    """Build a registered component from `name` or `name:key=value,...` (or a TOML table)."""
+    name, params = parse_transform(spec)
+    cls = get_registry().load(kind, name)
+    try:
+        return cls(**{**extra, **params})
+    except TypeError as exc:
+        raise ConfigError(f"{kind.replace('_', ' ')} {name!r}: {exc}") from exc
+
+
+def make_run_dir(cfg: RunConfig) -> Path:
+    name = cfg.run_name or time.strftime("run-%Y%m%d-%H%M%S")
+    run_dir = Path(cfg.runs_dir) / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir.resolve()
+
+
+def is_adapter_dir(name: str) -> bool:
+    return (Path(name) / "adapter_config.json").is_file()
+
+
+@attrs.define
+class Components:
+    """What a run config names, resolved through the plugin registry (errors surface before Ray starts)."""
+
+    learner: Any
+    env_sampler: Any
+    model_sampler: Any
+    final: list[Any]
+    step: list[Any]
+    sampling: list[Any]
+    trackers: list[Any]
+
+    @classmethod
+    def resolve(cls, cfg: RunConfig, run_dir: Path, learner: bool = True) -> Components:
+        reg = get_registry()
+        reg.get("backend", cfg.backend)
+        transforms = {}
+        for stage in ("final", "step", "sampling"):
+            transforms[stage] = [instantiate("reward_transform", t) for t in getattr(cfg, f"{stage}_transforms")]
+            try:
+                check_stage(transforms[stage], stage)
+            except TypeError as exc:
+                raise ConfigError(f"{stage}_transforms: {exc}") from exc
+        trackers = []
+        for name in cfg.trackers:
+            tracker_cls = reg.load("tracker", name)
+            extra = {"project": cfg.wandb_project} if name == "wandb" else {}
+            trackers.append((tracker_cls, {"run_dir": str(run_dir), "run_name": run_dir.name, "config": cfg.to_dict(), **extra}))
+        return cls(
+            learner=reg.load("learner", cfg.learner) if learner else None,
+            env_sampler=reg.load("env_sampler", cfg.env_sampler),
+            model_sampler=reg.load("model_sampler", cfg.sampler),
+            trackers=trackers,
+            **transforms,
+        )
+
+
+class Run:
+    """A training run: `start()`, then `wait()` (or `stop()`); as in the reference's minimal script."""
+
+    def __init__(self, cfg: RunConfig, learn: bool = True) -> None:
+        self.cfg = cfg
+        self.learn = learn
+        self.run_dir = make_run_dir(cfg)
+        self.components = Components.resolve(cfg, self.run_dir, learner=learn)
+        self.actors: dict[str, Any] = {}
+        self._collect_refs: list[Any] = []
+        self._train_ref: Any = None
+        self._owns_ray = False
+        self.started_at = 0.0
+        self.summary: dict[str, Any] = {}
+
+    # ---- start
+    def _init_ray(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            return
+        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "namespace": "unstable"}
+        if self.cfg.ray_address:
+            ray.init(address=self.cfg.ray_address, **kwargs)
+        else:
+            ray.init(num_cpus=LOCAL_CPUS, **kwargs)
+        self._owns_ray = True
+
+    def _engines(self) -> dict[str, str]:
+        """Engine name -> base model: the main model, plus any fixed opponent that is another model."""
+        engines = {"main": self.cfg.model_name}
+        for name in self.fixed_opponents():
+            if name != "base" and not is_adapter_dir(name):
+                engines[name] = name
+        return engines
+
+    def eval_specs(self, num_eval: int | None = None) -> list[Any]:
+        """The eval envs; with none given but eval workers asked for, the train envs against a fixed opponent."""
+        num_eval = self.cfg.num_eval_workers if num_eval is None else num_eval
+        if self.cfg.eval_specs() or not num_eval:
+            return self.cfg.eval_specs()
+        opponent = self.cfg.fixed_opponents[0] if self.cfg.fixed_opponents else "base"
+        return [_eval_like(spec, opponent) for spec in self.cfg.train_specs()]
+
+    def fixed_opponents(self) -> list[str]:
+        """Every fixed model of the run: --fixed-opponent values and the eval envs' opponents."""
+        names = list(self.cfg.fixed_opponents)
+        names += [e.fixed_opponent for e in self.eval_specs() if e.fixed_opponent and e.fixed_opponent not in names]
+        return names
+
+    def start(
+        self,
+        learning_steps: int | None = None,
+        num_collection_workers: int | None = None,
+        num_eval_workers: int | None = None,
+        max_games: int | None = None,
+    ) -> Run:
+        """Start every actor, the collection and (unless this run only plays) the learner."""
+        import ray
+
+        from unstable_core.inference.base import SamplingParams
+        from unstable_core.models import default_device
+        from unstable_core.runtime.buffer import BUFFERS
+        from unstable_core.runtime.collector import Collector
+        from unstable_core.runtime.inference_actor import create_inference_actor
+        from unstable_core.runtime.learner_host import LearnerHost
+        from unstable_core.runtime.registry_host import RegistryHost
+        from unstable_core.runtime.scheduler import GameScheduler
+        from unstable_core.runtime.tracker import Tracker
+
+        cfg, comp = self.cfg, self.components
+        learning_steps = learning_steps or cfg.learning_steps
+        num_train = num_collection_workers or cfg.num_train_workers
+        num_eval = cfg.num_eval_workers if num_eval_workers is None else num_eval_workers
+        cfg.save(self.run_dir / "config.toml")
+        self._init_ray()
+        self.started_at = time.time()
+        device = cfg.device or default_device()
+        gpu = 1 if device.startswith("cuda") else 0
+        threads = max(1, os.cpu_count() or 1)
+
+        remote = lambda cls, **opts: ray.remote(cls).options(num_cpus=0, **opts)  # noqa: E731
+        self.actors["tracker"] = remote(_TrackerActor).remote(str(self.run_dir), comp.trackers)
+        registry = remote(RegistryHost).remote(str(self.run_dir / "registry.json"))
+        self.actors["registry"] = registry
+        ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
+        for name in self.fixed_opponents():
+            ray.get(registry.add_fixed.remote(name))
+
+        buffer_kind = getattr(comp.learner, "buffer_kind", "step") if self.learn else "step"
+        buffer = None
+        if self.learn:
+            buffer = remote(BUFFERS[buffer_kind]).remote(
+                cfg.effective_buffer_size, comp.final, comp.step, comp.sampling, max_staleness=cfg.max_staleness
+            )
+            self.actors["buffer"] = buffer
+
+        engines: dict[str, list[Any]] = {}
+        backend_kwargs = {"max_batch_size": cfg.max_batch_size, "max_loras": cfg.max_loras, "max_model_len": cfg.max_model_len}
+        if cfg.backend == "vllm":
+            backend_kwargs.update(cfg.vllm_config)
+        else:
+            backend_kwargs["device"] = cfg.device
+        for key, model in self._engines().items():
+            engines[key] = [
+                create_inference_actor(cfg.backend, {"model": model, **backend_kwargs}, num_gpus=gpu, name=None)
+                for _ in range(cfg.num_inference_actors if key == "main" else 1)
+            ]
+        self.actors["engines"] = engines
+        params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_generation_len)
+        eval_specs = self.eval_specs(num_eval)
+        collectors = []
+        for shard in range(cfg.num_collectors):
+            scheduler = GameScheduler(
+                comp.env_sampler(cfg.train_specs(), eval_specs, seed=cfg.seed + shard),
+                comp.model_sampler(seed=cfg.seed + shard, **cfg.sampler_config),
+                seed=cfg.seed,
+                shard=shard,
+                num_shards=cfg.num_collectors,
+            )
+            collectors.append(
+                remote(Collector, max_concurrency=1).remote(
+                    engines=engines,
+                    tokenizers=self._engines(),
+                    buffer=buffer,
+                    registry=registry,
+                    tracker=self.actors["tracker"],
+                    scheduler=scheduler,
+                    params=params,
+                    max_turns=cfg.max_turns,
+                    game_timeout_s=cfg.game_timeout_s,
+                )
+            )
+        self.actors["collectors"] = collectors
+        share = lambda n, i: n // len(collectors) + (1 if i < n % len(collectors) else 0)  # noqa: E731
+        games_share = (lambda i: None) if max_games is None else (lambda i: share(max_games, i))  # noqa: E731
+        self._collect_refs = [
+            c.collect.remote(share(num_train, i), share(num_eval, i), games_share(i)) for i, c in enumerate(collectors)
+        ]
+        if self.learn:
+            learner_kwargs = dict(
+                model_name=cfg.model_name,
+                lora_cfg=cfg.lora_config,
+                batch_size=cfg.batch_size,
+                mini_batch_size=cfg.mini_batch_size,
+                learning_rate=cfg.learning_rate,
+                grad_clip=cfg.gradient_clipping,
+                activation_checkpointing=cfg.activation_checkpointing,
+                gradient_checkpointing=cfg.gradient_checkpointing,
+                max_train_len=cfg.max_train_len,
+                max_generation_len=cfg.max_generation_len,
+                run_dir=str(self.run_dir),
+                device=cfg.device,
+                seed=cfg.seed,
+            )
+            host = remote(LearnerHost, num_gpus=gpu, max_concurrency=2).remote(
+                comp.learner,
+                learner_kwargs,
+                cfg.algorithm_config,
+                buffer=buffer,
+                registry=registry,
+                tracker=self.actors["tracker"],
+                batch_size=cfg.batch_size,
+                torch_threads=threads,
+            )
+            self.actors["learner"] = host
+            self._train_ref = host.train.remote(learning_steps)
+        return self
+
+    # ---- watch
+    def progress(self) -> dict[str, Any]:
+        """Tracker snapshot plus the registry's ratings (for a progress display)."""
+        import ray
+
+        snap = ray.get(self.actors["tracker"].snapshot.remote())
+        snap["registry"] = ray.get(self.actors["registry"].to_dict.remote())
+        try:
+            engine = self.actors["engines"]["main"][0]
+            stats = ray.get(engine.stats.remote(), timeout=5)
+            self.actors["tracker"].set_inference_stats.remote(stats)
+            snap["inference"] = stats
+        except Exception:  # a restarting inference actor must not stop the display
+            pass
+        return snap
+
+    def wait(self, on_progress: Callable[[dict[str, Any]], None] | None = None, poll_s: float = 2.0) -> dict[str, Any]:
+        """Block until the learner has done its steps (or a play run its games); then stop and summarise."""
+        import ray
+
+        waiting = [self._train_ref] if self._train_ref is not None else list(self._collect_refs)
+        try:
+            while waiting:
+                done, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=poll_s)
+                for ref in done:
+                    ray.get(ref)  # surface a crashed learner or collector
+                if on_progress:
+                    on_progress(self.progress())
+        except ray.exceptions.RayTaskError as exc:
+            self.stop()
+            cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+            if isinstance(cause, UnstableError):
+                raise UnstableError(str(cause)) from None
+            raise
+        return self.stop()
+
+    # ---- stop
+    def stop(self, timeout_s: float = 300.0) -> dict[str, Any]:
+        """Stop cleanly: the update in progress finishes (its checkpoint complete), games are cancelled,
+        files are flushed, the local Ray cluster is shut down. Returns the run's summary."""
+        import ray
+
+        if not ray.is_initialized() or not self.actors:
+            return self.summary
+        learner = self.actors.get("learner")
+        if learner is not None:
+            learner.stop.remote()
+            if self._train_ref is not None:
+                ray.wait([self._train_ref], timeout=timeout_s)
+        if "buffer" in self.actors:
+            self.actors["buffer"].stop.remote()
+        for c in self.actors.get("collectors", []):
+            c.stop.remote()
+        ray.wait(self._collect_refs, num_returns=len(self._collect_refs), timeout=60)
+        try:
+            snap = self.progress()
+            ray.get(self.actors["tracker"].close.remote())
+        except Exception as exc:  # keep going: shutting down matters more than the last numbers
+            snap = {"error": str(exc)}
+        self.summary = {"run_dir": str(self.run_dir), "elapsed_s": time.time() - self.started_at, **snap}
+        self.actors.clear()
+        if self._owns_ray:
+            ray.shutdown()
+        from unstable_core.plots import plot_run
+
+        try:
+            self.summary["plots"] = [str(p) for p in plot_run(self.run_dir)]
+        except Exception as exc:  # a picture is not worth losing the summary
+            self.summary["plots_error"] = str(exc)
+        return self.summary
+
+
+class _TrackerActor:
+    """Builds the chosen trackers inside the actor (they may hold files or sockets) around a `Tracker`."""
+
+    def __init__(self, run_dir: str, trackers: list[tuple[Any, dict[str, Any]]]) -> None:
+        from unstable_core.runtime.tracker import Tracker
+
+        self._t = Tracker(run_dir, [cls(**kw) for cls, kw in trackers])
+
+    def add_game(self, result) -> None:
+        self._t.add_game(result)
+
+    def log_learner(self, metrics, step) -> None:
+        self._t.log_learner(metrics, step)
+
+    def set_inference_stats(self, stats) -> None:
+        self._t.set_inference_stats(stats)
+
+    def snapshot(self):
+        return self._t.snapshot()
+
+    def close(self) -> None:
+        self._t.close()
+
+
+def _eval_like(spec, opponent: str):
+    from unstable_core.types import EvalEnvSpec
+
+    return EvalEnvSpec(env_id=spec.env_id, num_players=spec.num_players, prompt_template=spec.prompt_template, fixed_opponent=opponent)
+
+
+def build(config: RunConfig | None = None, **overrides: Any) -> Run:
+    """A training run from a `RunConfig` and/or keyword overrides (the reference's build() names work too)."""
+    if config is not None:
+        data = {**config.to_dict(), **overrides}
+        config = config_from_dict(data)
+    else:
+        config = config_from_dict(overrides)
+    return Run(config)

@@ -1,0 +1,67 @@
+"""The game scheduler: env sampler + model sampler -> GameSpec, with reproducible seeds."""
+
+from __future__ import annotations
+
+import random
+
+from unstable_core.model_registry import ModelRegistry
+from unstable_core.samplers import BaseEnvSampler, BaseModelSampler
+from unstable_core.types import GameSpec, PlayerSpec
+
+
+class GameScheduler:
+    """Turns the samplers' choices into concrete games. Game indices are unique across `num_shards`
+    schedulers (one per collector) and each game's seed depends only on the run seed and its index."""
+
+    def __init__(
+        self,
+        env_sampler: BaseEnvSampler,
+        model_sampler: BaseModelSampler,
+        seed: int = 0,
+        shard: int = 0,
+        num_shards: int = 1,
+    ) -> None:
+        self.env_sampler, self.model_sampler = env_sampler, model_sampler
+        self.seed, self.shard, self.num_shards = seed, shard, num_shards
+        self._next = 0
+
+    def _new_index(self) -> int:
+        idx = self._next * self.num_shards + self.shard
+        self._next += 1
+        return idx
+
+    def _seed_of(self, game_idx: int) -> int:
+        return random.Random(f"{self.seed}:{game_idx}").randrange(2**31)
+
+    def next_train(self, registry: ModelRegistry) -> GameSpec:
+        """A training game: the current checkpoint at `num_actors` random seats, sampled opponents elsewhere."""
+        env = self.env_sampler.sample("train")
+        idx = self._new_index()
+        rng = random.Random(self._seed_of(idx))
+        current = registry.get_current_ckpt()
+        if current is None:
+            raise RuntimeError("the model registry has no checkpoint yet")
+        seats = list(range(env.num_players))
+        rng.shuffle(seats)
+        players = []
+        for i, pid in enumerate(seats):
+            if i < env.num_actors:
+                players.append(PlayerSpec(pid, current, collect_data=True, prompt_template=env.prompt_template))
+            else:
+                opponent = self.model_sampler.sample_opponent(registry)
+                players.append(PlayerSpec(pid, opponent, collect_data=False, prompt_template=env.prompt_template))
+        players.sort(key=lambda p: p.pid)
+        return GameSpec(game_idx=idx, env_id=env.env_id, seed=self._seed_of(idx), players=players)
+
+    def next_eval(self, registry: ModelRegistry) -> GameSpec:
+        """An evaluation game: the current checkpoint against the env's fixed opponent (or a sampled one)."""
+        env = self.env_sampler.sample("eval")
+        idx = self._new_index()
+        rng = random.Random(self._seed_of(idx))
+        current = registry.get_current_ckpt()
+        me = rng.randrange(env.num_players)
+        players = []
+        for pid in range(env.num_players):
+            uid = current if pid == me else (env.fixed_opponent or self.model_sampler.sample_opponent(registry))
+            players.append(PlayerSpec(pid, uid, collect_data=pid == me, prompt_template=env.prompt_template))
+        return GameSpec(game_idx=idx, env_id=env.env_id, seed=self._seed_of(idx), players=players, eval=True)

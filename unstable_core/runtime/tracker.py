@@ -1,0 +1,110 @@
+"""The run's bookkeeper: every finished game to `games/games.jsonl`, moving means of game metrics, and the
+learner's metrics fanned out to the chosen trackers (metrics.jsonl, W&B)."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict, deque
+from pathlib import Path
+from typing import Any
+
+from unstable_core.io import append_jsonl
+from unstable_core.types import GameResult, to_dict
+
+WINDOW = 100  # games per moving mean, as in the reference
+
+
+def learner_outcome(info) -> float | None:
+    """1 win, 0.5 draw, 0 loss for the learner's seats against the other seats; None when the learner holds
+    every seat (mirror self-play) or the game failed."""
+    learners = set(info.learner_pids)
+    others = [p for p in info.final_rewards if p not in learners]
+    if info.failed or not learners or not others:
+        return None
+    mine = max(info.final_rewards[p] for p in learners)
+    theirs = max(info.final_rewards[p] for p in others)
+    return 1.0 if mine > theirs else 0.5 if mine == theirs else 0.0
+
+
+class Tracker:
+    """Collects game results and metrics; writes them to the run directory."""
+
+    def __init__(self, run_dir: str | Path, trackers: list[Any] = ()) -> None:
+        self.run_dir = Path(run_dir)
+        (self.run_dir / "games").mkdir(parents=True, exist_ok=True)
+        self.trackers = list(trackers)
+        self._pending: list[dict[str, Any]] = []
+        self._window: dict[str, deque] = defaultdict(lambda: deque(maxlen=WINDOW))
+        self.counts: dict[str, int] = defaultdict(int)
+        self.learner: dict[str, float] = {}
+        self.learner_step = 0
+        self.inference: dict[str, float] = {}
+        self.started = self._last_flush = time.time()
+
+    def add_game(self, result: GameResult) -> None:
+        """Record a finished (or failed) game."""
+        info = result.info
+        kind = "eval" if info.eval else "train"
+        self.counts[f"{kind}_games"] += 1
+        self._pending.append(to_dict(result))
+        if info.failed:
+            self.counts[f"{kind}_failed"] += 1
+            return
+        key = f"{kind}/{info.env_id}"
+        steps = [s for t in result.trajectories if t.collect_data for s in t.steps]
+        self._window[f"{key}/game_length"].append(info.num_turns)
+        if steps:
+            self._window[f"{key}/format_rate"].append(sum(s.format_ok for s in steps) / len(steps))
+            self._window[f"{key}/invalid_move_rate"].append(sum(s.invalid_move for s in steps) / len(steps))
+            self._window[f"{key}/completion_tokens"].append(sum(len(s.completion_ids) for s in steps) / len(steps))
+        outcome = learner_outcome(info)
+        if outcome is not None:
+            self._window[f"{key}/win_rate"].append(outcome)
+        if len(self._pending) >= 64 or time.time() - self._last_flush > 2.0:
+            self.flush()
+
+    def add_games(self, results: list[GameResult]) -> None:
+        for r in results:
+            self.add_game(r)
+
+    def set_inference_stats(self, stats: dict[str, float]) -> None:
+        self.inference = dict(stats)
+
+    def means(self) -> dict[str, float]:
+        """Moving means of the game metrics, by `kind/env/metric`."""
+        return {k: sum(v) / len(v) for k, v in self._window.items() if v}
+
+    def log_learner(self, metrics: dict[str, float], step: int) -> None:
+        """A learner update finished: log its metrics with the collection's moving means."""
+        self.flush()
+        self.learner, self.learner_step = dict(metrics), step
+        record = {
+            **{f"learner/{k}": v for k, v in metrics.items()},
+            **{f"collection/{k}": v for k, v in self.means().items()},
+            **{f"counts/{k}": v for k, v in self.counts.items()},
+            **{f"inference/{k}": v for k, v in self.inference.items()},
+        }
+        for t in self.trackers:
+            t.log(record, step)
+
+    def snapshot(self) -> dict[str, Any]:
+        """What a progress display shows."""
+        return {
+            "counts": dict(self.counts),
+            "means": self.means(),
+            "learner": self.learner,
+            "learner_step": self.learner_step,
+            "inference": self.inference,
+            "elapsed_s": time.time() - self.started,
+        }
+
+    def flush(self) -> None:
+        """Write the games recorded since the last flush."""
+        pending, self._pending = self._pending, []
+        self._last_flush = time.time()
+        append_jsonl(self.run_dir / "games" / "games.jsonl", pending)
+
+    def close(self) -> None:
+        self.flush()
+        for t in self.trackers:
+            t.close()

@@ -1,0 +1,21 @@
+"""The tracker interface: where scalar metrics go (files, Weights & Biases, ...)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+class BaseTracker:
+    """Receives scalar metrics; subclasses write them somewhere. Registered via `register_trackers`."""
+
+    def __init__(self, run_dir: str | Path, run_name: str, config: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_name = run_name
+        self.config = config or {}
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Flush and release what the tracker holds."""
