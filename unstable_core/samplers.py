@@ -10,8 +10,23 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from unstable_core.errors import UnstableError
 from unstable_core.model_registry import ModelRegistry
 from unstable_core.types import EvalEnvSpec, GameInformation, TrainEnvSpec
+
+
+def _reject_unknown_options(sampler: str, options: dict[str, Any]) -> None:
+    """Options a sampler's constructor did not take are typos: say so instead of ignoring them."""
+    if options:
+        raise UnstableError(
+            f"{sampler} got unknown option(s) {', '.join(sorted(options))}; check the sampler's options in the config"
+        )
+
+
+def check_kind(kind: str) -> None:
+    """`sample(kind)` takes "train" or "eval"."""
+    if kind not in ("train", "eval"):
+        raise UnstableError(f"an env sampler samples kind 'train' or 'eval', got {kind!r}")
 
 
 class BaseEnvSampler:
@@ -24,8 +39,11 @@ class BaseEnvSampler:
         seed: int = 0,
         **kwargs: Any,
     ) -> None:
+        _reject_unknown_options(type(self).__name__, kwargs)
         if not train_env_specs:
-            raise ValueError("an env sampler needs at least one training environment")
+            raise UnstableError(
+                f"{type(self).__name__} needs at least one training environment; add one to the config"
+            )
         self.train_env_specs = list(train_env_specs)
         self.eval_env_specs = list(eval_env_specs)
         self.rng = random.Random(seed)
@@ -38,19 +56,22 @@ class BaseEnvSampler:
         """Learn from a finished game (for adaptive curricula); nothing by default."""
 
     def env_list(self) -> str:
+        """The training env ids, comma-separated (for run names)."""
         return ",".join(s.env_id for s in self.train_env_specs)
 
     def state_dict(self) -> dict[str, Any]:
+        """JSON-ready statistics to save with a checkpoint (none by default)."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+        """Restore what `state_dict` returned."""
 
 
 class BaseModelSampler:
     """Chooses the opponent of the learner's current checkpoint."""
 
     def __init__(self, seed: int = 0, **kwargs: Any) -> None:
+        _reject_unknown_options(type(self).__name__, kwargs)
         self.rng = random.Random(seed)
 
     def sample_opponent(self, registry: ModelRegistry) -> str:
