@@ -1,0 +1,530 @@
+"""Plugin discovery and `unstable plugins`, with real distributions.
+
+In-process tests write installed distributions by hand (a module and a `.dist-info` with its entry points,
+as pip leaves them) into a folder put on sys.path. The acceptance tests pip-install three throw-away
+projects once per module (`--target` a temporary folder, so that the venv other people use at the same
+time never sees them) and run the CLI in subprocesses with that folder on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from unstable_core import __version__, plugins
+from unstable_core.errors import UnstableError
+from unstable_core.plugins import PluginLoadError, normalize_dist
+from unstable_core.registry import DuplicateComponentError, UnknownComponentError
+
+HEAVY = ("torch", "transformers", "ray")
+
+
+@pytest.fixture(autouse=True)
+def fresh_discovery(monkeypatch):
+    """Each test discovers again, with the plugin variables unset, and forgets its throw-away modules."""
+    monkeypatch.delenv(plugins.LOAD_ENV, raising=False)
+    monkeypatch.delenv(plugins.STRICT_ENV, raising=False)
+    plugins.reset()
+    yield
+    plugins.reset()
+    for name in [m for m in sys.modules if m.startswith("utp_")]:
+        del sys.modules[name]
+
+
+def write_dist(root: Path, dist: str, modules: dict[str, str], entry_points: dict[str, str]) -> None:
+    """An installed distribution as pip leaves it: its modules and a `.dist-info` with the entry points."""
+    for module, source in modules.items():
+        (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{dist.replace('-', '_')}-0.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.3\n")
+    lines = "".join(f"{name} = {value}\n" for name, value in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[unstable]\n{lines}")
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A folder on sys.path for hand-written distributions; only those (and the built-ins) are loaded."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def add(dist: str, modules: dict[str, str], entry_points: dict[str, str]) -> None:
+        write_dist(tmp_path, dist, modules, entry_points)
+        loaded = [d for d in os.environ.get(plugins.LOAD_ENV, "").split(",") if d]
+        monkeypatch.setenv(plugins.LOAD_ENV, ",".join([*loaded, dist]))
+
+    return add
+
+
+def by_name(infos: list[plugins.PluginInfo]) -> dict[str, plugins.PluginInfo]:
+    return {p.name: p for p in infos}
+
+
+GOOD = """
+from unstable_core import hookimpl
+
+class Tracker:
+    pass
+
+@hookimpl
+def register_trackers(register):
+    register("utp-tracker", Tracker, "a tracker")
+"""
+
+
+# ---------------------------------------------------------------- discovery, in-process
+
+
+def test_builtins_are_registered_through_the_hooks(monkeypatch):
+    monkeypatch.setenv(plugins.LOAD_ENV, "")
+    assert plugins.list_plugins() == []
+    (core,) = plugins.list_plugins(include_builtins=True)
+    assert (core.name, core.version, core.builtin, core.error) == ("unstable-core", __version__, True, None)
+    assert {"register_backends", "register_trackers"} <= set(core.hooks)
+    assert core.provides["backend"] == ["transformers", "vllm"]
+    jsonl = plugins.get_registry().get("tracker", "jsonl")
+    assert (jsonl.dist, jsonl.plugin) == ("unstable-core", "builtins")
+    assert plugins.get_plugin_manager().has_plugin("unstable-core:builtins")
+
+
+def test_each_entry_point_is_loaded_on_its_own(site):
+    site(
+        "utp-multi",
+        {"utp_multi_good": GOOD},
+        {"good": "utp_multi_good", "gone": "utp_no_such_module"},
+    )
+    info = by_name(plugins.list_plugins())["utp-multi"]
+    assert info.version == "0.3"
+    assert info.provides == {"tracker": ["utp-tracker"]}
+    assert info.hooks == ["register_trackers"]
+    assert info.error == (
+        "could not import 'utp_no_such_module': ModuleNotFoundError: No module named 'utp_no_such_module'"
+    )
+    assert plugins.load("tracker", "utp-tracker").__name__ == "Tracker"
+    component = plugins.get_registry().get("tracker", "utp-tracker")
+    assert (component.dist, component.plugin, component.description) == ("utp-multi", "good", "a tracker")
+
+
+def test_a_broken_plugin_leaves_the_others_working(site):
+    site("utp-broken", {"utp_broken": "raise RuntimeError('on purpose')\n"}, {"b": "utp_broken"})
+    site("utp-good", {"utp_good": GOOD}, {"g": "utp_good"})
+    infos = by_name(plugins.list_plugins())
+    assert sorted(infos) == ["utp-broken", "utp-good"]
+    assert infos["utp-broken"].error == "could not import 'utp_broken': RuntimeError: on purpose"
+    assert infos["utp-broken"].provides == {}
+    assert infos["utp-good"].error is None
+    assert plugins.get_registry().names("tracker") == ["jsonl", "utp-tracker", "wandb"]
+
+
+def test_unknown_hook_names_are_reported(site):
+    source = GOOD + (
+        "\n@hookimpl\ndef register_learner(register):\n    register('x', Tracker)\n"
+        "\n@hookimpl(optionalhook=True)\ndef register_someday(register):\n    pass\n"
+    )
+    site("utp-typo", {"utp_typo": source}, {"t": "utp_typo"})
+    info = by_name(plugins.list_plugins())["utp-typo"]
+    assert info.error.startswith(
+        "unknown hook(s) register_learner in 't'; the hooks are: register_learners, "
+    )
+    assert "register_someday" not in info.error
+    assert info.hooks == ["register_trackers"]
+    assert info.provides == {"tracker": ["utp-tracker"]}
+
+
+def test_a_hook_with_a_wrong_signature_is_rejected(site):
+    source = "from unstable_core import hookimpl\n\n@hookimpl\ndef register_learners(reg):\n    pass\n"
+    site("utp-badsig", {"utp_badsig": source}, {"s": "utp_badsig"})
+    site("utp-good", {"utp_good": GOOD}, {"g": "utp_good"})
+    infos = by_name(plugins.list_plugins())
+    assert infos["utp-badsig"].error.startswith("entry point 's' was rejected: PluginValidationError: ")
+    assert "reg" in infos["utp-badsig"].error
+    assert infos["utp-good"].provides == {"tracker": ["utp-tracker"]}
+
+
+def test_a_failing_hook_keeps_the_other_hooks(site):
+    source = GOOD + (
+        "\n@hookimpl\ndef register_learners(register):\n"
+        "    register('utp-learner', Tracker)\n    raise ValueError('nope')\n"
+    )
+    site("utp-raises", {"utp_raises": source}, {"r": "utp_raises"})
+    info = by_name(plugins.list_plugins())["utp-raises"]
+    assert info.error == "register_learners of 'r' failed: ValueError: nope"
+    assert info.provides == {"learner": ["utp-learner"], "tracker": ["utp-tracker"]}
+
+
+def test_bad_registrations_are_reported_and_the_rest_kept(site):
+    source = """
+    from unstable_core import hookimpl
+
+    @hookimpl
+    def register_env_samplers(register):
+        register("bad name", dict)
+        register("utp-ok", "utp_regs:Thing")
+        register("utp-lazy", "no_colon_here")
+    """
+    site("utp-regs", {"utp_regs": source}, {"r": "utp_regs"})
+    info = by_name(plugins.list_plugins())["utp-regs"]
+    assert info.provides == {"env_sampler": ["utp-ok"]}
+    assert "registered a env_sampler named 'bad name'" in info.error
+    assert "import string 'no_colon_here' must look like 'package.module:Name'" in info.error
+    assert plugins.get_registry().get("env_sampler", "utp-ok").target == "utp_regs:Thing"  # still lazy
+    with pytest.raises(
+        UnstableError, match="env_sampler 'utp-ok' of utp-regs: cannot import 'utp_regs:Thing'"
+    ):
+        plugins.load("env_sampler", "utp-ok")
+
+
+def test_two_providers_of_one_name(site):
+    site("utp-first", {"utp_first": GOOD}, {"f": "utp_first"})
+    site("utp-second", {"utp_second": GOOD.replace("Tracker", "Other")}, {"s": "utp_second"})
+    infos = by_name(plugins.list_plugins())
+    expected = (
+        "tracker 'utp-tracker' is registered twice: by utp-first and by utp-second; "
+        "uninstall one of the two distributions"
+    )
+    assert infos["utp-first"].error == infos["utp-second"].error == expected
+    assert infos["utp-first"].provides == {"tracker": ["utp-tracker"]}
+    assert infos["utp-second"].provides == {}
+    with pytest.raises(DuplicateComponentError, match="by utp-first and by utp-second"):
+        plugins.load("tracker", "utp-tracker")
+
+
+def test_strict_mode_raises_the_first_failure(site, monkeypatch):
+    site("utp-broken", {"utp_broken": "raise RuntimeError('on purpose')\n"}, {"b": "utp_broken"})
+    monkeypatch.setenv(plugins.STRICT_ENV, "1")
+    with pytest.raises(PluginLoadError) as info:
+        plugins.list_plugins()
+    assert str(info.value) == "plugin utp-broken: could not import 'utp_broken': RuntimeError: on purpose"
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_strict_mode_raises_on_a_duplicate(site, monkeypatch):
+    site("utp-first", {"utp_first": GOOD}, {"f": "utp_first"})
+    site("utp-second", {"utp_second": GOOD}, {"s": "utp_second"})
+    monkeypatch.setenv(plugins.STRICT_ENV, "true")
+    with pytest.raises(
+        PluginLoadError, match="^plugin utp-second: tracker 'utp-tracker' is registered twice"
+    ):
+        plugins.get_registry()
+
+
+def test_bad_strict_value(monkeypatch):
+    monkeypatch.setenv(plugins.STRICT_ENV, "sometimes")
+    with pytest.raises(UnstableError, match="UNSTABLE_STRICT_PLUGINS='sometimes' is not understood"):
+        plugins.strict_plugins()
+
+
+def test_load_filter_normalises_names_and_rejects_unknown_ones(site, monkeypatch):
+    site("utp-good", {"utp_good": GOOD}, {"g": "utp_good"})
+    site("utp-other", {"utp_other": GOOD.replace("utp-tracker", "utp-tracker2")}, {"o": "utp_other"})
+    monkeypatch.setenv(plugins.LOAD_ENV, " Utp_Good , unstable-core")
+    assert [p.name for p in plugins.list_plugins()] == ["utp-good"]
+    plugins.reset()
+    monkeypatch.setenv(plugins.LOAD_ENV, "utp-good,utp-nope")
+    with pytest.raises(UnstableError, match="UNSTABLE_LOAD_PLUGINS names utp-nope, which is not installed"):
+        plugins.list_plugins()
+
+
+def test_unknown_name_points_at_the_broken_provider(site):
+    site("unstable-a2c", {"utp_a2c": "import utp_missing_dependency\n"}, {"a2c": "utp_a2c"})
+    with pytest.raises(UnknownComponentError) as info:
+        plugins.load("learner", "a2c")
+    assert (
+        "'a2c' is provided by unstable-a2c, which is installed but broken: could not import 'utp_a2c'"
+        in str(info.value)
+    )
+
+
+def test_add_commands_calls_each_plugin_on_its_own(site):
+    commands = """
+    import click
+    from unstable_core import hookimpl
+
+    @hookimpl
+    def register_commands(cli):
+        @cli.command(name="utp-hello")
+        def hello():
+            click.echo("hello from a plugin")
+    """
+    failing = "from unstable_core import hookimpl\n\n@hookimpl\ndef register_commands(cli):\n    1 / 0\n"
+    site("utp-cmd", {"utp_cmd": commands}, {"c": "utp_cmd"})
+    site("utp-cmdfail", {"utp_cmdfail": failing}, {"c": "utp_cmdfail"})
+    group = click.Group()
+    plugins.add_commands(group)
+    assert CliRunner().invoke(group, ["utp-hello"]).output == "hello from a plugin\n"
+    infos = by_name(plugins.list_plugins())
+    assert infos["utp-cmd"].hooks == ["register_commands"]
+    assert (
+        infos["utp-cmdfail"].error
+        == "register_commands of 'utp-cmdfail:c' failed: ZeroDivisionError: division by zero"
+    )
+
+
+def test_normalize_dist():
+    assert normalize_dist("Unstable_Rewards") == normalize_dist("unstable.rewards") == "unstable-rewards"
+    assert normalize_dist("a--_.b") == "a-b"
+
+
+# ---------------------------------------------------------------- acceptance: pip-installed, CLI in subprocesses
+
+BONUS = '''
+"""A third-party plugin of unstable: a final reward transform."""
+from unstable_core import hookimpl
+from unstable_core.rewards import FinalRewardTransform
+
+
+class WinBonus(FinalRewardTransform):
+    """Adds 0.5 to the final reward of every winning seat."""
+
+    def __call__(self, rewards, env_id=None):
+        return {pid: r + 0.5 if r > 0 else r for pid, r in rewards.items()}
+
+
+@hookimpl
+def register_reward_transforms(register):
+    register("utp-win-bonus", "utp_bonus:WinBonus", "adds 0.5 to wins")
+    register("utp-shared", WinBonus)
+'''
+
+DUPLICATE = '''
+"""A third-party plugin that claims a name utp-bonus already has."""
+from unstable_core import hookimpl
+from unstable_core.rewards import FinalRewardTransform
+
+
+class Negate(FinalRewardTransform):
+    def __call__(self, rewards, env_id=None):
+        return {pid: -r for pid, r in rewards.items()}
+
+
+@hookimpl
+def register_reward_transforms(register):
+    register("utp-shared", Negate)
+    register("utp-negate", Negate)
+'''
+
+PROJECTS = {
+    "unstable-testplug-bonus": ("utp_bonus", BONUS),
+    "unstable-testplug-broken": ("utp_broken", "raise RuntimeError('utp broken on purpose')\n"),
+    "unstable-testplug-dup": ("utp_dup", DUPLICATE),
+}
+OURS = ",".join(PROJECTS)
+
+
+def write_project(folder: Path, dist: str, module: str, source: str) -> None:
+    """A buildable project: pyproject.toml with an `unstable` entry point, and its one module."""
+    folder.mkdir()
+    (folder / f"{module}.py").write_text(source)
+    (folder / "pyproject.toml").write_text(
+        textwrap.dedent(f"""
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "{dist}"
+        version = "1.2.3"
+
+        [project.entry-points.unstable]
+        {module} = "{module}"
+
+        [tool.setuptools]
+        py-modules = ["{module}"]
+        """)
+    )
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """The three throw-away distributions, pip-installed once into a folder; removed at the end."""
+    root = tmp_path_factory.mktemp("third-party")
+    target = root / "site"
+    folders = []
+    for dist, (module, source) in PROJECTS.items():
+        write_project(root / dist, dist, module, source)
+        folders.append(str(root / dist))
+    pip = [sys.executable, "-m", "pip", "install", "-q"]
+    try:
+        result = subprocess.run(
+            [*pip, "--no-deps", "--no-build-isolation", "--no-cache-dir", "--target", str(target), *folders],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PIP_NO_INDEX": "1"},
+            timeout=120,
+        )
+        assert result.returncode == 0, f"pip install failed: {result.stderr}"
+        yield target
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+    assert not target.exists()
+
+
+def run_cli(site_dir: Path | None, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """`python -m unstable_core ARGS` with the throw-away distributions importable and wide output."""
+    base = {k: v for k, v in os.environ.items() if k not in (plugins.LOAD_ENV, plugins.STRICT_ENV)}
+    if site_dir is not None:
+        base["PYTHONPATH"] = os.pathsep.join([str(site_dir), *filter(None, [base.get("PYTHONPATH")])])
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        env={**base, "COLUMNS": "250", **env},
+        timeout=60,
+    )
+
+
+def ours(listing: str) -> dict[str, dict]:
+    """The entries of a `plugins --json` listing that belong to the throw-away distributions."""
+    return {p["name"]: p for p in json.loads(listing) if p["name"].startswith("unstable-testplug-")}
+
+
+def test_third_party_plugins_are_listed(installed):
+    result = run_cli(installed, "-m", "unstable_core", "plugins", "--json")
+    assert result.returncode == 0, result.stderr
+    listed = ours(result.stdout)
+    conflict = (
+        "reward_transform 'utp-shared' is registered twice: by unstable-testplug-bonus and by "
+        "unstable-testplug-dup; uninstall one of the two distributions"
+    )
+    assert listed == {
+        "unstable-testplug-bonus": {
+            "name": "unstable-testplug-bonus",
+            "version": "1.2.3",
+            "hooks": ["register_reward_transforms"],
+            "provides": {"reward_transform": ["utp-win-bonus", "utp-shared"]},
+            "error": conflict,
+        },
+        "unstable-testplug-broken": {
+            "name": "unstable-testplug-broken",
+            "version": "1.2.3",
+            "hooks": [],
+            "provides": {},
+            "error": "could not import 'utp_broken': RuntimeError: utp broken on purpose",
+        },
+        "unstable-testplug-dup": {
+            "name": "unstable-testplug-dup",
+            "version": "1.2.3",
+            "hooks": ["register_reward_transforms"],
+            "provides": {"reward_transform": ["utp-negate"]},
+            "error": conflict,
+        },
+    }
+
+
+def test_third_party_table(installed):
+    result = run_cli(installed, "-m", "unstable_core", "plugins", UNSTABLE_LOAD_PLUGINS=OURS)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    (broken,) = [line for line in lines if line.startswith("│ unstable-testplug-broken ")]
+    assert (
+        "1.2.3" in broken and "could not import 'utp_broken': RuntimeError: utp broken on purpose" in broken
+    )
+    (bonus,) = [line for line in lines if line.startswith("│ unstable-testplug-bonus ")]
+    assert "reward_transform: utp-win-bonus, utp-shared" in bonus
+    assert "unstable-core" not in result.stdout
+
+
+def test_third_party_components_resolve_by_name(installed):
+    script = textwrap.dedent("""
+        import json
+        from unstable_core import plugins
+        from unstable_core.registry import DuplicateComponentError
+        from unstable_core.rewards import FinalRewardTransform
+
+        plugins.reset()
+        registry = plugins.get_registry()
+        bonus = registry.load("reward_transform", "utp-win-bonus")
+        negate = registry.load("reward_transform", "utp-negate")
+        try:
+            registry.load("reward_transform", "utp-shared")
+            shared = "resolved"
+        except DuplicateComponentError as exc:
+            shared = str(exc)
+        print(json.dumps({
+            "bonus": [issubclass(bonus, FinalRewardTransform), bonus()({0: 1.0, 1: -1.0, 2: 0.0})],
+            "negate": negate()({0: 1.0, 1: -1.0}),
+            "dist": registry.get("reward_transform", "utp-win-bonus").dist,
+            "shared": shared,
+        }))
+    """)
+    result = run_cli(installed, "-c", script)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "bonus": [True, {"0": 1.5, "1": -1.0, "2": 0.0}],
+        "negate": {"0": -1.0, "1": 1.0},
+        "dist": "unstable-testplug-bonus",
+        "shared": "reward_transform 'utp-shared' is registered twice: by unstable-testplug-bonus and by "
+        "unstable-testplug-dup; uninstall one of the two distributions",
+    }
+
+
+def test_load_filter_selects_distributions(installed):
+    only = run_cli(
+        installed, "-m", "unstable_core", "plugins", "--json", UNSTABLE_LOAD_PLUGINS="unstable-testplug-bonus"
+    )
+    assert only.returncode == 0, only.stderr
+    (entry,) = json.loads(only.stdout)
+    assert entry["name"] == "unstable-testplug-bonus"
+    assert "error" not in entry  # the duplicate is not loaded, so there is no conflict
+
+    none = run_cli(installed, "-m", "unstable_core", "plugins", "--json", UNSTABLE_LOAD_PLUGINS="")
+    assert (none.returncode, json.loads(none.stdout)) == (0, [])
+    text = run_cli(installed, "-m", "unstable_core", "plugins", UNSTABLE_LOAD_PLUGINS="")
+    assert text.returncode == 0
+    assert text.stdout.startswith("No plugin is installed")
+    builtins = run_cli(
+        installed, "-m", "unstable_core", "plugins", "--json", "--all", UNSTABLE_LOAD_PLUGINS=""
+    )
+    assert [p["name"] for p in json.loads(builtins.stdout)] == ["unstable-core"]
+
+
+def test_strict_mode_fails_the_listing_with_one_line(installed):
+    result = run_cli(
+        installed,
+        "-m",
+        "unstable_core",
+        "plugins",
+        UNSTABLE_LOAD_PLUGINS=OURS,
+        UNSTABLE_STRICT_PLUGINS="1",
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "Error: plugin unstable-testplug-broken: could not import 'utp_broken': RuntimeError: utp broken on purpose"
+    )
+
+
+def test_listing_and_import_stay_light(installed):
+    probe = "import sys, json; print(json.dumps([m for m in {heavy!r} if m in sys.modules]))"
+    bare = run_cli(installed, "-c", "import unstable_core; " + probe.format(heavy=HEAVY))
+    assert (bare.returncode, bare.stdout.strip()) == (0, "[]"), bare.stderr
+    listing = textwrap.dedent(f"""
+        import sys
+        from unstable_core.cli import main
+        sys.argv = ["unstable", "plugins", "--all"]
+        try:
+            main()
+        except SystemExit as exc:
+            assert not exc.code, exc.code
+        {probe.format(heavy=HEAVY)}
+    """)
+    result = run_cli(installed, "-c", listing, UNSTABLE_LOAD_PLUGINS=OURS)
+    assert result.returncode == 0, result.stderr
+    assert "unstable-testplug-bonus" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_version():
+    script = Path(sys.executable).parent / "unstable"
+    if not script.exists():
+        pytest.skip("the `unstable` console script is not installed next to this Python")
+    result = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stdout) == (0, f"unstable, version {__version__}\n")
