@@ -136,6 +136,7 @@ class RunConfig:
         factory=list, metadata=_help("evaluation env ENV_ID[:PLAYERS[:OPPONENT]] (repeatable)", cli="--eval-env")
     )
     env_sampler: str = attrs.field(default="random", metadata=_help("env sampling strategy", alias="env_sampling_strategy"))
+    env_sampler_config: dict[str, Any] = attrs.field(factory=dict, metadata=_help("env sampler kwargs as JSON"))
     sampler: str = attrs.field(
         default="mirror", metadata=_help("opponent sampling strategy (mirror, fixed, lagged, trueskill, ...)", alias="opponent_sampling_strategy")
     )

@@ -23,9 +23,8 @@ class RegistryHost:
         self._save()
 
     def add_fixed(self, name: str, prior_mu: float = 25.0) -> None:
-        if name not in self.registry.get_all_models():
-            self.registry.add_fixed(name, prior_mu=prior_mu)
-            self._save()
+        self.registry.add_fixed(name, prior_mu=prior_mu)
+        self._save()
 
     def update_ratings(self, uids: list[str], scores: list[float], env_id: str) -> None:
         self.registry.update_ratings(uids, scores, env_id)

@@ -195,7 +195,7 @@ class Run:
         collectors = []
         for shard in range(cfg.num_collectors):
             scheduler = GameScheduler(
-                comp.env_sampler(cfg.train_specs(), eval_specs, seed=cfg.seed + shard),
+                comp.env_sampler(cfg.train_specs(), eval_specs, seed=cfg.seed + shard, **cfg.env_sampler_config),
                 comp.model_sampler(seed=cfg.seed + shard, **cfg.sampler_config),
                 seed=cfg.seed,
                 shard=shard,

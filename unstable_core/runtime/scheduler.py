@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from unstable_core.errors import UnstableError
 from unstable_core.model_registry import ModelRegistry
 from unstable_core.samplers import BaseEnvSampler, BaseModelSampler
 from unstable_core.types import GameSpec, PlayerSpec
@@ -40,7 +41,7 @@ class GameScheduler:
         rng = random.Random(self._seed_of(idx))
         current = registry.get_current_ckpt()
         if current is None:
-            raise RuntimeError("the model registry has no checkpoint yet")
+            raise UnstableError("the model registry has no checkpoint yet: register the base model as ckpt-0 first")
         seats = list(range(env.num_players))
         rng.shuffle(seats)
         players = []
