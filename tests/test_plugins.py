@@ -8,6 +8,8 @@ time never sees them) and run the CLI in subprocesses with that folder on PYTHON
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 import os
 import shutil
@@ -93,6 +95,30 @@ def test_builtins_are_registered_through_the_hooks(monkeypatch):
     jsonl = plugins.get_registry().get("tracker", "jsonl")
     assert (jsonl.dist, jsonl.plugin) == ("unstable-core", "builtins")
     assert plugins.get_plugin_manager().has_plugin("unstable-core:builtins")
+
+
+def _top_level_names(path: str) -> set[str]:
+    names: set[str] = set()
+    for node in ast.parse(Path(path).read_text()).body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.ImportFrom):
+            names.update(a.asname or a.name for a in node.names)
+    return names
+
+
+def test_builtin_import_strings_name_real_definitions(monkeypatch):
+    """Every lazy built-in target's module defines its name (read from the source: nothing heavy is imported)."""
+    monkeypatch.setenv(plugins.LOAD_ENV, "")
+    lazy = [c for c in plugins.get_registry() if c.dist == "unstable-core" and isinstance(c.target, str)]
+    assert {c.name for c in lazy} >= {"transformers", "vllm", "jsonl", "wandb"}
+    for component in lazy:
+        module, _, attr = component.target.partition(":")
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin, f"{component.target}: no module {module}"
+        assert attr in _top_level_names(spec.origin), f"{component.target}: {module} defines no {attr}"
 
 
 def test_each_entry_point_is_loaded_on_its_own(site):

@@ -8,8 +8,12 @@ A plugin is a module with `@hookimpl` functions, published through an entry poin
 
 Each `register_*` hook receives a `register(name, target, description="")` callback. `target` is the
 class (or factory) itself, or an import string `"package.module:Name"` that is imported only when the
-component is used, so that `unstable plugins` never imports torch. Names are unique per kind across
-all installed plugins.
+component is used, so that `unstable plugins` never imports torch. A name is letters, digits, '-', '_'
+or '.', and is unique per kind across all installed plugins: a second provider is an error naming both
+distributions. A plugin whose import or hook fails is listed with its error by `unstable plugins`
+while the others keep working (`UNSTABLE_STRICT_PLUGINS=1` raises instead); a `@hookimpl` whose name
+matches no hook below is reported, unless marked `@hookimpl(optionalhook=True)`.
+`UNSTABLE_LOAD_PLUGINS=dist1,dist2` loads only those distributions (empty: none).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 class Register(Protocol):
-    """The callback a `register_*` hook is given."""
+    """The callback a `register_*` hook is given: `register(name, target, description="")`."""
 
     def __call__(self, name: str, target: Any, description: str = "") -> None: ...
 
@@ -83,9 +87,9 @@ def register_reward_transforms(register: Register) -> None:
 def register_trackers(register: Register) -> None:
     """Register metric trackers (subclasses of `unstable_core.trackers.BaseTracker`)::
 
-        @hookimpl
-        def register_trackers(register):
-            register("jsonl", "unstable_core.trackers.jsonl:JSONLTracker")
+    @hookimpl
+    def register_trackers(register):
+        register("jsonl", "unstable_core.trackers.jsonl:JSONLTracker")
     """
 
 
@@ -93,9 +97,9 @@ def register_trackers(register: Register) -> None:
 def register_backends(register: Register) -> None:
     """Register inference backends (subclasses of `unstable_core.inference.InferenceBackend`)::
 
-        @hookimpl
-        def register_backends(register):
-            register("transformers", "unstable_core.inference.hf:TransformersBackend")
+    @hookimpl
+    def register_backends(register):
+        register("transformers", "unstable_core.inference.hf:TransformersBackend")
     """
 
 
@@ -103,9 +107,9 @@ def register_backends(register: Register) -> None:
 def register_templates(register: Register) -> None:
     """Register prompt templates: callables `(observation, tokenizer) -> prompt text`::
 
-        @hookimpl
-        def register_templates(register):
-            register("qwen3-zs", "unstable_core.games.templates:qwen3_zs")
+    @hookimpl
+    def register_templates(register):
+        register("qwen3-zs", "unstable_core.games.templates:qwen3_zs")
     """
 
 
@@ -113,9 +117,9 @@ def register_templates(register: Register) -> None:
 def register_commands(cli: Any) -> None:
     """Add subcommands to the `unstable` click group::
 
-        @hookimpl
-        def register_commands(cli):
-            @cli.command()
-            def hello():
-                click.echo("hi")
+    @hookimpl
+    def register_commands(cli):
+        @cli.command()
+        def hello():
+            click.echo("hi")
     """
