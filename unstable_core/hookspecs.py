@@ -85,41 +85,49 @@ def register_reward_transforms(register: Register) -> None:
 
 @hookspec
 def register_trackers(register: Register) -> None:
-    """Register metric trackers (subclasses of `unstable_core.trackers.BaseTracker`)::
+    """Register metric trackers (subclasses of `unstable_core.trackers.base.BaseTracker`).
 
-    @hookimpl
-    def register_trackers(register):
-        register("jsonl", "unstable_core.trackers.jsonl:JSONLTracker")
+    Example::
+
+        @hookimpl
+        def register_trackers(register):
+            register("jsonl", "unstable_core.trackers.jsonl:JSONLTracker")
     """
 
 
 @hookspec
 def register_backends(register: Register) -> None:
-    """Register inference backends (subclasses of `unstable_core.inference.InferenceBackend`)::
+    """Register inference backends (subclasses of `unstable_core.inference.InferenceBackend`).
 
-    @hookimpl
-    def register_backends(register):
-        register("transformers", "unstable_core.inference.hf:TransformersBackend")
+    Example::
+
+        @hookimpl
+        def register_backends(register):
+            register("transformers", "unstable_core.inference.hf:TransformersBackend")
     """
 
 
 @hookspec
 def register_templates(register: Register) -> None:
-    """Register prompt templates: callables `(observation, tokenizer) -> prompt text`::
+    """Register prompt templates: callables `(observation, tokenizer) -> prompt text`.
 
-    @hookimpl
-    def register_templates(register):
-        register("qwen3-zs", "unstable_core.games.templates:qwen3_zs")
+    Example::
+
+        @hookimpl
+        def register_templates(register):
+            register("qwen3-zs", "unstable_core.games.templates:qwen3_zs")
     """
 
 
 @hookspec
 def register_commands(cli: Any) -> None:
-    """Add subcommands to the `unstable` click group::
+    """Add subcommands to the `unstable` click group.
 
-    @hookimpl
-    def register_commands(cli):
-        @cli.command()
-        def hello():
-            click.echo("hi")
+    Example::
+
+        @hookimpl
+        def register_commands(cli):
+            @cli.command()
+            def hello():
+                click.echo("hi")
     """
