@@ -1,0 +1,274 @@
+"""Playing one game: a coroutine that drives a TextArena env turn by turn through an async `generate`.
+
+Games run as coroutines inside a collector (many in flight per process), so one game holds only its env
+and its steps. Anything that goes wrong inside a game ends that game as failed, with its error and its
+partial trajectories; only cancellation and `InferenceUnavailable` (retry the game elsewhere) propagate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import attrs
+
+from unstable_core.errors import UnstableError
+from unstable_core.games.actions import extract_action
+from unstable_core.games.envs import EnvFactory, InvalidMoveProbe, make_env, received_action
+from unstable_core.games.templates import Template, get_template, render_prompt
+from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
+from unstable_core.types import GameInformation, GameResult, GameSpec, PlayerSpec, Step, Trajectory
+
+Generate = Callable[[GenerationRequest], Awaitable[GenerationOutput]]
+
+
+class InferenceUnavailable(Exception):
+    """Raised by `generate` when its inference actor died: play_game re-raises it so that the game is
+    replayed on another actor instead of being recorded as failed."""
+
+
+class GameFailed(Exception):
+    """Ends the game being played as failed; the message says what happened."""
+
+
+async def play_game(
+    spec: GameSpec,
+    generate: Generate,
+    tokenizer: Any,
+    *,
+    lora_paths: Mapping[int, str | None],
+    policy_versions: Mapping[int, int],
+    params: SamplingParams,
+    templates: Mapping[str, Template] | None = None,
+    max_turns: int = 200,
+    timeout_s: float | None = None,
+    env_factory: EnvFactory | None = None,
+) -> GameResult:
+    """Play `spec` to the end and return every seat's trajectory with the game's information.
+
+    Seat `pid` is prompted with its PlayerSpec's template and generates with adapter `lora_paths[pid]`.
+    An env error, a failed generation, more than `max_turns` turns or `timeout_s` seconds end the game
+    as failed (`info.failed`, `info.error`). Raises UnstableError before playing when the arguments do not
+    fit the spec; re-raises InferenceUnavailable and cancellation.
+    """
+    players = _check_arguments(spec, lora_paths, policy_versions, templates, max_turns)
+    game = _Game(
+        spec,
+        players,
+        generate,
+        tokenizer,
+        lora_paths,
+        policy_versions,
+        params,
+        templates,
+        env_factory or make_env,
+    )
+    error: str | None = None
+    started = time.monotonic()
+    try:
+        turns = game.play(max_turns)
+        await (turns if timeout_s is None else asyncio.wait_for(turns, timeout_s))
+    except InferenceUnavailable:
+        raise
+    except GameFailed as exc:
+        error = str(exc)
+    except asyncio.TimeoutError:
+        error = f"game timed out after {timeout_s} s (turn {len(game.steps)})"
+    except Exception as exc:
+        error = f"unexpected {type(exc).__name__} at turn {len(game.steps)}: {exc}"
+    return game.result(error, time.monotonic() - started)
+
+
+@attrs.define
+class _Game:
+    """One game being played: its fixed inputs, and the steps so far (which survive a timeout)."""
+
+    spec: GameSpec
+    players: dict[int, PlayerSpec]
+    generate: Generate
+    tokenizer: Any
+    lora_paths: Mapping[int, str | None]
+    policy_versions: Mapping[int, int]
+    params: SamplingParams
+    templates: Mapping[str, Template] | None
+    env_factory: EnvFactory
+    steps: list[Step] = attrs.field(factory=list)
+    final_rewards: dict[int, float] = attrs.field(factory=dict)
+    reason: str = ""
+
+    async def play(self, max_turns: int) -> None:
+        """The turns of the game, appended to `steps`; raises GameFailed when the game cannot go on."""
+        spec = self.spec
+        env = _env_call(spec, "make", self.env_factory, spec.env_id)
+        _env_call(spec, "reset", env.reset, num_players=spec.num_players, seed=spec.seed)
+        probe = InvalidMoveProbe(env)
+        for turn in range(max_turns):
+            pid, observation = _env_call(spec, "get_observation", env.get_observation)
+            step = await self._generate_step(pid, observation, turn)
+            step.action = received_action(env, step.action)
+            done, info, step.invalid_move = _env_call(spec, "step", probe.step, env, pid, step.action)
+            if info:
+                step.step_info["env"] = _json_ready(info)
+            self.steps.append(step)
+            if done:
+                break
+        else:
+            raise GameFailed(
+                f"game did not finish within max_turns={max_turns}; raise max_turns or check the env"
+            )
+        rewards, game_info = _env_call(spec, "close", env.close)
+        self.final_rewards, self.reason = _outcome(spec, self.players, rewards, game_info)
+
+    async def _generate_step(self, pid: int, observation: Any, turn: int) -> Step:
+        """Seat `pid`'s move on `observation`: prompt, completion and extracted action (not yet played)."""
+        if pid not in self.players:
+            raise GameFailed(
+                f"env {self.spec.env_id} asked seat {pid} to move, but the game has seats {sorted(self.players)}"
+            )
+        if not isinstance(observation, str):
+            raise GameFailed(
+                f"env {self.spec.env_id} gave a {type(observation).__name__} observation, not text; "
+                "use an id with an observation wrapper (e.g. its -train variant)"
+            )
+        player = self.players[pid]
+        prompt, prompt_ids = render_prompt(
+            player.prompt_template, observation, self.tokenizer, self.templates
+        )
+        request = GenerationRequest(
+            prompt_ids=tuple(prompt_ids), lora_path=self.lora_paths[pid], params=self.params
+        )
+        output = await _generate(self.generate, request, pid)
+        action, format_ok = extract_action(output.text)
+        return Step(
+            pid=pid,
+            env_id=self.spec.env_id,
+            obs=prompt,
+            act=output.text,
+            action=action,
+            prompt_ids=prompt_ids,
+            completion_ids=list(output.token_ids),
+            logprobs=list(output.logprobs),
+            format_ok=format_ok,
+            model_uid=player.model_uid,
+            policy_version=self.policy_versions[pid],
+            game_idx=self.spec.game_idx,
+            turn=turn,
+            step_info={"finish_reason": output.finish_reason},
+        )
+
+    def result(self, error: str | None, duration_s: float) -> GameResult:
+        """The GameResult of the finished game (or of the failed one, from its partial steps)."""
+        failed = error is not None
+        trajectories = []
+        for pid, player in self.players.items():
+            steps = [s for s in self.steps if s.pid == pid]
+            final_reward = 0.0 if failed else self.final_rewards[pid]
+            for step in steps:
+                step.final_reward = step.reward = final_reward
+            trajectories.append(
+                Trajectory(
+                    pid=pid,
+                    env_id=self.spec.env_id,
+                    model_uid=player.model_uid,
+                    steps=steps,
+                    final_reward=final_reward,
+                    collect_data=player.collect_data,
+                )
+            )
+        info = GameInformation(
+            game_idx=self.spec.game_idx,
+            env_id=self.spec.env_id,
+            seed=self.spec.seed,
+            eval=self.spec.eval,
+            models={pid: p.model_uid for pid, p in self.players.items()},
+            learner_pids=[pid for pid, p in self.players.items() if p.collect_data],
+            final_rewards={} if failed else dict(self.final_rewards),
+            num_turns=len(self.steps),
+            invalid_move={t.pid: any(s.invalid_move for s in t.steps) for t in trajectories},
+            format_rate={t.pid: t.format_rate for t in trajectories},
+            reason=self.reason,
+            failed=failed,
+            error=error,
+            duration_s=duration_s,
+        )
+        return GameResult(info=info, trajectories=trajectories)
+
+
+async def _generate(generate: Generate, request: GenerationRequest, pid: int) -> GenerationOutput:
+    """One completion; a backend exception, an error output or unpaired logprobs raise GameFailed."""
+    try:
+        output = await generate(request)
+    except InferenceUnavailable:
+        raise
+    except Exception as exc:
+        raise GameFailed(f"generation for seat {pid} raised {type(exc).__name__}: {exc}") from exc
+    if output.finish_reason == "error":
+        raise GameFailed(f"generation for seat {pid} failed: {output.error or 'the backend gave no detail'}")
+    if len(output.logprobs) != len(output.token_ids):
+        raise GameFailed(
+            f"generation for seat {pid} returned {len(output.logprobs)} logprobs for {len(output.token_ids)} tokens"
+        )
+    return output
+
+
+def _env_call(spec: GameSpec, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`call(*args, **kwargs)`, with an exception of the env turned into GameFailed naming the env and call."""
+    try:
+        return call(*args, **kwargs)
+    except Exception as exc:
+        raise GameFailed(f"env {spec.env_id} raised in {what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _outcome(
+    spec: GameSpec, players: dict[int, PlayerSpec], rewards: Any, game_info: Any
+) -> tuple[dict[int, float], str]:
+    """(final reward per seat, the env's reason for the end) from `env.close()`."""
+    if not isinstance(rewards, Mapping) or any(pid not in rewards for pid in players):
+        raise GameFailed(f"env {spec.env_id} finished without a reward for every seat: {rewards!r}")
+    final_rewards = {pid: float(rewards[pid]) for pid in players}
+    reasons: list[str] = []
+    for pid in players:
+        info = game_info.get(pid, {}) if isinstance(game_info, Mapping) else {}
+        reason = str(info.get("reason", "")) if isinstance(info, Mapping) else ""
+        if reason and reason not in reasons:
+            reasons.append(reason)
+    return final_rewards, "; ".join(reasons)
+
+
+def _json_ready(info: dict[str, Any]) -> Any:
+    """The env's step info as is when it is JSON-ready, else its repr (game records are JSON lines)."""
+    try:
+        json.dumps(info)
+    except (TypeError, ValueError):
+        return repr(info)
+    return info
+
+
+def _check_arguments(
+    spec: GameSpec,
+    lora_paths: Mapping[int, str | None],
+    policy_versions: Mapping[int, int],
+    templates: Mapping[str, Template] | None,
+    max_turns: int,
+) -> dict[int, PlayerSpec]:
+    """The seats of `spec` by pid, after checking that the arguments cover them (else UnstableError)."""
+    players = {p.pid: p for p in spec.players}
+    if not players or sorted(players) != list(range(len(spec.players))):
+        raise UnstableError(
+            f"game {spec.game_idx} ({spec.env_id}): seats must be numbered 0..n-1 once each, got "
+            f"{[p.pid for p in spec.players]}; fix the GameSpec's players"
+        )
+    for name, mapping in (("lora_paths", lora_paths), ("policy_versions", policy_versions)):
+        missing = [pid for pid in players if pid not in mapping]
+        if missing:
+            raise UnstableError(
+                f"game {spec.game_idx}: {name} has no entry for seats {missing}; give one per seat"
+            )
+    for player in players.values():
+        get_template(player.prompt_template, templates)
+    if max_turns < 1:
+        raise UnstableError(f"max_turns must be >= 1, got {max_turns}; give a positive turn limit")
+    return players
