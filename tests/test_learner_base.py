@@ -1,0 +1,283 @@
+"""BaseLearner: collation and masks, log-prob alignment, micro-batching, clipping, checkpoints, errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from unstable_core.errors import ConfigError, UnstableError  # noqa: E402
+from unstable_core.learners import BaseLearner, collate, completion_logprobs  # noqa: E402
+from unstable_core.learners.batch import truncate  # noqa: E402
+from unstable_core.learners.checkpoint import optimizer_state_from_flat, optimizer_state_to_flat  # noqa: E402
+from unstable_core.types import Step  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def make_step(prompt, completion, reward=1.0, **kw) -> Step:
+    return Step(
+        pid=kw.pop("pid", 0),
+        env_id="test",
+        obs="",
+        act="",
+        prompt_ids=prompt,
+        completion_ids=completion,
+        reward=reward,
+        **kw,
+    )
+
+
+class SumLogprobLearner(BaseLearner):
+    """The smallest real algorithm: maximise reward * sum of completion log-probs (per-sample mean)."""
+
+    def _update(self, batch, scale):
+        tokens = self.collate(batch)
+        logp = self.completion_logprobs(self.policy_logits(tokens), tokens)  # [B, T-1]
+        rewards = torch.tensor([s.reward for s in batch], device=self.device)
+        loss = (-rewards * logp.sum(-1)).mean()
+        (loss * scale).backward()
+        return {"loss": loss.item()}
+
+
+@pytest.fixture
+def learner(tiny_model, tmp_path):
+    lrn = SumLogprobLearner(
+        tiny_model, run_dir=tmp_path / "run", learning_rate=1e-2, lora_cfg={"lora_rank": 4}, seed=1
+    )
+    lrn.initialize_algorithm()
+    return lrn
+
+
+BATCH = [
+    make_step([1, 2, 3, 4], [5, 6, 7], reward=1.0),
+    make_step([1, 2], [8, 9, 10, 11, 12], reward=-1.0),
+    make_step([1, 2, 3, 4, 5, 6], [8], reward=0.5),
+]
+
+
+# ---- collation (no model) ----------------------------------------------------------------------
+
+
+def test_truncate_drops_prompt_from_the_left_then_cuts_the_completion_end():
+    assert truncate([1, 2, 3, 4], [5, 6], None) == ([1, 2, 3, 4], [5, 6])
+    assert truncate([1, 2, 3, 4], [5, 6], 6) == ([1, 2, 3, 4], [5, 6])
+    assert truncate([1, 2, 3, 4], [5, 6], 4) == ([3, 4], [5, 6])
+    assert truncate([1, 2, 3, 4], [5, 6, 7, 8], 4) == ([4], [5, 6, 7])  # one prompt token always stays
+    assert truncate([1, 2], [5, 6, 7, 8, 9], 3) == ([2], [5, 6])
+
+
+def test_collate_pads_right_and_masks_prompt_and_padding():
+    tb = collate(
+        [make_step([1, 2, 3], [4, 5]), make_step([7], [8, 9, 10, 11])], pad_token_id=0, max_train_len=4
+    )
+    # row 0: 5 tokens -> prompt loses its first token; row 1: the completion alone is too long -> [7] + [8, 9, 10]
+    assert tb.input_ids.tolist() == [[2, 3, 4, 5], [7, 8, 9, 10]]
+    assert tb.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 1]]
+    assert tb.completion_mask.tolist() == [[False, False, True, True], [False, True, True, True]]
+    assert tb.last_prompt_index.tolist() == [1, 0]
+
+    tb = collate([make_step([1, 2, 3], [4]), make_step([7], [8, 9])], pad_token_id=99)
+    assert tb.input_ids.tolist() == [[1, 2, 3, 4], [7, 8, 9, 99]]
+    assert tb.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
+    assert tb.completion_mask.tolist() == [[False, False, False, True], [False, True, True, False]]
+    assert tb.target_mask.tolist() == [[False, False, True], [True, True, False]]
+    assert tb.last_prompt_index.tolist() == [2, 0]
+
+
+def test_collate_rejects_empty_inputs():
+    with pytest.raises(UnstableError, match="empty batch"):
+        collate([], pad_token_id=0)
+    with pytest.raises(UnstableError, match="no prompt_ids"):
+        collate([make_step([], [1])], pad_token_id=0)
+
+
+def test_completion_logprobs_reads_the_next_token_with_a_right_shift():
+    tb = collate([make_step([0], [2, 1])], pad_token_id=0)  # input [0, 2, 1]; completion = tokens 1..2
+    logits = torch.tensor([[[0.0, 0.0, math.log(2.0)], [math.log(3.0), 0.0, 0.0], [5.0, 5.0, 5.0]]])
+    # position 0 predicts token 2: p = 2 / (1 + 1 + 2) = 0.5 ; position 1 predicts token 1: p = 1 / (3 + 1 + 1) = 0.2
+    logp = completion_logprobs(logits, tb)
+    assert logp.shape == (1, 2)
+    assert logp[0].tolist() == pytest.approx([math.log(0.5), math.log(0.2)], abs=1e-6)
+
+
+def test_completion_logprobs_are_zero_with_zero_gradient_off_the_completion():
+    tb = collate([make_step([3, 1], [2]), make_step([1], [2])], pad_token_id=0)  # row 1 padded: [1, 2, 0]
+    logits = torch.randn(2, 3, 4, requires_grad=True)
+    logp = completion_logprobs(logits, tb)
+    assert logp[0, 0].item() == 0.0 and logp[1, 1].item() == 0.0  # prompt target, pad target
+    logp.sum().backward()
+    grad_norm = logits.grad.abs().sum(-1)  # [B, T]
+    # rows' positions that predict completion tokens: (0, 1) and (1, 0); nothing else gets a gradient
+    assert (grad_norm[0, 1] > 0) and (grad_norm[1, 0] > 0)
+    assert grad_norm[0, 0] == 0 and grad_norm[0, 2] == 0 and grad_norm[1, 1] == 0 and grad_norm[1, 2] == 0
+
+
+def test_optimizer_state_round_trips_without_pickle():
+    param = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.AdamW([param], lr=0.1)
+    param.grad = torch.tensor([1.0, -2.0, 3.0])
+    opt.step()
+    tensors, rest = optimizer_state_to_flat(opt.state_dict())
+    assert set(tensors) == {"state/0/step", "state/0/exp_avg", "state/0/exp_avg_sq"}
+    json.dumps(rest)  # the rest is plain JSON
+    restored = optimizer_state_from_flat(tensors, json.loads(json.dumps(rest)))
+    opt2 = torch.optim.AdamW([torch.nn.Parameter(torch.ones(3))], lr=0.5)
+    opt2.load_state_dict(restored)
+    assert opt2.param_groups[0]["lr"] == 0.1
+    assert torch.equal(opt2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+
+
+# ---- the learner on the tiny model -------------------------------------------------------------
+
+
+def test_config_errors_name_the_key(tiny_model, tmp_path):
+    with pytest.raises(ConfigError, match="mini_batch_size"):
+        SumLogprobLearner(tiny_model, run_dir=tmp_path, mini_batch_size=0)
+    with pytest.raises(ConfigError, match="unknown lora_cfg key.*rank"):
+        SumLogprobLearner(tiny_model, run_dir=tmp_path, lora_cfg={"rank": 8})
+    with pytest.raises(ConfigError, match="target_modules.*choose from"):
+        SumLogprobLearner(tiny_model, run_dir=tmp_path, lora_cfg={"target_modules": ["c_attn"]})
+    with pytest.raises(ConfigError, match="max_train_len"):
+        SumLogprobLearner(tiny_model, run_dir=tmp_path, max_train_len=1)
+
+
+def test_lora_targets_are_filtered_to_existing_modules(tiny_model, tmp_path):
+    lrn = SumLogprobLearner(
+        tiny_model, run_dir=tmp_path, lora_cfg={"target_modules": ["q_proj", "c_attn", "v_proj"]}
+    )
+    assert lrn.target_modules == ["q_proj", "v_proj"]
+    names = [n for n, p in lrn.model.named_parameters() if p.requires_grad]
+    # 2 layers x 2 modules x (A, B)
+    assert len(names) == 8 and all("lora_" in n and ("q_proj" in n or "v_proj" in n) for n in names)
+
+
+def test_unknown_algorithm_options_and_missing_initialisation(tiny_model, tmp_path):
+    lrn = SumLogprobLearner(tiny_model, run_dir=tmp_path)
+    with pytest.raises(UnstableError, match="initialize_algorithm"):
+        lrn.update(BATCH)
+    with pytest.raises(UnstableError, match="unknown SumLogprobLearner option.*gamma.*allowed: none"):
+        lrn.initialize_algorithm(gamma=0.9)
+    lrn.initialize_algorithm()
+    with pytest.raises(UnstableError, match="empty batch"):
+        lrn.update([])
+
+
+def test_update_changes_only_lora_and_counts_one_step(learner):
+    before = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
+    metrics = learner.update(BATCH)
+    assert learner.step == 1 and metrics["step"] == 1.0 and metrics["batch_size"] == 3.0
+    assert math.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
+    for name, param in learner.model.named_parameters():
+        if "lora_" in name:
+            continue
+        assert torch.equal(param, before[name]), f"base weight {name} changed"
+    assert any(not torch.equal(p, before[n]) for n, p in learner.model.named_parameters() if "lora_B" in n)
+
+
+def _grads_at_step(lrn, batch):
+    """Run one update and return the (clipped) gradients the optimizer stepped with."""
+    captured = []
+    opt = lrn.optimizers["policy"]
+    handle = opt.register_step_pre_hook(
+        lambda o, args, kwargs: captured.append([p.grad.clone() for g in o.param_groups for p in g["params"]])
+    )
+    lrn.update(batch)
+    handle.remove()
+    return captured[0]
+
+
+def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model, tmp_path):
+    grads = {}
+    for mbs in (1, 3):
+        lrn = SumLogprobLearner(
+            tiny_model,
+            run_dir=tmp_path,
+            mini_batch_size=mbs,
+            grad_clip=1e9,
+            lora_cfg={"lora_rank": 4},
+            seed=3,
+        )
+        lrn.initialize_algorithm()
+        grads[mbs] = _grads_at_step(lrn, BATCH)
+    assert len(grads[1]) == len(grads[3])
+    for a, b in zip(grads[1], grads[3], strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_grad_norm_is_clipped_to_grad_clip(tiny_model, tmp_path):
+    lrn = SumLogprobLearner(tiny_model, run_dir=tmp_path, grad_clip=1e-6, lora_cfg={"lora_rank": 4})
+    lrn.initialize_algorithm()
+    grads = _grads_at_step(lrn, BATCH)
+    total = torch.sqrt(sum((g**2).sum() for g in grads))
+    assert total.item() == pytest.approx(1e-6, rel=1e-3)
+
+
+def test_checkpoint_is_complete_pickle_free_and_reloads(learner, tiny_model, tmp_path):
+    learner.update(BATCH)
+    learner.update(BATCH)
+    path = learner.save_checkpoint()
+    assert path == tmp_path / "run" / "checkpoints" / "step-2"
+    files = sorted(os.listdir(path))
+    assert {
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "optimizer.safetensors",
+        "learner_state.json",
+    } <= set(files)
+    assert all(f.endswith((".json", ".safetensors", ".md")) for f in files), files
+    assert not any(p.name.endswith(".tmp") for p in path.parent.iterdir())
+    state = json.loads((path / "learner_state.json").read_text())
+    assert state["step"] == 2 and state["config"]["lora_cfg"]["lora_rank"] == 4
+
+    fresh = SumLogprobLearner(
+        tiny_model, run_dir=tmp_path / "other", learning_rate=1e-2, lora_cfg={"lora_rank": 4}, seed=7
+    )
+    fresh.initialize_algorithm()
+    fresh.load_checkpoint(path)
+    assert fresh.step == 2
+    tokens = learner.collate(BATCH)
+    with torch.no_grad():
+        assert torch.equal(learner.policy_logits(tokens), fresh.policy_logits(tokens))
+    # the optimizer continues identically: one more update on each gives identical weights
+    learner.update(BATCH)
+    fresh.update(BATCH)
+    for (name, a), (_, b) in zip(
+        learner.model.named_parameters(), fresh.model.named_parameters(), strict=True
+    ):
+        assert torch.allclose(a, b, atol=1e-7), name
+
+
+def test_checkpoint_loads_as_a_plain_peft_adapter(learner, tiny_model):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    learner.update(BATCH)
+    path = learner.save_checkpoint()
+    base = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    peft_model = PeftModel.from_pretrained(base, str(path)).eval()
+    tokens = learner.collate(BATCH)
+    with torch.no_grad():
+        expected = learner.policy_logits(tokens)
+        got = peft_model(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask).logits
+    assert torch.allclose(expected, got, atol=1e-5)
+
+
+def test_load_checkpoint_refuses_a_different_lora_shape(learner, tiny_model, tmp_path):
+    path = learner.save_checkpoint()
+    other = SumLogprobLearner(tiny_model, run_dir=tmp_path / "o", lora_cfg={"lora_rank": 8})
+    with pytest.raises(UnstableError, match="lora_cfg"):
+        other.load_checkpoint(path)
+    with pytest.raises(UnstableError, match="missing"):
+        other.load_checkpoint(tmp_path / "nowhere")
+
+
+def test_saving_the_same_step_twice_replaces_the_folder(learner):
+    first = learner.save_checkpoint()
+    second = learner.save_checkpoint()
+    assert first == second and (second / "adapter_model.safetensors").is_file()
+    assert sorted(p.name for p in second.parent.iterdir()) == ["step-0"]

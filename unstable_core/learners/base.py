@@ -1,0 +1,337 @@
+"""BaseLearner: a causal LM with a LoRA policy adapter, AdamW, micro-batched updates with gradient
+accumulation and clipping, and pickle-free checkpoints. Algorithms subclass it and write `_update`.
+
+The runtime hosts a learner inside a Ray actor; this class itself is plain Python.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+
+from unstable_core.errors import ConfigError, UnstableError
+from unstable_core.learners.batch import TokenBatch, collate, completion_logprobs
+from unstable_core.learners.checkpoint import (
+    optimizer_state_from_flat,
+    optimizer_state_to_flat,
+    read_json,
+    write_folder_atomically,
+    write_json,
+)
+from unstable_core.learners.lora import make_lora_config, present_target_modules, resolve_lora_cfg
+from unstable_core.types import Step
+
+POLICY_ADAPTER = "default"  # peft's name for the adapter saved at a checkpoint folder's root
+
+
+def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and not value > 0:
+        raise ConfigError(f"learner {attribute.name} must be > 0, got {value!r}")
+
+
+@attrs.frozen
+class LearnerConfig:
+    """The learner's settings, validated; stored in every checkpoint's learner_state.json."""
+
+    model_name: str
+    lora_cfg: dict[str, Any]
+    batch_size: int = attrs.field(default=384, validator=_positive)
+    mini_batch_size: int = attrs.field(default=1, validator=_positive)
+    learning_rate: float = attrs.field(default=1e-5, validator=_positive)
+    grad_clip: float = attrs.field(default=0.2, validator=_positive)
+    activation_checkpointing: bool = True
+    gradient_checkpointing: bool = True
+    max_train_len: int | None = attrs.field(default=None, validator=_positive)
+    max_generation_len: int = attrs.field(default=4096, validator=_positive)
+    seed: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_train_len is not None and self.max_train_len < 2:
+            raise ConfigError(
+                f"learner max_train_len must be >= 2 (one prompt and one completion token), got {self.max_train_len}"
+            )
+
+    @property
+    def checkpointing(self) -> bool:
+        """Both switches map to HF gradient checkpointing: each decoder layer's activations are recomputed
+        in the backward pass instead of kept (torch.utils.checkpoint, non-reentrant)."""
+        return self.activation_checkpointing or self.gradient_checkpointing
+
+
+class BaseLearner:
+    """A LoRA-adapted causal LM trained by `update(batch)`; subclasses implement `_update` (one micro-batch).
+
+    `buffer_kind` tells the runtime what to feed it: "step" (any steps) or "episode" (whole trajectories).
+    """
+
+    buffer_kind: ClassVar[str] = "step"
+
+    def __init__(
+        self,
+        model_name: str,
+        *,
+        lora_cfg: dict | None = None,
+        batch_size: int = 384,
+        mini_batch_size: int = 1,
+        learning_rate: float = 1e-5,
+        grad_clip: float = 0.2,
+        activation_checkpointing: bool = True,
+        gradient_checkpointing: bool = True,
+        max_train_len: int | None = None,
+        max_generation_len: int = 4096,
+        run_dir: str | Path,
+        device: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        import torch
+        from peft import get_peft_model
+
+        from unstable_core.models import default_device, load_causal_lm
+
+        self.config = LearnerConfig(
+            model_name=model_name,
+            lora_cfg=resolve_lora_cfg(lora_cfg),
+            batch_size=batch_size,
+            mini_batch_size=mini_batch_size,
+            learning_rate=learning_rate,
+            grad_clip=grad_clip,
+            activation_checkpointing=activation_checkpointing,
+            gradient_checkpointing=gradient_checkpointing,
+            max_train_len=max_train_len,
+            max_generation_len=max_generation_len,
+            seed=seed,
+        )
+        self.run_dir = Path(run_dir)
+        self.device = torch.device(device or default_device())
+        torch.manual_seed(seed)
+
+        base = load_causal_lm(model_name, device=str(self.device))
+        self.target_modules = present_target_modules(base, self.config.lora_cfg["target_modules"])
+        base.config.use_cache = False
+        if self.config.checkpointing:
+            enable = getattr(base, "activation_checkpointing_enable", None)  # transformers >= 5.x name
+            if enable is not None:
+                enable({"use_reentrant": False})
+            else:
+                base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            base.enable_input_require_grads()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            self.model = get_peft_model(base, self.lora_config(), adapter_name=POLICY_ADAPTER)
+        self.model.train()
+        pad = base.config.pad_token_id if base.config.pad_token_id is not None else base.config.eos_token_id
+        self.pad_token_id: int = int(pad) if pad is not None else 0
+
+        self.optimizers: dict[str, Any] = {
+            "policy": torch.optim.AdamW(self.adapter_parameters(POLICY_ADAPTER), lr=learning_rate)
+        }
+        self.step = 0  # the policy version: number of optimizer updates so far
+        self.algorithm_cfg: dict[str, Any] = {}
+        self._algorithm_ready = False
+
+    # ---- algorithm hooks -------------------------------------------------------------------------
+
+    def initialize_algorithm(self, **kwargs: Any) -> None:
+        """Set the algorithm's hyper-parameters (none for the base); unknown names raise UnstableError."""
+        self.accept_algorithm_kwargs(None, kwargs)
+
+    def prepare_batch(self, batch: list[Step]) -> list[Any]:
+        """Whole-batch preprocessing before micro-batching (A2C computes values and GAE here)."""
+        return batch
+
+    def _update(self, batch: list[Any], scale: float) -> dict[str, float]:
+        """Forward one micro-batch, `(loss * scale).backward()`, return its metrics (per-sample means)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _update(batch, scale)")
+
+    def _save_extra(self, folder: Path) -> None:
+        """Write algorithm state beyond the policy adapter and optimizers into a checkpoint folder."""
+
+    def _load_extra(self, folder: Path) -> None:
+        """Read what `_save_extra` wrote."""
+
+    # ---- helpers for subclasses ------------------------------------------------------------------
+
+    def accept_algorithm_kwargs(self, config_cls: type | None, kwargs: dict[str, Any]) -> Any:
+        """Build the attrs `config_cls` from `kwargs` (None: no kwargs allowed), naming unknown keys."""
+        if self._algorithm_ready:
+            raise UnstableError(
+                f"{type(self).__name__}.initialize_algorithm() was already called; call it once"
+            )
+        allowed = [f.name for f in attrs.fields(config_cls)] if config_cls is not None else []
+        unknown = sorted(set(kwargs) - set(allowed))
+        if unknown:
+            raise UnstableError(
+                f"unknown {type(self).__name__} option(s) {', '.join(unknown)}; "
+                f"allowed: {', '.join(allowed) if allowed else 'none'}"
+            )
+        cfg = config_cls(**kwargs) if config_cls is not None else None
+        self.algorithm_cfg = attrs.asdict(cfg) if cfg is not None else {}
+        self._algorithm_ready = True
+        return cfg
+
+    def lora_config(self) -> Any:
+        """A fresh peft LoraConfig of this learner's lora_cfg (for the policy or an extra adapter)."""
+        return make_lora_config(self.config.lora_cfg, self.target_modules)
+
+    def adapter_parameters(self, adapter: str) -> list[Any]:
+        """The LoRA parameters of one adapter (names like `...lora_A.<adapter>.weight`)."""
+        marker = f".{adapter}."
+        params = [p for n, p in self.model.named_parameters() if "lora_" in n and marker in n]
+        if not params:
+            raise UnstableError(f"the model has no adapter {adapter!r}")
+        return params
+
+    @contextmanager
+    def use_adapter(self, adapter: str) -> Iterator[None]:
+        """Run forwards with only `adapter` active; every adapter stays trainable (peft's set_adapter
+        would freeze the others). Finish the backward pass inside the block: gradient checkpointing
+        recomputes the forward with whatever adapter is active then."""
+        previous = self.model.active_adapter
+        self._activate(adapter)
+        try:
+            yield
+        finally:
+            self._activate(previous)
+
+    def _activate(self, adapter: str) -> None:
+        if self.model.active_adapter != adapter:
+            self.model.set_adapter(adapter)
+            self.model.set_requires_grad(list(self.model.peft_config), requires_grad=True)
+
+    def collate(self, batch: Sequence[Step]) -> TokenBatch:
+        """Right-padded tensors of the steps' exact token ids on the learner's device (see `batch.collate`)."""
+        return collate(
+            batch, pad_token_id=self.pad_token_id, max_train_len=self.config.max_train_len, device=self.device
+        )
+
+    def completion_logprobs(self, logits: Any, batch: TokenBatch) -> Any:
+        """[B, T-1] log-probs of the sampled completion tokens; 0 on prompt and padding."""
+        return completion_logprobs(logits, batch)
+
+    def policy_logits(self, batch: TokenBatch) -> Any:
+        """[B, T, V] logits of the policy (base model + policy adapter, which is active outside `use_adapter`)."""
+        return self.model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+        ).logits
+
+    # ---- the update ------------------------------------------------------------------------------
+
+    def update(self, batch: list[Step]) -> dict[str, float]:
+        """One optimizer step on `batch`: prepare, accumulate gradients over micro-batches (so the loss is
+        the batch mean), clip each optimizer's grad norm to grad_clip, step. Returns averaged metrics."""
+        import torch
+
+        if not self._algorithm_ready:
+            raise UnstableError(f"call {type(self).__name__}.initialize_algorithm() before update()")
+        if not batch:
+            raise UnstableError("update() got an empty batch; pass at least one Step")
+        start = time.perf_counter()
+        self.model.train()
+        samples = self.prepare_batch(list(batch))
+        prepared = time.perf_counter()
+
+        for opt in self.optimizers.values():
+            opt.zero_grad(set_to_none=True)
+        n, mbs = len(samples), self.config.mini_batch_size
+        totals: dict[str, float] = {}
+        for lo in range(0, n, mbs):
+            micro = samples[lo : lo + mbs]
+            scale = len(micro) / n
+            for key, value in self._update(micro, scale).items():
+                totals[key] = totals.get(key, 0.0) + float(value) * scale
+
+        metrics = dict(totals)
+        finite = True
+        for name, opt in self.optimizers.items():
+            params = [p for group in opt.param_groups for p in group["params"]]
+            norm = float(torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip))
+            metrics["grad_norm" if name == "policy" else f"grad_norm/{name}"] = norm
+            finite = finite and math.isfinite(norm)
+        if finite:
+            for opt in self.optimizers.values():
+                opt.step()
+        for opt in self.optimizers.values():
+            opt.zero_grad(set_to_none=True)
+        self.step += 1
+        end = time.perf_counter()
+        metrics.update(
+            {
+                "step": float(self.step),
+                "batch_size": float(n),
+                "skipped_nonfinite": float(not finite),
+                "time/prepare_s": prepared - start,
+                "time/update_s": end - start,
+            }
+        )
+        return metrics
+
+    # ---- checkpoints -----------------------------------------------------------------------------
+
+    def checkpoint_dir(self, step: int | None = None) -> Path:
+        """`run_dir/checkpoints/step-<n>` for the current (or given) step."""
+        return self.run_dir / "checkpoints" / f"step-{self.step if step is None else step}"
+
+    def save_checkpoint(self) -> Path:
+        """Write the policy adapter (peft layout, at the folder root), optimizer state (safetensors) and
+        learner_state.json to `run_dir/checkpoints/step-<n>/`, atomically; return the folder."""
+        from safetensors.torch import save_file
+
+        def fill(folder: Path) -> None:
+            self.model.save_pretrained(str(folder), selected_adapters=[POLICY_ADAPTER])
+            tensors: dict[str, Any] = {}
+            rest: dict[str, Any] = {}
+            for name, opt in self.optimizers.items():
+                flat, rest[name] = optimizer_state_to_flat(opt.state_dict())
+                tensors.update({f"{name}/{key}": value for key, value in flat.items()})
+            save_file(tensors, str(folder / "optimizer.safetensors"))
+            self._save_extra(folder)
+            write_json(
+                folder / "learner_state.json",
+                {
+                    "step": self.step,
+                    "learner": type(self).__name__,
+                    "config": attrs.asdict(self.config),
+                    "algorithm_cfg": self.algorithm_cfg,
+                    "optimizers": rest,
+                },
+            )
+
+        self.checkpoint_dir().parent.mkdir(parents=True, exist_ok=True)
+        return write_folder_atomically(self.checkpoint_dir(), fill)
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Restore the policy adapter, optimizer state(s), algorithm extras and step from a checkpoint folder."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        folder = Path(path)
+        state = read_json(folder / "learner_state.json")
+        if state.get("learner") != type(self).__name__:
+            raise UnstableError(
+                f"checkpoint {folder} was written by {state.get('learner')}, not {type(self).__name__}; use that learner"
+            )
+        if state["config"]["lora_cfg"] != self.config.lora_cfg:
+            raise UnstableError(
+                f"checkpoint {folder} has lora_cfg {state['config']['lora_cfg']}, the learner has {self.config.lora_cfg}; "
+                "create the learner with the checkpoint's lora_cfg"
+            )
+        weights = load_file(str(folder / "adapter_model.safetensors"), device=str(self.device))
+        result = set_peft_model_state_dict(self.model, weights, adapter_name=POLICY_ADAPTER)
+        if getattr(result, "unexpected_keys", None):
+            raise UnstableError(
+                f"checkpoint {folder} has adapter weights the model lacks: {result.unexpected_keys[:3]}"
+            )
+        tensors = load_file(str(folder / "optimizer.safetensors"), device="cpu")
+        for name, opt in self.optimizers.items():
+            prefix = f"{name}/"
+            flat = {key[len(prefix) :]: value for key, value in tensors.items() if key.startswith(prefix)}
+            opt.load_state_dict(optimizer_state_from_flat(flat, state["optimizers"][name]))
+        self._load_extra(folder)
+        self.step = int(state["step"])
