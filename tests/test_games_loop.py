@@ -262,6 +262,10 @@ def test_arguments_that_do_not_fit_the_spec_raise(tokenizer):
         play(tokenizer, [], players=two_seats(template="nope"))
     with pytest.raises(UnstableError, match=r"seats must be numbered 0..n-1 once each, got \[0, 2\]"):
         play(tokenizer, [], players=[PlayerSpec(0, "a"), PlayerSpec(2, "b")])
+    with pytest.raises(UnstableError, match="max_turns must be >= 1, got 0"):
+        play(tokenizer, [], max_turns=0)
+    with pytest.raises(UnstableError, match="timeout_s must be > 0 or None, got 0"):
+        play(tokenizer, [], timeout_s=0)
 
 
 def test_invalid_move_probe_flags_only_illegal_moves():

@@ -54,7 +54,7 @@ async def play_game(
     as failed (`info.failed`, `info.error`). Raises UnstableError before playing when the arguments do not
     fit the spec; re-raises InferenceUnavailable and cancellation.
     """
-    players = _check_arguments(spec, lora_paths, policy_versions, templates, max_turns)
+    players = _check_arguments(spec, lora_paths, policy_versions, templates, max_turns, timeout_s)
     game = _Game(
         spec,
         players,
@@ -253,6 +253,7 @@ def _check_arguments(
     policy_versions: Mapping[int, int],
     templates: Mapping[str, Template] | None,
     max_turns: int,
+    timeout_s: float | None,
 ) -> dict[int, PlayerSpec]:
     """The seats of `spec` by pid, after checking that the arguments cover them (else UnstableError)."""
     players = {p.pid: p for p in spec.players}
@@ -271,4 +272,8 @@ def _check_arguments(
         get_template(player.prompt_template, templates)
     if max_turns < 1:
         raise UnstableError(f"max_turns must be >= 1, got {max_turns}; give a positive turn limit")
+    if timeout_s is not None and not timeout_s > 0:
+        raise UnstableError(
+            f"timeout_s must be > 0 or None, got {timeout_s}; use None for no per-game timeout"
+        )
     return players
