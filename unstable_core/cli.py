@@ -72,15 +72,12 @@ def _add_core_commands() -> None:
 _add_core_commands()
 
 
-def _add_plugin_commands() -> None:
-    from unstable_core.plugins import get_plugin_manager
-
-    get_plugin_manager().hook.register_commands(cli=cli)
-
-
 def main() -> None:
+    from unstable_core.plugins import add_commands
+
     try:
-        _add_plugin_commands()
-    except Exception as exc:  # a plugin's command hook must not break the CLI
-        click.secho(f"warning: a plugin's register_commands failed: {exc}", fg="yellow", err=True)
+        add_commands(cli)  # each plugin on its own; a failing one is listed by `unstable plugins`
+    except UnstableError as exc:
+        click.secho(f"Error: {exc}", fg="red", err=True)
+        sys.exit(2)
     cli(prog_name="unstable")
