@@ -36,7 +36,7 @@ class GameFailed(Exception):
 
 async def play_game(
     spec: GameSpec,
-    generate: Generate,
+    generate: Generate | Mapping[int, Generate],
     tokenizer: Any,
     *,
     lora_paths: Mapping[int, str | None],
@@ -50,11 +50,15 @@ async def play_game(
     """Play `spec` to the end and return every seat's trajectory with the game's information.
 
     Seat `pid` is prompted with its PlayerSpec's template and generates with adapter `lora_paths[pid]`.
+    `generate` and `tokenizer` are shared by every seat, or given per seat as `{pid: ...}` mappings
+    (seats played by different base models).
     An env error, a failed generation, more than `max_turns` turns or `timeout_s` seconds end the game
     as failed (`info.failed`, `info.error`). Raises UnstableError before playing when the arguments do not
     fit the spec; re-raises InferenceUnavailable and cancellation.
     """
     players = _check_arguments(spec, lora_paths, policy_versions, templates, max_turns, timeout_s)
+    generate = _per_seat(generate, players, "generate", callable)
+    tokenizer = _per_seat(tokenizer, players, "tokenizer", lambda t: not isinstance(t, Mapping))
     game = _Game(
         spec,
         players,
@@ -82,14 +86,24 @@ async def play_game(
     return game.result(error, time.monotonic() - started)
 
 
+def _per_seat(value: Any, players: Mapping[int, PlayerSpec], what: str, shared: Callable[[Any], bool]) -> dict[int, Any]:
+    """`{pid: value}` for every seat, from one shared value or a per-seat mapping."""
+    if shared(value):
+        return dict.fromkeys(players, value)
+    missing = set(players) - set(value)
+    if missing:
+        raise UnstableError(f"play_game: {what} has no entry for seat(s) {sorted(missing)}")
+    return {pid: value[pid] for pid in players}
+
+
 @attrs.define
 class _Game:
     """One game being played: its fixed inputs, and the steps so far (which survive a timeout)."""
 
     spec: GameSpec
     players: dict[int, PlayerSpec]
-    generate: Generate
-    tokenizer: Any
+    generate: Mapping[int, Generate]
+    tokenizer: Mapping[int, Any]
     lora_paths: Mapping[int, str | None]
     policy_versions: Mapping[int, int]
     params: SamplingParams
@@ -135,12 +149,12 @@ class _Game:
             )
         player = self.players[pid]
         prompt, prompt_ids = render_prompt(
-            player.prompt_template, observation, self.tokenizer, self.templates
+            player.prompt_template, observation, self.tokenizer[pid], self.templates
         )
         request = GenerationRequest(
             prompt_ids=tuple(prompt_ids), lora_path=self.lora_paths[pid], params=self.params
         )
-        output = await _generate(self.generate, request, pid)
+        output = await _generate(self.generate[pid], request, pid)
         action, format_ok = extract_action(output.text)
         return Step(
             pid=pid,
