@@ -1,0 +1,113 @@
+"""REINFORCE: the loss against hand computation, masking, what an update touches, registration."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from unstable_reinforce.learner import REINFORCELearner, reinforce_loss  # noqa: E402
+
+from unstable_core.types import Step  # noqa: E402
+
+torch.set_num_threads(1)
+
+BATCH = [
+    Step(pid=0, env_id="t", obs="", act="", prompt_ids=[1, 2, 3, 4], completion_ids=[5, 6, 7], reward=1.0),
+    Step(
+        pid=1, env_id="t", obs="", act="", prompt_ids=[1, 2], completion_ids=[8, 9, 10, 11, 12], reward=-1.0
+    ),
+    Step(pid=0, env_id="t", obs="", act="", prompt_ids=[1, 2, 3, 4, 5], completion_ids=[8], reward=0.5),
+]
+
+
+@pytest.fixture
+def learner(tiny_model, tmp_path):
+    lrn = REINFORCELearner(
+        tiny_model, run_dir=tmp_path, lora_cfg={"lora_rank": 4}, max_generation_len=8, learning_rate=1e-2
+    )
+    lrn.initialize_algorithm()
+    # random LoRA B (peft starts it at 0) so the policy differs from the base model
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, param in lrn.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.1)
+    return lrn
+
+
+def test_reinforce_loss_formula_by_hand():
+    token_logprobs = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])  # [B=2, T-1=3], 0 = masked
+    advantages = torch.tensor([2.0, -1.0])
+    # loss_0 = -2 * (-3) / 4 = 1.5 ; loss_1 = -(-1) * (-0.5) / 4 = -0.125 ; mean = 0.6875
+    assert reinforce_loss(token_logprobs, advantages, max_generation_len=4).item() == pytest.approx(0.6875)
+
+
+def test_update_loss_equals_a_plain_forward_per_step(learner):
+    expected = []
+    with torch.no_grad():
+        for step in BATCH:  # one unpadded sequence at a time, log-softmax by hand
+            ids = torch.tensor([step.prompt_ids + step.completion_ids])
+            logp = torch.log_softmax(learner.model(input_ids=ids).logits[0].float(), dim=-1)  # [T, V]
+            n_p = len(step.prompt_ids)
+            seq = sum(logp[t - 1, ids[0, t]].item() for t in range(n_p, ids.shape[1]))
+            expected.append(-step.reward * seq / 8)
+    metrics = learner.update(BATCH)  # one micro-batch per step: the reported loss is their mean
+    assert metrics["loss"] == pytest.approx(sum(expected) / 3, rel=1e-4)
+
+
+def test_masked_positions_get_no_gradient(learner):
+    """Logits at positions predicting prompt or padding tokens, and padding embeddings, get zero gradient."""
+    tokens = learner.collate(BATCH)  # padded to 7 tokens
+    embeds = {}
+    embed_layer = learner.model.get_base_model().get_input_embeddings()
+    handle = embed_layer.register_forward_hook(lambda mod, args, out: embeds.setdefault("out", out))
+    logits = learner.policy_logits(tokens)
+    handle.remove()
+    logits.retain_grad()
+    embeds["out"].retain_grad()
+    advantages = torch.tensor([s.reward for s in BATCH])
+    reinforce_loss(learner.completion_logprobs(logits, tokens), advantages, 8).backward()
+
+    logit_grad = logits.grad.abs().sum(-1)[:, :-1]  # [B, T-1]: position t predicts token t+1
+    assert torch.all(logit_grad[~tokens.target_mask] == 0)
+    assert torch.all(logit_grad[tokens.target_mask] > 0)
+    embed_grad = embeds["out"].grad.abs().sum(-1)  # [B, T]
+    padding = tokens.attention_mask == 0
+    assert padding.any() and torch.all(embed_grad[padding] == 0)
+    assert torch.all(embed_grad[~padding][:1] > 0)  # the first prompt token does influence the loss
+
+
+def test_update_trains_lora_only(learner):
+    before = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
+    learner.update(BATCH)
+    changed = {n for n, p in learner.model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all("lora_" in n for n in changed)
+    assert learner.step == 1
+
+
+def test_a_positive_advantage_raises_the_sampled_tokens_probability(tiny_model, tmp_path):
+    lrn = REINFORCELearner(tiny_model, run_dir=tmp_path, lora_cfg={"lora_rank": 4}, learning_rate=1e-2)
+    lrn.initialize_algorithm()
+    good = [
+        Step(pid=0, env_id="t", obs="", act="", prompt_ids=[1, 2, 3], completion_ids=[40, 41], reward=1.0)
+    ]
+    tokens = lrn.collate(good)
+
+    def seq_logprob():
+        with torch.no_grad():
+            return lrn.completion_logprobs(lrn.policy_logits(tokens), tokens).sum().item()
+
+    start = seq_logprob()
+    for _ in range(3):
+        lrn.update(good)
+    assert seq_logprob() > start
+
+
+def test_plugin_registers_reinforce():
+    from unstable_core import plugins
+
+    component = plugins.get_registry().get("learner", "reinforce")
+    assert component.dist == "unstable-reinforce"
+    assert component.load() is REINFORCELearner
+    assert REINFORCELearner.buffer_kind == "step"

@@ -1,0 +1,3 @@
+"""unstable-reinforce: the REINFORCE learner plugin of unstable."""
+
+__version__ = "0.1.0"
