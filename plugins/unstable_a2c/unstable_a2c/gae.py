@@ -1,0 +1,60 @@
+"""Per-episode rewards and generalised advantage estimation, as pure functions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from unstable_core.errors import UnstableError
+from unstable_core.types import Step
+
+
+def compute_gae(
+    rewards: Sequence[float], values: Sequence[float], gamma: float, lam: float
+) -> tuple[list[float], list[float]]:
+    """(advantages, returns) of one episode; V_T = 0 after its last step.
+
+    delta_t = r_t + gamma V_{t+1} - V_t;  A_t = delta_t + gamma lam A_{t+1};  R_t = A_t + V_t.
+    """
+    if len(rewards) != len(values):
+        raise UnstableError(
+            f"compute_gae: {len(rewards)} rewards but {len(values)} values; pass one value per step"
+        )
+    advantages = [0.0] * len(rewards)
+    next_value, next_advantage = 0.0, 0.0
+    for t in reversed(range(len(rewards))):
+        delta = rewards[t] + gamma * next_value - values[t]
+        next_advantage = delta + gamma * lam * next_advantage
+        advantages[t] = next_advantage
+        next_value = values[t]
+    returns = [a + v for a, v in zip(advantages, values, strict=True)]
+    return advantages, returns
+
+
+def episode_rewards(episode: Sequence[Step]) -> list[float]:
+    """r_t = shaping_t + (final_reward on the last step), with shaping_t = reward_t - final_reward_t."""
+    last = len(episode) - 1
+    return [
+        (s.reward - s.final_reward) + (s.final_reward if t == last else 0.0) for t, s in enumerate(episode)
+    ]
+
+
+def group_episodes(steps: Sequence[Step]) -> list[list[Step]]:
+    """Steps grouped by (game_idx, pid), each group ordered by turn (in order of first appearance)."""
+    episodes: dict[tuple[int, int], list[Step]] = {}
+    for step in steps:
+        if step.game_idx < 0:
+            raise UnstableError(
+                f"A2C needs whole episodes but a step (player {step.pid}, turn {step.turn}) has no game_idx; "
+                "feed it from an episode buffer"
+            )
+        episodes.setdefault((step.game_idx, step.pid), []).append(step)
+    ordered = []
+    for (game, pid), episode in episodes.items():
+        episode.sort(key=lambda s: s.turn)
+        turns = [s.turn for s in episode]
+        if len(set(turns)) != len(turns):
+            raise UnstableError(
+                f"A2C got two steps with the same turn in game {game}, player {pid}; each turn must appear once"
+            )
+        ordered.append(episode)
+    return ordered
