@@ -1,0 +1,208 @@
+"""The transformers backend on a tiny random-weight model: batching, log-probs, EOS, limits, LoRA."""
+
+import asyncio
+import json
+import shutil
+
+import pytest
+import torch
+
+from unstable_core.errors import UnstableError
+from unstable_core.inference.base import GenerationRequest, SamplingParams
+from unstable_core.inference.hf import TransformersBackend, _Row
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=6)
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model):
+    torch.set_num_threads(1)
+    return TransformersBackend(tiny_model, max_loras=2, gather_ms=5.0)
+
+
+@pytest.fixture(scope="module")
+def prompts(backend):
+    texts = ["hello there my good friend, how are you", "hi", "one two three four"]
+    return [tuple(backend.tokenizer.encode(t)) for t in texts]
+
+
+def make_adapter(base_path, folder, seed):
+    """A LoRA adapter on the tiny model with non-zero random B weights, so it changes the outputs."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base_path),
+        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    torch.manual_seed(seed)
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=1.0)
+    model.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def adapters(tiny_model, tmp_path_factory):
+    root = tmp_path_factory.mktemp("adapters")
+    return [make_adapter(tiny_model, root / f"a{i}", seed=i) for i in range(3)]
+
+
+def recompute_logprobs(backend, prompt, completion, adapter=None):
+    """log softmax of a plain forward pass over prompt + completion, at the completion's positions."""
+    model = backend._pool.model
+    ids = torch.tensor([list(prompt) + list(completion)])
+    extra = {"adapter_names": [adapter]} if adapter else {}
+    with torch.inference_mode():
+        logprobs = torch.log_softmax(model(input_ids=ids, **extra).logits[0].float(), dim=-1)
+    return [logprobs[len(prompt) - 1 + k, t].item() for k, t in enumerate(completion)]
+
+
+def test_batched_greedy_equals_one_by_one(backend, prompts):
+    requests = [GenerationRequest(p, params=GREEDY) for p in prompts]
+    batched = backend.generate_batch(requests)
+    for request, out in zip(requests, batched, strict=True):
+        alone = backend.generate_batch([request])[0]
+        assert out.token_ids == alone.token_ids
+        assert out.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+        assert out.finish_reason == "length" and len(out.token_ids) == 6
+        assert out.text == backend.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+
+
+def test_logprobs_are_raw_policy_logprobs(backend, prompts):
+    # sampled at temperature 0.7 and top-p 0.9, the logprobs are still those of the raw logits
+    params = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=5, seed=3)
+    outs = backend.generate_batch([GenerationRequest(p, params=params) for p in prompts])
+    for prompt, out in zip(prompts, outs, strict=True):
+        assert out.logprobs == pytest.approx(recompute_logprobs(backend, prompt, out.token_ids), abs=1e-4)
+
+
+def test_seeded_sampling_is_reproducible_across_batches(backend, prompts):
+    params = SamplingParams(temperature=1.0, max_tokens=5, seed=11)
+    alone = backend.generate_batch([GenerationRequest(prompts[1], params=params)])[0]
+    mixed = backend.generate_batch([GenerationRequest(p, params=params) for p in prompts])[1]
+    assert alone.token_ids == mixed.token_ids
+
+
+def test_stops_at_and_includes_any_generation_config_eos(tiny_model, tmp_path, backend, prompts):
+    params = SamplingParams(temperature=1.0, max_tokens=8, seed=5)  # seeded: the same draws on both models
+    free = backend.generate_batch([GenerationRequest(prompts[0], params=params)])[0]
+    stop_at = next(k for k, t in enumerate(free.token_ids) if k > 0 and t not in free.token_ids[:k])
+    folder = shutil.copytree(tiny_model, tmp_path / "eos-model")
+    config = json.loads((folder / "generation_config.json").read_text())
+    config["eos_token_id"] = [backend.tokenizer.eos_token_id, free.token_ids[stop_at]]
+    (folder / "generation_config.json").write_text(json.dumps(config))
+    eos_backend = TransformersBackend(str(folder))
+    out = eos_backend.generate_batch([GenerationRequest(prompts[0], params=params)])[0]
+    assert out.finish_reason == "stop"
+    assert out.token_ids == free.token_ids[: stop_at + 1]  # the EOS token included, nothing after it
+    assert len(out.logprobs) == stop_at + 1
+
+
+def test_special_tokens_are_kept_in_ids_but_not_in_text(backend):
+    eos = backend.tokenizer.eos_token_id
+    assert eos in backend.eos_ids
+    row = _Row(0, GenerationRequest((1,)), 4, "__base__", None, token_ids=[28, eos], logprobs=[-1.0, -2.0])
+    row.finish_reason = "stop"
+    out = backend._to_output(row)
+    assert out.token_ids == [28, eos] and out.text == backend.tokenizer.decode([28]) != ""
+    assert backend.tokenizer.decode([28, eos]) != out.text  # the EOS token is in the ids, not in the text
+
+
+def test_max_model_len_errors_are_per_request(tiny_model, prompts):
+    small = TransformersBackend(tiny_model, max_model_len=12)
+    long_prompt = tuple(range(100, 120))  # 20 tokens
+    short = prompts[2]  # 4 tokens: 8 left, so max_tokens 10 is clamped to 8
+    outs = small.generate_batch(
+        [
+            GenerationRequest(long_prompt, params=GREEDY),
+            GenerationRequest(short, params=SamplingParams(temperature=0, max_tokens=10)),
+            GenerationRequest((small.vocab_size + 5,), params=GREEDY),
+            GenerationRequest((), params=GREEDY),
+        ]
+    )
+    assert outs[0].finish_reason == "error" and "max_model_len=12" in outs[0].error
+    assert outs[1].finish_reason == "length" and len(outs[1].token_ids) == 12 - len(short)
+    assert outs[2].finish_reason == "error" and "token ids" in outs[2].error
+    assert outs[3].finish_reason == "error" and "empty prompt" in outs[3].error
+
+
+def test_concurrent_generate_calls_are_coalesced(tiny_model, prompts):
+    coalescing = TransformersBackend(tiny_model, gather_ms=300.0)
+
+    async def main():
+        calls = [coalescing.generate(GenerationRequest(prompts[i % 3], params=GREEDY)) for i in range(8)]
+        return await asyncio.gather(*calls)
+
+    outs = asyncio.run(main())
+    stats = coalescing.stats()
+    assert stats["requests"] == 8 and stats["batches"] < 8 and stats["mean_batch_size"] > 1
+    assert stats["total_tokens"] == sum(len(o.token_ids) for o in outs) == 8 * 6
+    assert outs[0].token_ids == outs[3].token_ids  # same prompt, greedy
+
+
+def test_two_adapters_in_one_batch_match_each_alone(backend, prompts, adapters):
+    a, b = adapters[0], adapters[1]
+    requests = [
+        GenerationRequest(prompts[0], lora_path=a, params=GREEDY),
+        GenerationRequest(prompts[1], lora_path=b, params=GREEDY),
+        GenerationRequest(prompts[2], params=GREEDY),
+        GenerationRequest(prompts[0], lora_path=b, params=GREEDY),
+    ]
+    mixed = backend.generate_batch(requests)
+    alone = [backend.generate_batch([r])[0] for r in requests]
+    assert [o.token_ids for o in mixed] == [o.token_ids for o in alone]
+    base = backend.generate_batch([GenerationRequest(prompts[0], params=GREEDY)])[0]
+    assert mixed[0].token_ids != base.token_ids and mixed[0].token_ids != mixed[3].token_ids
+    name = backend._pool.lru.touch(a).handle
+    assert mixed[0].logprobs == pytest.approx(
+        recompute_logprobs(backend, prompts[0], mixed[0].token_ids, name), abs=1e-4
+    )
+
+
+def test_lru_eviction_beyond_max_loras(backend, prompts, adapters):
+    a, b, c = adapters
+    alone = {
+        p: backend.generate_batch([GenerationRequest(prompts[0], lora_path=p, params=GREEDY)])[0]
+        for p in (a, b)
+    }
+    backend.generate_batch([GenerationRequest(prompts[0], lora_path=c, params=GREEDY)])
+    assert backend.loaded_adapters == [b, c]  # a was the least recently used of three with max_loras=2
+    assert len(backend._pool.peft_model.peft_config) == 2
+    # three adapters in one batch with room for two: served in two rounds, outputs unchanged
+    outs = backend.generate_batch(
+        [GenerationRequest(prompts[0], lora_path=p, params=GREEDY) for p in (a, b, c)]
+    )
+    assert outs[0].token_ids == alone[a].token_ids and outs[1].token_ids == alone[b].token_ids
+    assert len(backend.loaded_adapters) == 2
+
+
+def test_missing_adapter_fails_only_its_request(backend, prompts, tmp_path):
+    outs = backend.generate_batch(
+        [
+            GenerationRequest(prompts[0], lora_path=str(tmp_path / "nope"), params=GREEDY),
+            GenerationRequest(prompts[0], params=GREEDY),
+        ]
+    )
+    assert outs[0].finish_reason == "error" and "does not exist" in outs[0].error
+    assert outs[1].finish_reason == "length"
+
+
+def test_rewritten_adapter_folder_is_reloaded(tiny_model, backend, prompts, tmp_path):
+    path = make_adapter(tiny_model, tmp_path / "moving", seed=20)
+    first = backend.generate_batch([GenerationRequest(prompts[0], lora_path=path, params=GREEDY)])[0]
+    shutil.rmtree(path)
+    make_adapter(tiny_model, tmp_path / "moving", seed=21)
+    second = backend.generate_batch([GenerationRequest(prompts[0], lora_path=path, params=GREEDY)])[0]
+    fresh = TransformersBackend(tiny_model).generate_batch(
+        [GenerationRequest(prompts[0], lora_path=path, params=GREEDY)]
+    )[0]
+    assert second.token_ids == fresh.token_ids != first.token_ids
+
+
+def test_bad_options_raise(tiny_model):
+    with pytest.raises(UnstableError, match="max_batch_size"):
+        TransformersBackend(tiny_model, max_batch_size=0)
+    with pytest.raises(UnstableError, match="does not exist"):
+        TransformersBackend("./no/such/model")

@@ -1,0 +1,209 @@
+"""The transformers backend: any causal LM on CPU or CUDA, batched with left padding, LoRA hot-loading.
+
+Decoding is our own loop over the KV cache rather than `model.generate`, so that each row keeps its
+own temperature, top-p, seed and token budget, and the log-probability of every sampled token is
+taken from the raw logits (temperature 1, no top-p): log pi(token | context), exactly what the learner
+recomputes. Finished rows are dropped from the batch (and from the cache) as soon as they end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import attrs
+import torch
+
+from unstable_core.inference.base import (
+    GenerationOutput,
+    GenerationRequest,
+    InferenceBackend,
+    token_budget,
+)
+from unstable_core.inference.peft_pool import BASE, PeftAdapterPool
+from unstable_core.inference.sampling import sample_tokens
+from unstable_core.models import load_causal_lm, load_tokenizer
+
+
+@attrs.define
+class _Row:
+    """One request being decoded: where its output goes, its token budget, what it has produced so far."""
+
+    index: int
+    request: GenerationRequest
+    budget: int
+    adapter: str
+    generator: torch.Generator | None
+    token_ids: list[int] = attrs.field(factory=list)
+    logprobs: list[float] = attrs.field(factory=list)
+    finish_reason: str | None = None
+
+
+class TransformersBackend(InferenceBackend):
+    """A transformers causal LM (alias, hub id or local folder), batched, with LoRA adapters by path."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        max_batch_size: int = 32,
+        gather_ms: float = 20.0,
+        max_loras: int = 8,
+        max_model_len: int = 4096,
+        device: str | None = None,
+        dtype: Any = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(
+            model,
+            max_batch_size=max_batch_size,
+            gather_ms=gather_ms,
+            max_loras=max_loras,
+            max_model_len=max_model_len,
+            device=device,
+        )
+        started = time.perf_counter()
+        self._tokenizer = load_tokenizer(model)
+        base_model = load_causal_lm(model, device=device, dtype=dtype)
+        self.load_s = time.perf_counter() - started
+        self.device = str(base_model.device)
+        self._pool = PeftAdapterPool(base_model, capacity=self.max_loras)
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.eos_ids = _eos_ids(base_model, self._tokenizer)
+        self.pad_id = (
+            self._tokenizer.pad_token_id if self._tokenizer.pad_token_id is not None else min(self.eos_ids)
+        )
+        self.vocab_size = base_model.get_output_embeddings().weight.shape[0]
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer of the model (its pad token is the EOS token when it has none)."""
+        return self._tokenizer
+
+    @property
+    def loaded_adapters(self) -> list[str]:
+        """Paths of the LoRA adapters now loaded, least recently used first."""
+        return self._pool.lru.paths()
+
+    def generate_batch(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
+        """Complete `requests`; a request that cannot run gets an "error" output, the others are unaffected."""
+        outputs: list[GenerationOutput | None] = [None] * len(requests)
+        by_adapter: dict[str | None, list[tuple[int, int]]] = defaultdict(list)  # path -> [(index, budget)]
+        for i, request in enumerate(requests):
+            budget, problem = token_budget(request, self.max_model_len)
+            if problem is None and not all(0 <= t < self.vocab_size for t in request.prompt_ids):
+                problem = f"prompt token ids must be in [0, {self.vocab_size}); encode the prompt with this model's tokenizer"
+            if problem is not None:
+                outputs[i] = GenerationOutput.failure(problem)
+            else:
+                by_adapter[request.lora_path].append((i, budget))
+        paths = [p for p in by_adapter if p is not None]
+        # at most max_loras distinct adapters are loaded at once: one chunk of adapters at a time
+        chunks = [paths[k : k + self.max_loras] for k in range(0, len(paths), self.max_loras)] or [[]]
+        chunks[0] = [None, *chunks[0]] if None in by_adapter else chunks[0]
+        for chunk in chunks:
+            names, errors = self._pool.prepare([p for p in chunk if p is not None])
+            rows = []
+            for path in chunk:
+                for i, budget in by_adapter[path]:
+                    if path in errors:
+                        outputs[i] = GenerationOutput.failure(errors[path])
+                        continue
+                    seed = requests[i].params.seed
+                    generator = (
+                        self._generator if seed is None else torch.Generator(self.device).manual_seed(seed)
+                    )
+                    rows.append(_Row(i, requests[i], budget, names.get(path, BASE), generator))
+            if rows:
+                for row in self._decode(rows):
+                    outputs[row.index] = self._to_output(row)
+        return [
+            o if o is not None else GenerationOutput.failure("internal error: request not served")
+            for o in outputs
+        ]
+
+    @torch.inference_mode()
+    def _decode(self, rows: list[_Row]) -> list[_Row]:
+        """Sample every row to EOS or its budget, in one left-padded batch over a shared KV cache."""
+        model = self._pool.model
+        longest = max(len(r.request.prompt_ids) for r in rows)
+        input_ids = torch.full((len(rows), longest), self.pad_id, dtype=torch.long)  # [B, T]
+        attention = torch.zeros((len(rows), longest), dtype=torch.long)  # [B, T], 0 on the left padding
+        for b, row in enumerate(rows):
+            prompt = row.request.prompt_ids
+            input_ids[b, longest - len(prompt) :] = torch.tensor(prompt)
+            attention[b, longest - len(prompt) :] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # [B, T]: 0 at each row's first real token
+        active = list(rows)
+        cache = None
+        while active:
+            extra = (
+                {"adapter_names": [r.adapter for r in active]} if self._pool.peft_model is not None else {}
+            )
+            out = model(
+                input_ids=input_ids,
+                attention_mask=attention,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+                **extra,
+            )
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :].float()  # [B, V] raw logits of the next token
+            logprobs = torch.log_softmax(logits, dim=-1)  # [B, V] the policy's own log-probs
+            tokens = sample_tokens(
+                logits, [r.request.params for r in active], [r.generator for r in active]
+            )  # [B]
+            token_logprobs = logprobs.gather(-1, tokens[:, None])[:, 0]  # [B]
+            keep = []
+            for b, (row, token, logprob) in enumerate(
+                zip(active, tokens.tolist(), token_logprobs.tolist(), strict=True)
+            ):
+                row.token_ids.append(token)
+                row.logprobs.append(logprob)
+                if token in self.eos_ids:
+                    row.finish_reason = "stop"
+                elif len(row.token_ids) >= row.budget:
+                    row.finish_reason = "length"
+                else:
+                    keep.append(b)
+            if not keep:
+                break
+            if len(keep) < len(active):  # drop finished rows from the batch and the cache
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                tokens, attention, positions = tokens[index], attention[index], positions[index]
+                active = [active[b] for b in keep]
+            input_ids = tokens[:, None]  # [B, 1]
+            attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=-1)  # [B, T+1]
+            positions = positions[:, -1:] + 1  # [B, 1]
+        return rows
+
+    def _to_output(self, row: _Row) -> GenerationOutput:
+        text = self._tokenizer.decode(row.token_ids, skip_special_tokens=True)
+        return GenerationOutput(
+            text=text,
+            token_ids=row.token_ids,
+            logprobs=row.logprobs,
+            finish_reason=row.finish_reason or "length",
+        )
+
+    def _release(self) -> None:
+        self._pool = PeftAdapterPool(None, capacity=self.max_loras)
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    """Every token id that ends a completion: the generation config's EOS ids and the tokenizer's."""
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config):
+        eos = getattr(source, "eos_token_id", None)
+        if eos is not None:
+            ids.update([eos] if isinstance(eos, int) else eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
