@@ -1,0 +1,78 @@
+"""The inference Ray actor: one backend (transformers, vLLM, or a plugin's) serving many games at once.
+
+It is an async actor with a high `max_concurrency`, so the requests of hundreds of concurrent games
+reach the backend together and are coalesced into batches there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from unstable_core.errors import UnstableError
+from unstable_core.inference.base import GenerationOutput, GenerationRequest
+
+MAX_CONCURRENCY = 1024
+
+
+class InferenceActor:
+    """Builds the backend registered as `backend_name` and serves its `generate`."""
+
+    def __init__(self, backend_name: str, backend_kwargs: Mapping[str, Any]) -> None:
+        from unstable_core import plugins
+
+        self.backend_name = backend_name
+        self.backend_kwargs = dict(backend_kwargs)
+        self.backend = plugins.load("backend", backend_name)(**self.backend_kwargs)
+
+    async def generate(self, request: GenerationRequest) -> GenerationOutput:
+        """Complete one request (batched with the concurrent ones)."""
+        return await self.backend.generate(request)
+
+    async def stats(self) -> dict[str, float]:
+        """The backend's queue and throughput figures."""
+        return self.backend.stats()
+
+    async def ping(self) -> str:
+        """'pong' once the backend is loaded: a liveness check."""
+        return "pong"
+
+    async def tokenizer_name(self) -> str:
+        """What to pass to `unstable_core.models.load_tokenizer` to get this model's tokenizer."""
+        return str(self.backend_kwargs["model"])
+
+
+def create_inference_actor(
+    backend_name: str,
+    backend_kwargs: Mapping[str, Any],
+    *,
+    num_gpus: float = 0,
+    num_cpus: float = 1,
+    max_restarts: int = -1,
+    name: str | None = None,
+) -> Any:
+    """Start an InferenceActor on Ray (which must be initialised); an actor handle.
+
+    The actor restarts after a crash (`max_restarts`, -1 = always); calls in flight when it died fail
+    with a Ray error for the caller to retry.
+    """
+    import ray
+
+    from unstable_core import plugins
+
+    if not ray.is_initialized():
+        raise UnstableError("Ray is not initialised; call ray.init() before create_inference_actor")
+    if not isinstance(backend_kwargs, Mapping) or "model" not in backend_kwargs:
+        raise UnstableError(
+            "backend_kwargs must be a mapping with at least 'model' (a model alias, hub id or folder)"
+        )
+    plugins.get_registry().get("backend", backend_name)  # an unknown name fails here, listing the known ones
+    options: dict[str, Any] = {
+        "num_gpus": num_gpus,
+        "num_cpus": num_cpus,
+        "max_restarts": max_restarts,
+        "max_concurrency": MAX_CONCURRENCY,
+    }
+    if name is not None:
+        options["name"] = name
+    return ray.remote(InferenceActor).options(**options).remote(backend_name, dict(backend_kwargs))
