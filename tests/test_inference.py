@@ -60,14 +60,22 @@ def recompute_logprobs(backend, prompt, completion, adapter=None):
 
 
 def test_batched_greedy_equals_one_by_one(backend, prompts):
-    requests = [GenerationRequest(p, params=GREEDY) for p in prompts]
+    # different budgets: rows leave the batch (and the KV cache) at different steps
+    budgets = [6, 2, 4]
+    requests = [
+        GenerationRequest(p, params=SamplingParams(temperature=0.0, max_tokens=n))
+        for p, n in zip(prompts, budgets, strict=True)
+    ]
     batched = backend.generate_batch(requests)
-    for request, out in zip(requests, batched, strict=True):
+    for request, out, budget in zip(requests, batched, budgets, strict=True):
         alone = backend.generate_batch([request])[0]
         assert out.token_ids == alone.token_ids
         assert out.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
-        assert out.finish_reason == "length" and len(out.token_ids) == 6
+        assert out.finish_reason == "length" and len(out.token_ids) == budget
         assert out.text == backend.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+    assert batched[0].logprobs == pytest.approx(
+        recompute_logprobs(backend, prompts[0], batched[0].token_ids), abs=1e-4
+    )
 
 
 def test_logprobs_are_raw_policy_logprobs(backend, prompts):

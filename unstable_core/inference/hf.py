@@ -8,6 +8,7 @@ recomputes. Finished rows are dropped from the batch (and from the cache) as soo
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from typing import Any
@@ -75,6 +76,7 @@ class TransformersBackend(InferenceBackend):
             self._tokenizer.pad_token_id if self._tokenizer.pad_token_id is not None else min(self.eos_ids)
         )
         self.vocab_size = base_model.get_output_embeddings().weight.shape[0]
+        self._lock = threading.Lock()  # one batch at a time: the model and its adapters are shared state
 
     @property
     def tokenizer(self) -> Any:
@@ -88,6 +90,10 @@ class TransformersBackend(InferenceBackend):
 
     def generate_batch(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
         """Complete `requests`; a request that cannot run gets an "error" output, the others are unaffected."""
+        with self._lock:
+            return self._serve(requests)
+
+    def _serve(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
         outputs: list[GenerationOutput | None] = [None] * len(requests)
         by_adapter: dict[str | None, list[tuple[int, int]]] = defaultdict(list)  # path -> [(index, budget)]
         for i, request in enumerate(requests):

@@ -35,7 +35,8 @@ def sample_tokens(
     temperature = torch.tensor([params[i].temperature for i in sampled], device=logits.device)
     top_p = torch.tensor([params[i].top_p for i in sampled], device=logits.device)
     probs = torch.softmax(logits[rows].float() / temperature[:, None], dim=-1)  # [S, V]
-    probs = top_p_filter(probs, top_p)
+    if bool((top_p < 1.0).any()):  # the sort over the vocabulary is the costly part: skip it when unused
+        probs = top_p_filter(probs, top_p)
     for j, i in enumerate(sampled):
         tokens[i] = torch.multinomial(probs[j], 1, generator=generators[i])[0]
     return tokens
