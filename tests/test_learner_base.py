@@ -171,12 +171,14 @@ def test_update_changes_only_lora_and_counts_one_step(learner):
     before = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
     metrics = learner.update(BATCH)
     assert learner.step == 1 and metrics["step"] == 1.0 and metrics["batch_size"] == 3.0
+    assert metrics["policy_lag"] == 0.0  # sampled by version 0, trained on version 0
     assert math.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
     for name, param in learner.model.named_parameters():
         if "lora_" in name:
             continue
         assert torch.equal(param, before[name]), f"base weight {name} changed"
     assert any(not torch.equal(p, before[n]) for n, p in learner.model.named_parameters() if "lora_B" in n)
+    assert learner.update(BATCH)["policy_lag"] == 1.0  # the same version-0 steps, one update later
 
 
 def _grads_at_step(lrn, batch):

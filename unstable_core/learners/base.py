@@ -42,7 +42,7 @@ class LearnerConfig:
 
     model_name: str
     lora_cfg: dict[str, Any]
-    batch_size: int = attrs.field(default=384, validator=_positive)
+    batch_size: int = attrs.field(default=384, validator=_positive)  # steps the runtime pulls per update
     mini_batch_size: int = attrs.field(default=1, validator=_positive)
     learning_rate: float = attrs.field(default=1e-5, validator=_positive)
     grad_clip: float = attrs.field(default=0.2, validator=_positive)
@@ -69,6 +69,17 @@ class BaseLearner:
     """A LoRA-adapted causal LM trained by `update(batch)`; subclasses implement `_update` (one micro-batch).
 
     `buffer_kind` tells the runtime what to feed it: "step" (any steps) or "episode" (whole trajectories).
+    Adding an algorithm::
+
+        class MyLearner(BaseLearner):
+            def _update(self, batch, scale):
+                tokens = self.collate(batch)
+                logp = self.completion_logprobs(self.policy_logits(tokens), tokens)  # [B, T-1]
+                loss = ...  # a per-sample mean
+                (loss * scale).backward()
+                return {"loss": loss.item()}
+
+    and register it from a plugin: `register("my-algo", "my_pkg.learner:MyLearner")`.
     """
 
     buffer_kind: ClassVar[str] = "step"
@@ -265,6 +276,7 @@ class BaseLearner:
             {
                 "step": float(self.step),
                 "batch_size": float(n),
+                "policy_lag": sum(self.step - 1 - s.policy_version for s in batch) / len(batch),
                 "skipped_nonfinite": float(not finite),
                 "time/prepare_s": prepared - start,
                 "time/update_s": end - start,
