@@ -94,10 +94,12 @@ class A2CLearner(BaseLearner):
         episodes = group_episodes(batch)
         ordered = [step for episode in episodes for step in episode]
         values: list[float] = []
+        self.model.eval()  # no LoRA dropout while estimating V
         with torch.no_grad(), self.use_adapter(CRITIC_ADAPTER):
             for lo in range(0, len(ordered), self.a2c.infer_mini_batch_size):
                 chunk = ordered[lo : lo + self.a2c.infer_mini_batch_size]
                 values.extend(self.critic_values(self.collate(chunk)).tolist())
+        self.model.train()
 
         advantages: list[float] = []
         returns: list[float] = []
