@@ -1,0 +1,146 @@
+"""Overhead of `learner.update(batch)` against a plain forward/backward/AdamW loop on the same batch.
+
+Both run on the same LoRA model with the same micro-batching and clipping; the plain loop gets its
+micro-batches pre-collated, so the ratio counts all of the learner's bookkeeping. Target: <= 1.15.
+
+    python benchmarks/learner.py                        # tiny random model (seconds)
+    python benchmarks/learner.py --model smollm2-135m   # the embedded default
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from typing import Any
+
+TARGET_RATIO = 1.15
+
+
+def make_batch(n: int, prompt_len: int, completion_len: int, vocab: int, seed: int) -> list[Any]:
+    """`n` steps with random token ids and lengths within +-25% of the given ones."""
+    from unstable_core.types import Step
+
+    rng = random.Random(seed)
+
+    def length(mean: int) -> int:
+        return max(1, rng.randint(mean * 3 // 4, mean * 5 // 4))
+
+    return [
+        Step(
+            pid=i % 2,
+            env_id="bench",
+            obs="",
+            act="",
+            prompt_ids=[rng.randrange(vocab) for _ in range(length(prompt_len))],
+            completion_ids=[rng.randrange(vocab) for _ in range(length(completion_len))],
+            reward=rng.choice([-1.0, 1.0]),
+        )
+        for i in range(n)
+    ]
+
+
+def plain_update(learner: Any, optimizer: Any, micro_batches: list[tuple[Any, Any]], n: int) -> None:
+    """The minimal loop: forward, REINFORCE loss, backward per micro-batch; clip; AdamW step."""
+    import torch
+
+    for tokens, advantages in micro_batches:
+        logits = learner.model(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask).logits
+        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
+        logp = logp.gather(-1, tokens.input_ids[:, 1:, None]).squeeze(-1) * tokens.target_mask  # [B, T-1]
+        loss = (-advantages * logp.sum(-1) / learner.config.max_generation_len).mean()
+        (loss * len(advantages) / n).backward()
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    torch.nn.utils.clip_grad_norm_(params, learner.config.grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def main() -> None:
+    """Parse arguments, time both loops, print medians and the ratio."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=None, help="name, alias or folder (default: tiny model)")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--mini-batch-size", type=int, default=4)
+    parser.add_argument("--prompt-len", type=int, default=96)
+    parser.add_argument("--completion-len", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--no-checkpointing", action="store_true", help="turn gradient checkpointing off")
+    args = parser.parse_args()
+
+    import torch
+
+    from unstable_core import plugins
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    learner_cls = plugins.load("learner", "reinforce")
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.model
+        if model is None:
+            from unstable_core.testing import make_tiny_model
+
+            model = make_tiny_model(f"{tmp}/tiny", hidden_size=64, num_layers=4)
+        learner = learner_cls(
+            model,
+            run_dir=f"{tmp}/run",
+            batch_size=args.batch_size,
+            mini_batch_size=args.mini_batch_size,
+            max_generation_len=args.completion_len * 2,
+            activation_checkpointing=not args.no_checkpointing,
+            gradient_checkpointing=not args.no_checkpointing,
+            device=args.device,
+        )
+        learner.initialize_algorithm()
+        vocab = learner.model.get_base_model().config.vocab_size
+        batch = make_batch(args.batch_size, args.prompt_len, args.completion_len, vocab, seed=0)
+        micro_batches = [
+            (
+                learner.collate(batch[i : i + args.mini_batch_size]),
+                torch.tensor([s.reward for s in batch[i : i + args.mini_batch_size]], device=learner.device),
+            )
+            for i in range(0, len(batch), args.mini_batch_size)
+        ]
+        optimizer = torch.optim.AdamW(learner.adapter_parameters("default"), lr=learner.config.learning_rate)
+
+        def timed(fn: Any) -> float:
+            sync(learner.device)
+            start = time.perf_counter()
+            fn()
+            sync(learner.device)
+            return time.perf_counter() - start
+
+        run_learner = lambda: learner.update(batch)  # noqa: E731
+        run_plain = lambda: plain_update(learner, optimizer, micro_batches, len(batch))  # noqa: E731
+        run_learner(), run_plain()  # warm-up
+        learner_times, plain_times = [], []
+        for _ in range(args.repeats):  # interleaved, so drift in machine load hits both alike
+            learner_times.append(timed(run_learner))
+            plain_times.append(timed(run_plain))
+
+    t_learner, t_plain = statistics.median(learner_times), statistics.median(plain_times)
+    ratio = t_learner / t_plain
+    print(
+        f"model={args.model or 'tiny'} device={learner.device} batch={args.batch_size} "
+        f"micro={args.mini_batch_size} prompt~{args.prompt_len} completion~{args.completion_len} "
+        f"checkpointing={not args.no_checkpointing} repeats={args.repeats}"
+    )
+    print(f"learner.update  median {t_learner * 1000:9.1f} ms")
+    print(f"plain loop      median {t_plain * 1000:9.1f} ms")
+    verdict = "ok" if ratio <= TARGET_RATIO else "over target"
+    print(f"ratio           {ratio:.3f}  (target <= {TARGET_RATIO})  {verdict}")
+
+
+if __name__ == "__main__":
+    main()
