@@ -59,6 +59,7 @@ def plain_update(learner: Any, optimizer: Any, micro_batches: list[tuple[Any, An
 
 
 def sync(device: Any) -> None:
+    """Wait for queued CUDA work, so wall-clock times are real."""
     import torch
 
     if device.type == "cuda":
@@ -115,6 +116,7 @@ def main() -> None:
         optimizer = torch.optim.AdamW(learner.adapter_parameters("default"), lr=learner.config.learning_rate)
 
         def timed(fn: Any) -> float:
+            """Wall-clock seconds of one call."""
             sync(learner.device)
             start = time.perf_counter()
             fn()

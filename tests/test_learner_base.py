@@ -272,6 +272,9 @@ def test_checkpoint_loads_as_a_plain_peft_adapter(learner, tiny_model):
 def test_load_checkpoint_refuses_a_different_lora_shape(learner, tiny_model, tmp_path):
     path = learner.save_checkpoint()
     other = SumLogprobLearner(tiny_model, run_dir=tmp_path / "o", lora_cfg={"lora_rank": 8})
+    with pytest.raises(UnstableError, match="initialize_algorithm"):
+        other.load_checkpoint(path)
+    other.initialize_algorithm()
     with pytest.raises(UnstableError, match="lora_cfg"):
         other.load_checkpoint(path)
     with pytest.raises(UnstableError, match="missing"):

@@ -323,6 +323,8 @@ class BaseLearner:
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
+        if not self._algorithm_ready:
+            raise UnstableError(f"call {type(self).__name__}.initialize_algorithm() before load_checkpoint()")
         folder = Path(path)
         state = read_json(folder / "learner_state.json")
         if state.get("learner") != type(self).__name__:
@@ -341,6 +343,9 @@ class BaseLearner:
                 f"checkpoint {folder} has adapter weights the model lacks: {result.unexpected_keys[:3]}"
             )
         tensors = load_file(str(folder / "optimizer.safetensors"), device="cpu")
+        missing = sorted(set(self.optimizers) - set(state["optimizers"]))
+        if missing:
+            raise UnstableError(f"checkpoint {folder} has no state for optimizer(s) {', '.join(missing)}")
         for name, opt in self.optimizers.items():
             prefix = f"{name}/"
             flat = {key[len(prefix) :]: value for key, value in tensors.items() if key.startswith(prefix)}
