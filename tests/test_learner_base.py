@@ -47,7 +47,12 @@ class SumLogprobLearner(BaseLearner):
 @pytest.fixture
 def learner(tiny_model, tmp_path):
     lrn = SumLogprobLearner(
-        tiny_model, run_dir=tmp_path / "run", learning_rate=1e-2, lora_cfg={"lora_rank": 4}, seed=1
+        tiny_model,
+        device="cpu",
+        run_dir=tmp_path / "run",
+        learning_rate=1e-2,
+        lora_cfg={"lora_rank": 4},
+        seed=1,
     )
     lrn.initialize_algorithm()
     return lrn
@@ -137,18 +142,21 @@ def test_optimizer_state_round_trips_without_pickle():
 
 def test_config_errors_name_the_key(tiny_model, tmp_path):
     with pytest.raises(ConfigError, match="mini_batch_size"):
-        SumLogprobLearner(tiny_model, run_dir=tmp_path, mini_batch_size=0)
+        SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, mini_batch_size=0)
     with pytest.raises(ConfigError, match="unknown lora_cfg key.*rank"):
-        SumLogprobLearner(tiny_model, run_dir=tmp_path, lora_cfg={"rank": 8})
+        SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, lora_cfg={"rank": 8})
     with pytest.raises(ConfigError, match="target_modules.*choose from"):
-        SumLogprobLearner(tiny_model, run_dir=tmp_path, lora_cfg={"target_modules": ["c_attn"]})
+        SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, lora_cfg={"target_modules": ["c_attn"]})
     with pytest.raises(ConfigError, match="max_train_len"):
-        SumLogprobLearner(tiny_model, run_dir=tmp_path, max_train_len=1)
+        SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, max_train_len=1)
 
 
 def test_lora_targets_are_filtered_to_existing_modules(tiny_model, tmp_path):
     lrn = SumLogprobLearner(
-        tiny_model, run_dir=tmp_path, lora_cfg={"target_modules": ["q_proj", "c_attn", "v_proj"]}
+        tiny_model,
+        device="cpu",
+        run_dir=tmp_path,
+        lora_cfg={"target_modules": ["q_proj", "c_attn", "v_proj"]},
     )
     assert lrn.target_modules == ["q_proj", "v_proj"]
     names = [n for n, p in lrn.model.named_parameters() if p.requires_grad]
@@ -157,7 +165,7 @@ def test_lora_targets_are_filtered_to_existing_modules(tiny_model, tmp_path):
 
 
 def test_unknown_algorithm_options_and_missing_initialisation(tiny_model, tmp_path):
-    lrn = SumLogprobLearner(tiny_model, run_dir=tmp_path)
+    lrn = SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path)
     with pytest.raises(UnstableError, match="initialize_algorithm"):
         lrn.update(BATCH)
     with pytest.raises(UnstableError, match="unknown SumLogprobLearner option.*gamma.*allowed: none"):
@@ -198,6 +206,7 @@ def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model, tmp_path)
     for mbs in (1, 3):
         lrn = SumLogprobLearner(
             tiny_model,
+            device="cpu",
             run_dir=tmp_path,
             mini_batch_size=mbs,
             grad_clip=1e9,
@@ -212,7 +221,9 @@ def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model, tmp_path)
 
 
 def test_grad_norm_is_clipped_to_grad_clip(tiny_model, tmp_path):
-    lrn = SumLogprobLearner(tiny_model, run_dir=tmp_path, grad_clip=1e-6, lora_cfg={"lora_rank": 4})
+    lrn = SumLogprobLearner(
+        tiny_model, device="cpu", run_dir=tmp_path, grad_clip=1e-6, lora_cfg={"lora_rank": 4}
+    )
     lrn.initialize_algorithm()
     grads = _grads_at_step(lrn, BATCH)
     total = torch.sqrt(sum((g**2).sum() for g in grads))
@@ -237,7 +248,12 @@ def test_checkpoint_is_complete_pickle_free_and_reloads(learner, tiny_model, tmp
     assert state["step"] == 2 and state["config"]["lora_cfg"]["lora_rank"] == 4
 
     fresh = SumLogprobLearner(
-        tiny_model, run_dir=tmp_path / "other", learning_rate=1e-2, lora_cfg={"lora_rank": 4}, seed=7
+        tiny_model,
+        device="cpu",
+        run_dir=tmp_path / "other",
+        learning_rate=1e-2,
+        lora_cfg={"lora_rank": 4},
+        seed=7,
     )
     fresh.initialize_algorithm()
     fresh.load_checkpoint(path)
@@ -271,7 +287,7 @@ def test_checkpoint_loads_as_a_plain_peft_adapter(learner, tiny_model):
 
 def test_load_checkpoint_refuses_a_different_lora_shape(learner, tiny_model, tmp_path):
     path = learner.save_checkpoint()
-    other = SumLogprobLearner(tiny_model, run_dir=tmp_path / "o", lora_cfg={"lora_rank": 8})
+    other = SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path / "o", lora_cfg={"lora_rank": 8})
     with pytest.raises(UnstableError, match="initialize_algorithm"):
         other.load_checkpoint(path)
     other.initialize_algorithm()

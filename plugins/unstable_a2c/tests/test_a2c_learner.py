@@ -45,7 +45,9 @@ BATCH = [
 
 @pytest.fixture
 def learner(tiny_model, tmp_path):
-    lrn = A2CLearner(tiny_model, run_dir=tmp_path / "run", lora_cfg={"lora_rank": 4}, mini_batch_size=2)
+    lrn = A2CLearner(
+        tiny_model, device="cpu", run_dir=tmp_path / "run", lora_cfg={"lora_rank": 4}, mini_batch_size=2
+    )
     lrn.initialize_algorithm(gamma=1.0, gae_lambda=0.5, critic_learning_rate=1e-2)
     return lrn
 
@@ -147,7 +149,7 @@ def test_updates_train_both_adapters_and_the_head_and_nothing_else(learner):
 
 
 def test_critic_updates_lower_the_value_loss(tiny_model, tmp_path):
-    lrn = A2CLearner(tiny_model, run_dir=tmp_path, lora_cfg={"lora_rank": 4}, grad_clip=1.0)
+    lrn = A2CLearner(tiny_model, device="cpu", run_dir=tmp_path, lora_cfg={"lora_rank": 4}, grad_clip=1.0)
     # lambda = 1: Monte-Carlo returns, a fixed target on a fixed batch
     lrn.initialize_algorithm(gamma=1.0, gae_lambda=1.0, critic_learning_rate=3e-3)
     losses = [lrn.update(BATCH)["value_loss"] for _ in range(8)]
@@ -180,7 +182,9 @@ def test_checkpoint_layout_and_reload(learner, tiny_model, tmp_path):
     assert {"critic/adapter_model.safetensors", "critic/value_head.safetensors"} <= names
     assert all(n.endswith((".json", ".safetensors", ".md")) for n in names), names
 
-    fresh = A2CLearner(tiny_model, run_dir=tmp_path / "fresh", lora_cfg={"lora_rank": 4}, mini_batch_size=2)
+    fresh = A2CLearner(
+        tiny_model, device="cpu", run_dir=tmp_path / "fresh", lora_cfg={"lora_rank": 4}, mini_batch_size=2
+    )
     fresh.initialize_algorithm(gamma=1.0, gae_lambda=0.5, critic_learning_rate=1e-2)
     fresh.load_checkpoint(path)
     tokens = learner.collate(BATCH)
@@ -198,7 +202,7 @@ def test_checkpoint_layout_and_reload(learner, tiny_model, tmp_path):
 
 
 def test_options_are_checked(tiny_model, tmp_path):
-    lrn = A2CLearner(tiny_model, run_dir=tmp_path, lora_cfg={"lora_rank": 4})
+    lrn = A2CLearner(tiny_model, device="cpu", run_dir=tmp_path, lora_cfg={"lora_rank": 4})
     with pytest.raises(
         UnstableError, match=r"unknown A2CLearner option\(s\) lamda; allowed: gamma, gae_lambda"
     ):

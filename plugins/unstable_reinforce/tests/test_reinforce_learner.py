@@ -24,7 +24,12 @@ BATCH = [
 @pytest.fixture
 def learner(tiny_model, tmp_path):
     lrn = REINFORCELearner(
-        tiny_model, run_dir=tmp_path, lora_cfg={"lora_rank": 4}, max_generation_len=8, learning_rate=1e-2
+        tiny_model,
+        device="cpu",
+        run_dir=tmp_path,
+        lora_cfg={"lora_rank": 4},
+        max_generation_len=8,
+        learning_rate=1e-2,
     )
     lrn.initialize_algorithm()
     # random LoRA B (peft starts it at 0) so the policy differs from the base model
@@ -87,7 +92,9 @@ def test_update_trains_lora_only(learner):
 
 
 def test_a_positive_advantage_raises_the_sampled_tokens_probability(tiny_model, tmp_path):
-    lrn = REINFORCELearner(tiny_model, run_dir=tmp_path, lora_cfg={"lora_rank": 4}, learning_rate=1e-2)
+    lrn = REINFORCELearner(
+        tiny_model, device="cpu", run_dir=tmp_path, lora_cfg={"lora_rank": 4}, learning_rate=1e-2
+    )
     lrn.initialize_algorithm()
     good = [
         Step(pid=0, env_id="t", obs="", act="", prompt_ids=[1, 2, 3], completion_ids=[40, 41], reward=1.0)
