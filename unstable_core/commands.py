@@ -87,7 +87,7 @@ def ratings_table(registry: dict[str, Any]) -> Any:
     table = Table(title="TrueSkill ratings")
     for col in ("model", "kind", "mu", "sigma", "mu - 3 sigma", "games", "W/D/L"):
         table.add_column(col)
-    models = sorted(registry.get("models", {}).values(), key=lambda m: -m["mu"])
+    models = sorted((m for m in registry.get("models", []) if m.get("active", True)), key=lambda m: -m["mu"])
     for m in models:
         table.add_row(
             m["uid"], m["kind"], f"{m['mu']:.2f}", f"{m['sigma']:.2f}", f"{m['mu'] - 3 * m['sigma']:.2f}",

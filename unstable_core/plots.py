@@ -19,9 +19,9 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     written = []
     reg_path = run_dir / "registry.json"
     if reg_path.exists():
-        models = json.loads(reg_path.read_text()).get("models", {})
-        ckpts = sorted((m for m in models.values() if m["kind"] == "checkpoint"), key=lambda m: m["iteration"])
-        fixed = [m for m in models.values() if m["kind"] == "fixed"]
+        models = json.loads(reg_path.read_text()).get("models", [])
+        ckpts = sorted((m for m in models if m["kind"] == "checkpoint"), key=lambda m: m["iteration"])
+        fixed = [m for m in models if m["kind"] == "fixed" and m.get("active", True)]
         if ckpts:
             fig, ax = plt.subplots(figsize=(7, 4))
             x = [m["iteration"] for m in ckpts]

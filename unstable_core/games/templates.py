@@ -23,7 +23,8 @@ def default_template(observation: str, tokenizer: Any) -> str:
     """The tokenizer's own chat template around one user message: the observation and the \\boxed{} rule."""
     content = (
         f"You are playing a game. Make valid moves to win.\nObservation: {observation}\n"
-        "Think briefly about your next move, then give your final action within \\boxed{}."
+        # The example matters for small models: SmolLM2-135M never boxes its move without one.
+        "Reply with your move inside \\boxed{}, for example \\boxed{[3]}."
     )
     messages = [{"role": "user", "content": content}]
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
