@@ -90,3 +90,20 @@ def test_episode_buffer_serves_whole_trajectories_in_turn_order():
     assert len(batch) == 6
     assert [s.turn for s in batch if s.pid == 0] == [0, 2, 4]
     assert buf.size() == 0
+
+
+def test_tracker_counts_outcomes_and_moving_means(tmp_path):
+    from unstable_core.runtime.tracker import Tracker, outcome_label
+
+    assert outcome_label({0: 1.0, 1: -1.0}) == "seat0_win"
+    assert outcome_label({0: -1.0, 1: 1.0, 2: 1.0}) == "seat1_win"
+    assert outcome_label({0: 0.0, 1: 0.0}) == "draw"
+    t = Tracker(tmp_path)
+    t.add_game(game(0, {0: 1.0, 1: -1.0}))
+    t.add_game(game(1, {0: 0.0, 1: 0.0}))
+    t.add_game(game(2, {0: 0.0, 1: 0.0}, failed=True))
+    t.close()
+    assert t.counts == {"train_games": 3, "train_seat0_win": 1, "train_draw": 1, "train_failed": 1}
+    # every step of game() alternates format_ok True/False: a moving mean of 0.5 over the two finished games
+    assert t.means()["train/E/format_rate"] == 0.5
+    assert len((tmp_path / "games" / "games.jsonl").read_text().splitlines()) == 3

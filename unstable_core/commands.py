@@ -66,6 +66,9 @@ def _progress_table(snap: dict[str, Any], learning_steps: int | None, title: str
         table.add_row("learner step", f"{snap.get('learner_step', 0)} / {learning_steps}")
     table.add_row("games", f"train {counts.get('train_games', 0)} (failed {counts.get('train_failed', 0)}), "
                   f"eval {counts.get('eval_games', 0)} (failed {counts.get('eval_failed', 0)})")
+    outcomes = {k: v for k, v in counts.items() if k.endswith(("_win", "_draw"))}
+    if outcomes:
+        table.add_row("outcomes", ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(outcomes.items())))
     for key in sorted(means):
         if key.endswith(("format_rate", "invalid_move_rate", "win_rate", "game_length")):
             table.add_row(key, f"{means[key]:.3f}")

@@ -26,6 +26,14 @@ def learner_outcome(info) -> float | None:
     return 1.0 if mine > theirs else 0.5 if mine == theirs else 0.0
 
 
+def outcome_label(final_rewards: dict[int, float]) -> str:
+    """'draw' when every seat scored the same, else 'seat<k>_win' for the best seat (lowest pid on ties)."""
+    if len(set(final_rewards.values())) <= 1:
+        return "draw"
+    best = max(final_rewards.values())
+    return f"seat{min(p for p, r in final_rewards.items() if r == best)}_win"
+
+
 class Tracker:
     """Collects game results and metrics; writes them to the run directory."""
 
@@ -51,6 +59,7 @@ class Tracker:
             self.counts[f"{kind}_failed"] += 1
             return
         key = f"{kind}/{info.env_id}"
+        self.counts[f"{kind}_{outcome_label(info.final_rewards)}"] += 1
         steps = [s for t in result.trajectories if t.collect_data for s in t.steps]
         self._window[f"{key}/game_length"].append(info.num_turns)
         if steps:
