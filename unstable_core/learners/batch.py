@@ -74,11 +74,16 @@ def collate(
 
 def completion_logprobs(logits: Any, batch: TokenBatch) -> Any:
     """log pi(y_t | x, y_<t) of every sampled token, [B, T-1] aligned with `input_ids[:, 1:]`; exactly 0
-    (and gradient-free) where `batch.target_mask` is False (prompt and padding)."""
+    (and gradient-free) where `batch.target_mask` is False (prompt and padding).
+
+    The log-softmax runs only at the N positions that predict a completion token: prompts are most of
+    a game's tokens, and the vocabulary axis is the widest in the model.
+    """
     import torch
 
-    logits = logits[:, :-1].float()  # [B, T-1, V]: position t predicts token t+1
-    targets = batch.input_ids[:, 1:]  # [B, T-1]
-    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [B, T-1]
-    logp = picked - torch.logsumexp(logits, dim=-1)  # [B, T-1]
-    return torch.where(batch.target_mask, logp, torch.zeros_like(logp))
+    mask = batch.target_mask  # [B, T-1]
+    rows = logits[:, :-1][mask].float()  # [N, V]: position t predicts token t+1
+    targets = batch.input_ids[:, 1:][mask]  # [N]
+    picked = rows.log_softmax(dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [N]
+    zeros = torch.zeros(mask.shape, dtype=picked.dtype, device=picked.device)  # [B, T-1]
+    return zeros.masked_scatter(mask, picked)
