@@ -302,3 +302,24 @@ def test_saving_the_same_step_twice_replaces_the_folder(learner):
     second = learner.save_checkpoint()
     assert first == second and (second / "adapter_model.safetensors").is_file()
     assert sorted(p.name for p in second.parent.iterdir()) == ["step-0"]
+
+
+def test_checkpointing_switches_recompute_layers_without_changing_gradients(tiny_model, tmp_path):
+    grads = {}
+    for on in (True, False):
+        lrn = SumLogprobLearner(
+            tiny_model,
+            device="cpu",
+            run_dir=tmp_path,
+            activation_checkpointing=on,
+            gradient_checkpointing=on,
+            mini_batch_size=2,
+            lora_cfg={"lora_rank": 4},
+            seed=5,
+        )
+        lrn.initialize_algorithm()
+        layers = [m for m in lrn.model.modules() if hasattr(m, "gradient_checkpointing")]
+        assert layers and all(m.gradient_checkpointing == on for m in layers)
+        grads[on] = _grads_at_step(lrn, BATCH)
+    for a, b in zip(grads[True], grads[False], strict=True):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-8)
