@@ -1,0 +1,461 @@
+"""The rollout engine against its parts, measured in one run (ratios against baselines of the same run).
+
+a) the backend alone: generated tokens/s for B prompts in one batch (TransformersBackend, in-process);
+b) the engine (InferenceActor + Collector actor wired as run.py wires them, B TicTacToe games in flight):
+   generated tokens/s, and b/a (target >= 0.85);
+c) B games in flight against one game at a time on the same engine: tokens/s ratio (target >= 4);
+d) on a backend answering a random legal move at once: engine turns/s against a plain in-process
+   TextArena loop with the same move choice (target >= 0.25);
+e) the collector's peak RSS with 1,024 games in flight on that backend (target <= 1 GiB).
+
+  python benchmarks/rollout.py                    # the embedded smollm2-135m (minutes on a CPU)
+  python benchmarks/rollout.py --quick --model D  # tiny sizes, e.g. a tiny random model folder D
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark fake, also when imported
+
+import instant_backend  # noqa: E402
+
+from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams  # noqa: E402
+from unstable_core.runtime.collector import Collector  # noqa: E402
+
+ENV_ID = "TicTacToe-v0-train"
+TEMPERATURE = 0.7  # `unstable play`'s default
+GiB = 1024**3
+
+
+class MeasuredCollector(Collector):
+    """The real Collector, counting the turns and completion tokens of its games as they are generated,
+    with snapshots a driver can ask for while `collect` runs (start it with max_concurrency >= 2)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tokens = 0
+        self.turns = 0
+        self.active = 0  # games being played now (the counts leave out games cancelled by stop())
+        self.peak_active = 0
+        self._waiters: list[tuple[int, asyncio.Future]] = []
+
+    def _generator(self, engine: str, attempt: int, game_idx: int) -> Callable[..., Any]:
+        generate = super()._generator(engine, attempt, game_idx)
+
+        async def counted(request: GenerationRequest) -> GenerationOutput:
+            output = await generate(request)
+            self.tokens += len(output.token_ids)  # exactly the step's completion_ids
+            self.turns += 1
+            self._wake()
+            return output
+
+        return counted
+
+    async def play(self, spec: Any, registry: Any) -> Any:
+        """Collector.play, keeping count of the games in flight."""
+        self.active += 1
+        self.peak_active = max(self.peak_active, self.active)
+        try:
+            return await super().play(spec, registry)
+        finally:
+            self.active -= 1
+
+    def _wake(self) -> None:
+        due = [(n, f) for n, f in self._waiters if self.turns >= n]
+        if due:
+            snap = self.snapshot()
+            for _, future in due:
+                if not future.done():
+                    future.set_result(snap)
+            self._waiters = [(n, f) for n, f in self._waiters if self.turns < n]
+
+    def snapshot(self) -> dict[str, float]:
+        """Counters now: clock (s), tokens, turns, games in flight (now, at most), failed games, and the
+        process's peak RSS (bytes)."""
+        return {
+            "clock": time.perf_counter(),
+            "tokens": self.tokens,
+            "turns": self.turns,
+            "in_flight": self.active,
+            "peak_in_flight": self.peak_active,
+            "failed": self.counts["failed"],
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # KiB on Linux
+        }
+
+    async def snapshot_after(self, turns: int) -> dict[str, float]:
+        """The snapshot taken the moment the total turn count reaches `turns`."""
+        if self.turns >= turns:
+            return self.snapshot()
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((turns, future))
+        return await future
+
+
+@attrs.define
+class Window:
+    """What an engine did between two snapshots."""
+
+    seconds: float
+    tokens: int
+    turns: int
+    end: dict[str, float]
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated (completion) tokens per second."""
+        return self.tokens / self.seconds
+
+    @property
+    def turns_per_s(self) -> float:
+        """Game turns per second."""
+        return self.turns / self.seconds
+
+
+@attrs.define
+class Engine:
+    """One inference actor, a registry host, a tracker and a measured collector, wired as run.py does."""
+
+    inference: Any
+    registry: Any
+    tracker: Any
+    collector: Any
+    collecting: Any = None
+
+    @classmethod
+    def start(
+        cls,
+        backend: str,
+        model: str,
+        run_dir: str,
+        max_tokens: int,
+        seed: int = 0,
+        game_timeout_s: float = 600.0,
+    ) -> Engine:
+        """Start the actors (Ray must be initialised) and wait until the backend is loaded."""
+        import ray
+
+        from unstable_core import plugins
+        from unstable_core.runtime.inference_actor import create_inference_actor
+        from unstable_core.runtime.registry_host import RegistryHost
+        from unstable_core.runtime.scheduler import GameScheduler
+        from unstable_core.runtime.tracker import Tracker
+        from unstable_core.types import TrainEnvSpec
+
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        remote = lambda c, **opts: ray.remote(c).options(num_cpus=0, **opts)  # noqa: E731
+        tracker = remote(Tracker).remote(run_dir, [])
+        registry = remote(RegistryHost).remote(f"{run_dir}/registry.json")
+        ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
+        kwargs = {"model": model, "max_batch_size": 32, "max_loras": 8, "max_model_len": 4096, "device": None}
+        inference = create_inference_actor(backend, kwargs)
+        scheduler = GameScheduler(
+            plugins.load("env_sampler", "random")([TrainEnvSpec(ENV_ID, 2, 2)], [], seed=seed),
+            plugins.load("model_sampler", "mirror")(seed=seed),
+            seed=seed,
+        )
+        # max_concurrency=2, not run.py's 1: snapshot_after and stop must run while collect() does
+        collector = remote(MeasuredCollector, max_concurrency=2).remote(
+            engines={"main": [inference]},
+            tokenizers={"main": model},
+            buffer=None,
+            registry=registry,
+            tracker=tracker,
+            scheduler=scheduler,
+            params=SamplingParams(temperature=TEMPERATURE, max_tokens=max_tokens),
+            max_turns=60,
+            game_timeout_s=game_timeout_s,
+        )
+        ray.get([inference.ping.remote(), collector.snapshot.remote()])
+        return cls(inference, registry, tracker, collector)
+
+    def collect(self, games_in_flight: int) -> None:
+        """Start keeping `games_in_flight` games in flight (stopping the previous collection first)."""
+        self.stop_collecting()
+        self.collecting = self.collector.collect.remote(games_in_flight)
+
+    def window(self, warmup_turns: int, turns: int, timeout_s: float = 1800.0) -> Window:
+        """Skip `warmup_turns` turns from now, then measure the next `turns` turns."""
+        now = self._get(self.collector.snapshot.remote(), timeout_s)
+        start = self._get(self.collector.snapshot_after.remote(now["turns"] + warmup_turns), timeout_s)
+        end = self._get(self.collector.snapshot_after.remote(start["turns"] + turns), timeout_s)
+        return Window(
+            end["clock"] - start["clock"], end["tokens"] - start["tokens"], end["turns"] - start["turns"], end
+        )
+
+    def _get(self, ref: Any, timeout_s: float) -> Any:
+        """`ray.get(ref)`, failing loudly when collect() ended (crashed) first or nothing came in time."""
+        import ray
+
+        from unstable_core.errors import UnstableError
+
+        done, _ = ray.wait([ref, self.collecting], num_returns=1, timeout=timeout_s)
+        if ref in done:
+            return ray.get(ref)
+        if done:
+            ray.get(self.collecting)  # raises the collector's error
+            raise UnstableError("the collector stopped before the measurement ended; see its log")
+        raise UnstableError(
+            f"no measurement within {timeout_s:.0f} s; are the games failing? (see games.jsonl)"
+        )
+
+    def stop_collecting(self) -> None:
+        """Stop the games in flight and wait for collect() to return."""
+        import ray
+
+        if self.collecting is not None:
+            self.collector.stop.remote()
+            ray.get(self.collecting)
+            self.collecting = None
+
+    def kill(self) -> None:
+        """Stop collecting and end every actor of this engine."""
+        import ray
+
+        self.stop_collecting()
+        for actor in (self.collector, self.inference, self.registry, self.tracker):
+            ray.kill(actor)
+
+    def torch_threads(self) -> int:
+        """The torch CPU threads of the inference actor's process."""
+        import ray
+
+        def threads(_actor: Any) -> int:
+            import torch
+
+            return torch.get_num_threads()
+
+        return ray.get(self.inference.__ray_call__.remote(threads))
+
+
+def first_prompts(model: str, n: int, seed: int = 0) -> list[list[int]]:
+    """The first-turn prompt ids of `n` TicTacToe games, as the game loop renders them."""
+    import textarena
+
+    from unstable_core.games.templates import render_prompt
+    from unstable_core.models import load_tokenizer
+
+    tokenizer = load_tokenizer(model)
+    prompts = []
+    for i in range(n):
+        env = textarena.make(ENV_ID)
+        env.reset(num_players=2, seed=seed + i)
+        _, observation = env.get_observation()
+        prompts.append(render_prompt("default", observation, tokenizer)[1])
+    return prompts
+
+
+def backend_tokens_per_s(model: str, batch: int, max_tokens: int, threads: int, repeats: int = 3) -> float:
+    """(a) TransformersBackend alone, in this process: the median generated tokens/s of `repeats` batches
+    of `batch` game prompts, after one warm-up batch."""
+    import torch
+
+    from unstable_core.inference.bench import measure_backend_throughput
+    from unstable_core.inference.hf import TransformersBackend
+
+    torch.set_num_threads(threads)
+    backend = TransformersBackend(model, max_batch_size=32, max_loras=8, max_model_len=4096)
+    prompts = first_prompts(model, batch)
+    try:
+        rates = [
+            measure_backend_throughput(backend, prompts, max_tokens, temperature=TEMPERATURE, seed=1000 * r)
+            for r in range(repeats + 1)
+        ]
+    finally:
+        asyncio.run(backend.close())
+    return statistics.median(rates[1:])
+
+
+def play_plain_games(turns: int, seed: int = 0) -> int:
+    """(d) baseline: whole TextArena TicTacToe games in a plain loop until at least `turns` turns, each
+    move a random legal one read from the observation (the instant backend's choice); the turns played."""
+    import textarena
+
+    rng = random.Random(seed)
+    played = game = 0
+    while played < turns:
+        env = textarena.make(ENV_ID)
+        env.reset(num_players=2, seed=seed + game)
+        done = False
+        while not done:
+            _, observation = env.get_observation()
+            done, _ = env.step(instant_backend.choose_move(observation, rng) or "[0]")
+            played += 1
+        env.close()
+        game += 1
+    return played
+
+
+def plain_turns_per_s(turns: int, seed: int = 0) -> float:
+    """Turns per second of `play_plain_games`."""
+    started = time.perf_counter()
+    played = play_plain_games(turns, seed)
+    return played / (time.perf_counter() - started)
+
+
+@attrs.define
+class Row:
+    """One line of the report: a measured value against its target."""
+
+    name: str
+    value: float
+    unit: str
+    target: str
+    passed: bool | None  # None: no target (a baseline)
+    note: str = ""
+
+
+def print_table(rows: list[Row], title: str) -> None:
+    """The report as a rich table: measured value, target, PASS/MISS."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in ("measure", "value", "target", "verdict", "note"):
+        table.add_column(column, justify="right" if column == "value" else "left")
+    for r in rows:
+        verdict = "" if r.passed is None else "[green]PASS[/green]" if r.passed else "[red]MISS[/red]"
+        table.add_row(r.name, f"{r.value:,.2f} {r.unit}", r.target, verdict, r.note)
+    Console(width=160).print(table)
+
+
+@attrs.define
+class Sizes:
+    """How much to measure (full or --quick)."""
+
+    window_batches: int  # (b): measured turns = window_batches * batch
+    single_turns: int  # (c): measured turns at concurrency 1
+    instant_games: int  # (d): games in flight on the instant backend
+    instant_turns: int  # (d): measured engine turns; the plain loop plays as many
+    rss_games: int  # (e): games in flight
+    rss_turns: int  # (e): turns played before reading the peak RSS
+
+
+FULL = Sizes(
+    window_batches=4, single_turns=4, instant_games=128, instant_turns=3000, rss_games=1024, rss_turns=8192
+)
+QUICK = Sizes(
+    window_batches=2, single_turns=2, instant_games=8, instant_turns=100, rss_games=16, rss_turns=64
+)
+
+
+def init_ray() -> None:
+    """A local Ray cluster as run.py starts it, whose workers all register the instant backend."""
+    import os
+
+    import ray
+    from ray import cloudpickle
+
+    from unstable_core.runtime.run import LOCAL_CPUS
+
+    instant_backend.register_instant_backend()
+    # shipped by value: Ray workers cannot import this folder, it is no package
+    cloudpickle.register_pickle_by_value(instant_backend)
+    if __name__ != "__main__":
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    ray.init(
+        num_cpus=LOCAL_CPUS,
+        include_dashboard=False,
+        log_to_driver=False,
+        namespace="unstable-bench",
+        runtime_env={"worker_process_setup_hook": instant_backend.register_instant_backend},
+    )
+
+
+def run(
+    model: str, batch: int, max_tokens: int, sizes: Sizes, say: Callable[[str], None] = print
+) -> list[Row]:
+    """Measure (a) to (e) and return the report's rows (Ray is started and shut down here)."""
+    import ray
+
+    rows: list[Row] = []
+    init_ray()
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-rollout-") as tmp:
+            say(f"starting the engine on {model} ...")
+            engine = Engine.start("transformers", model, f"{tmp}/model", max_tokens)
+            threads = engine.torch_threads()
+            say(f"(a) backend alone, {batch} prompts x {max_tokens} tokens, {threads} torch thread(s) ...")
+            backend = backend_tokens_per_s(model, batch, max_tokens, threads)
+            rows.append(
+                Row("a) backend alone", backend, "tok/s", "", None, f"batch {batch}, {threads} thread(s)")
+            )
+
+            say(f"(b) engine, {batch} games in flight ...")
+            engine.collect(batch)
+            many = engine.window(warmup_turns=batch, turns=sizes.window_batches * batch)
+            rows.append(Row("b) engine", many.tokens_per_s, "tok/s", "", None, f"{many.turns} turns"))
+            ratio = many.tokens_per_s / backend
+            rows.append(Row("b/a) engine / backend", ratio, "x", ">= 0.85", ratio >= 0.85))
+
+            say("(c) engine, 1 game in flight ...")
+            engine.collect(1)
+            one = engine.window(warmup_turns=1, turns=sizes.single_turns)
+            ratio = many.tokens_per_s / one.tokens_per_s
+            note = f"{one.tokens_per_s:,.1f} tok/s with 1 game"
+            rows.append(Row(f"c) {batch} games / 1 game", ratio, "x", ">= 4", ratio >= 4.0, note))
+            failed = one.end["failed"]  # the collector's counts are cumulative
+            engine.kill()
+
+            say(f"(d) instant backend, {sizes.instant_games} games in flight, and the plain loop ...")
+            engine = Engine.start(instant_backend.BACKEND_NAME, model, f"{tmp}/instant", max_tokens)
+            engine.collect(sizes.instant_games)
+            fast = engine.window(warmup_turns=sizes.instant_games * 2, turns=sizes.instant_turns)
+            plain = plain_turns_per_s(sizes.instant_turns)
+            ratio = fast.turns_per_s / plain
+            note = f"{fast.turns_per_s:,.0f} vs {plain:,.0f} turns/s, {sizes.instant_games} games"
+            rows.append(Row("d) engine / plain loop", ratio, "x", ">= 0.25", ratio >= 0.25, note))
+
+            say(f"(e) collector memory, {sizes.rss_games} games in flight ...")
+            engine.collect(sizes.rss_games)
+            full = engine.window(warmup_turns=0, turns=sizes.rss_turns)
+            rss = full.end["peak_rss_bytes"] / GiB
+            note = f"{full.end['peak_in_flight']:.0f} games in flight at most, {full.turns} turns"
+            rows.append(Row("e) collector peak RSS", rss, "GiB", "<= 1 GiB", rss <= 1.0, note))
+            failed += full.end["failed"]
+            engine.kill()
+            if failed:
+                say(f"warning: {failed:.0f} games failed during the measurements")
+    finally:
+        ray.shutdown()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the options, measure, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--model", default="smollm2-135m", help="alias, hub id or folder (default: %(default)s)"
+    )
+    parser.add_argument("--batch", type=int, default=8, help="B: prompts per batch, games in flight")
+    parser.add_argument("--max-tokens", type=int, default=32, help="new tokens per turn")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
+    args = parser.parse_args(argv)
+    from unstable_core.errors import UnstableError
+
+    if args.batch < 1 or args.max_tokens < 1:
+        raise SystemExit("error: --batch and --max-tokens must be >= 1")
+    sizes = QUICK if args.quick else FULL
+    try:
+        rows = run(args.model, args.batch, args.max_tokens, sizes)
+    except UnstableError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    title = f"rollout benchmark: {args.model}, B={args.batch}, {args.max_tokens} tokens/turn{' (quick)' if args.quick else ''}"
+    print_table(rows, title)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""Smoke tests of benchmarks/rollout.py and its instant backend, at tiny sizes (no timing is asserted)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from unstable_core.inference.base import GenerationOutput, GenerationRequest
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+TICTACTOE_START = (
+    "Current Board:\n\n 0 | 1 | 2 \n---+---+---\n 3 | 4 | 5 \n---+---+---\n 6 | 7 | 8 \n\n"
+    "Available Moves: '[0]', '[1]', '[2]', '[3]', '[4]', '[5]', '[6]', '[7]', '[8]'"
+)
+
+
+@pytest.fixture()
+def bench(monkeypatch):
+    """The benchmark modules, importable by their own names; the plugin registry rediscovered afterwards."""
+    from unstable_core import plugins
+
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    import instant_backend
+    import rollout
+
+    yield instant_backend, rollout
+    plugins.reset()  # forget the instant backend registered by a test
+
+
+def first_observation(seed: int = 0) -> str:
+    import textarena
+
+    env = textarena.make("TicTacToe-v0-train")
+    env.reset(num_players=2, seed=seed)
+    return env.get_observation()[1]
+
+
+def test_legal_moves_of_a_real_tictactoe_observation(bench):
+    instant, _ = bench
+    import textarena
+
+    env = textarena.make("TicTacToe-v0-train")
+    env.reset(num_players=2, seed=3)
+    assert instant.legal_moves(env.get_observation()[1]) == [f"[{i}]" for i in range(9)]
+    env.step("[4]")
+    assert instant.legal_moves(env.get_observation()[1]) == [f"[{i}]" for i in (0, 1, 2, 3, 5, 6, 7, 8)]
+
+
+def test_legal_moves_reads_only_the_last_list(bench):
+    instant, _ = bench
+    text = "Valid moves: [a1], [b2]\nthen the board changed\nvalid moves: [e2e4], [g1f3]\nReply with \\boxed{[3]}"
+    assert instant.legal_moves(text) == ["[e2e4]", "[g1f3]"]
+    assert instant.legal_moves("no list here, just [4]") == []
+    assert instant.choose_move("nothing to choose", random.Random(0)) is None
+    rng = random.Random(0)
+    picks = {instant.choose_move(TICTACTOE_START, rng) for _ in range(200)}
+    assert picks == {f"[{i}]" for i in range(9)}  # uniform over 9 moves: all seen in 200 draws
+
+
+def test_instant_backend_answers_a_boxed_legal_move_as_token_ids(bench, tiny_model):
+    instant, _ = bench
+    from unstable_core.games.actions import extract_action
+    from unstable_core.games.templates import render_prompt
+
+    backend = instant.InstantBackend(tiny_model, seed=1, gather_ms=1.0)
+    _, prompt_ids = render_prompt("default", first_observation(), backend.tokenizer)
+    no_moves = backend.tokenizer.encode("a prompt without moves", add_special_tokens=False)
+
+    async def ask() -> list[GenerationOutput]:
+        return await asyncio.gather(
+            backend.generate(GenerationRequest(prompt_ids)), backend.generate(GenerationRequest(no_moves))
+        )
+
+    good, bad = asyncio.run(ask())
+    action, format_ok = extract_action(good.text)
+    assert format_ok and action in {f"[{i}]" for i in range(9)}
+    assert good.text == f"\\boxed{{{action}}}"
+    assert good.finish_reason == "stop" and good.token_ids[-1] == backend.tokenizer.eos_token_id
+    assert backend.tokenizer.decode(good.token_ids[:-1]) == good.text
+    assert good.logprobs[0] == pytest.approx(math.log(1 / 9))
+    assert good.logprobs[1:] == [0.0] * (len(good.token_ids) - 1)
+    assert bad.finish_reason == "error" and "Available Moves" in bad.error
+    stats = backend.stats()
+    assert (stats["requests"], stats["batches"], stats["errors"]) == (2.0, 1.0, 1.0)  # one batch of both
+    asyncio.run(backend.close())
+
+
+def test_instant_backend_seeded_requests_repeat(bench, tiny_model):
+    instant, _ = bench
+    from unstable_core.inference.base import SamplingParams
+
+    backend = instant.InstantBackend(tiny_model)
+    ids = backend.tokenizer.encode(TICTACTOE_START, add_special_tokens=False)
+    requests = [GenerationRequest(ids, params=SamplingParams(seed=s)) for s in (5, 5, 6)]
+    first, again, other = backend.generate_batch(requests)
+    assert first.text == again.text
+    expected = random.Random(6).choice([f"[{i}]" for i in range(9)])
+    assert other.text == f"\\boxed{{{expected}}}"
+
+
+def test_register_instant_backend_is_idempotent(bench):
+    instant, _ = bench
+    from unstable_core import plugins
+
+    instant.register_instant_backend()
+    instant.register_instant_backend()
+    assert plugins.load("backend", instant.BACKEND_NAME) is instant.InstantBackend
+
+
+def test_plain_loop_plays_whole_games(bench):
+    _, rollout = bench
+    played = rollout.play_plain_games(20, seed=0)
+    assert 20 <= played < 20 + 9  # it stops after the game that reaches 20 turns; a game has <= 9 turns
+
+
+class _Remote:
+    """An actor method stand-in: `.remote(request)` gives an awaitable output of `n` tokens."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        self.sizes = sizes
+
+    def remote(self, request: GenerationRequest):
+        n = self.sizes.pop(0)
+
+        async def answer() -> GenerationOutput:
+            return GenerationOutput(text="x", token_ids=[1] * n, logprobs=[0.0] * n, finish_reason="stop")
+
+        return answer()
+
+
+def test_measured_collector_counts_turns_and_tokens(bench, tiny_model):
+    _, rollout = bench
+    from unstable_core.inference.base import SamplingParams
+
+    actor = type("Actor", (), {})()
+    actor.generate = _Remote([3, 5, 7])
+    collector = rollout.MeasuredCollector(
+        engines={"main": [actor]},
+        tokenizers={"main": tiny_model},
+        buffer=None,
+        registry=None,
+        tracker=None,
+        scheduler=None,
+        params=SamplingParams(),
+    )
+    generate = collector._generator("main", 0, 0)
+
+    async def three_turns() -> dict:
+        waiting = asyncio.ensure_future(collector.snapshot_after(2))
+        await generate(GenerationRequest([1]))
+        assert not waiting.done()
+        await generate(GenerationRequest([1]))
+        snap = await waiting
+        await generate(GenerationRequest([1]))
+        return snap
+
+    snap = asyncio.run(three_turns())
+    assert (snap["turns"], snap["tokens"]) == (2, 3 + 5)
+    now = collector.snapshot()
+    assert (now["turns"], now["tokens"]) == (3, 3 + 5 + 7)
+    assert now["peak_rss_bytes"] > 10 * 2**20  # a Python process with torch imported
+
+
+def test_bad_sizes_are_refused(bench):
+    _, rollout = bench
+    with pytest.raises(SystemExit, match="--batch and --max-tokens must be >= 1"):
+        rollout.main(["--batch", "0"])
+
+
+@pytest.mark.slow
+def test_quick_run_prints_every_measure(tiny_model):
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH_DIR / "rollout.py"),
+            "--quick",
+            "--model",
+            tiny_model,
+            "--batch",
+            "2",
+            "--max-tokens",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    names = [
+        "a) backend alone",
+        "b) engine",
+        "b/a) engine / backend",
+        "c) 2 games / 1 game",
+        "d) engine / plain loop",
+        "e) collector peak RSS",
+    ]
+    for name in names:
+        row = next((line for line in lines if name in line), None)
+        assert row is not None, f"no row {name!r} in:\n{run.stdout}"
+        if not name.startswith(("a)", "b)")):
+            assert ("PASS" in row) != ("MISS" in row), row
+    assert "failed" not in run.stdout  # no game failed during the measurements
