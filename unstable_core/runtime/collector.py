@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -73,6 +74,7 @@ class Collector:
         max_turns: int = 200,
         game_timeout_s: float | None = None,
         max_retries: int = 3,
+        restart_timeout_s: float = 300.0,
     ) -> None:
         from unstable_core.models import load_tokenizer
 
@@ -82,6 +84,7 @@ class Collector:
         self.scheduler = scheduler
         self.params = params
         self.max_turns, self.game_timeout_s, self.max_retries = max_turns, game_timeout_s, max_retries
+        self.restart_timeout_s = restart_timeout_s
         self.running = False
         self.counts = {"started": 0, "finished": 0, "failed": 0, "retries": 0}
 
@@ -126,13 +129,29 @@ class Collector:
                 error = str(exc)
                 self.counts["retries"] += 1
                 log.warning("game %d: %s; replaying (attempt %d)", spec.game_idx, error, attempt + 1)
-                await asyncio.sleep(min(5.0, 0.5 * 2**attempt))
+                engines = {r.engine for r in routes.values()}
+                await self._await_actors(engines, attempt + 1, spec.game_idx)
         return _failed(spec, f"gave up after {self.max_retries} retries: {error}")
+
+    async def _await_actors(self, engines: set[str], attempt: int, game_idx: int) -> None:
+        """Wait (up to `restart_timeout_s`) until the actors that `attempt` will use answer a ping: a killed
+        actor fails calls at once while it restarts, which takes as long as loading its model."""
+        deadline = time.monotonic() + self.restart_timeout_s
+        for engine in engines:
+            pool = self.engines[engine]
+            actor = pool[(game_idx + attempt) % len(pool)]
+            while time.monotonic() < deadline:
+                try:
+                    await asyncio.wait_for(actor.ping.remote(), timeout=30.0)
+                    break
+                except Exception as exc:
+                    if not (is_actor_failure(exc) or isinstance(exc, asyncio.TimeoutError)):
+                        raise
+                    await asyncio.sleep(0.5)
 
     async def _run(self, kind: str) -> GameResult:
         registry = ModelRegistry.from_dict(await self.registry.to_dict.remote())
         spec = self.scheduler.next_train(registry) if kind == "train" else self.scheduler.next_eval(registry)
-        self.counts["started"] += 1
         result = await self.play(spec, registry)
         self.counts["failed" if result.info.failed else "finished"] += 1
         self.scheduler.env_sampler.update(result.info)
@@ -163,6 +182,8 @@ class Collector:
                         if max_games is not None and self.counts["started"] >= max_games:
                             break
                         inflight[asyncio.create_task(self._run(kind))] = kind
+                        # counted here, not in the task, so that the max_games check above sees it at once
+                        self.counts["started"] += 1
                         await asyncio.sleep(0)  # let the task take its registry snapshot and index
                 if not inflight:
                     if not room:

@@ -202,7 +202,8 @@ class Run:
                 num_shards=cfg.num_collectors,
             )
             collectors.append(
-                remote(Collector, max_concurrency=1).remote(
+                # collect() runs for the whole run: stop() and stats() need room beside it
+                remote(Collector, max_concurrency=4).remote(
                     engines=engines,
                     tokenizers=self._engines(),
                     buffer=buffer,

@@ -1,0 +1,192 @@
+"""The Ray runtime on a real Ray session: a collector playing TextArena games through a real inference
+actor (the tiny random-weight model), a failing environment, and an inference actor killed mid-run."""
+
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+from unstable_core.config import RunConfig
+from unstable_core.inference.base import SamplingParams
+from unstable_core.io import read_jsonl
+from unstable_core.plugins import get_registry
+from unstable_core.runtime.buffer import StepBuffer
+from unstable_core.runtime.collector import Collector
+from unstable_core.runtime.inference_actor import create_inference_actor
+from unstable_core.runtime.registry_host import RegistryHost
+from unstable_core.runtime.run import Run
+from unstable_core.runtime.scheduler import GameScheduler
+from unstable_core.runtime.tracker import Tracker
+from unstable_core.types import TrainEnvSpec
+
+TTT = "TicTacToe-v0-train"
+MISSING_ENV = "NoSuchGame-v0"
+MAX_NEW_TOKENS = 8
+RESTARTING = (
+    ray.exceptions.RayActorError,
+    ray.exceptions.ActorUnavailableError,
+    ray.exceptions.GetTimeoutError,
+)
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="unstable-tests")
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def engine(ray_session, tiny_model):
+    """One inference actor on the tiny model, shared by the collector tests of this module."""
+    actor = create_inference_actor("transformers", {"model": tiny_model, "device": "cpu"})
+    assert ray.get(actor.ping.remote(), timeout=180) == "pong"
+    return actor
+
+
+def wait_until(check, timeout_s: float = 180.0, what: str = "condition") -> None:
+    """Poll `check()` until true, tolerating the errors of an actor that is (re)starting."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except RESTARTING:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_collector(run_dir: Path, engine, tiny_model: str, specs: list[TrainEnvSpec], seed: int = 0):
+    """A collector actor with a real registry, buffer and tracker (all Ray actors), sampling `specs`."""
+    reg = get_registry()
+    registry = ray.remote(RegistryHost).options(num_cpus=0).remote(str(run_dir / "registry.json"))
+    ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
+    buffer = ray.remote(StepBuffer).options(num_cpus=0).remote(10_000)
+    tracker = ray.remote(Tracker).options(num_cpus=0).remote(str(run_dir))
+    scheduler = GameScheduler(
+        reg.load("env_sampler", "random")(specs, seed=seed),
+        reg.load("model_sampler", "mirror")(seed=seed),
+        seed=seed,
+    )
+    collector = (
+        ray.remote(Collector)
+        .options(num_cpus=0, max_concurrency=4)
+        .remote(
+            engines={"main": [engine]},
+            tokenizers={"main": tiny_model},
+            buffer=buffer,
+            registry=registry,
+            tracker=tracker,
+            scheduler=scheduler,
+            params=SamplingParams(temperature=1.0, max_tokens=MAX_NEW_TOKENS),
+            max_turns=20,
+            game_timeout_s=120.0,
+        )
+    )
+    return collector, registry, buffer, tracker
+
+
+def finish(tracker, registry, num_games: int) -> tuple[list[dict], dict]:
+    """Wait for the collector's fire-and-forget records to land, then flush: (games.jsonl records, registry)."""
+    recorded = lambda: ray.get(tracker.snapshot.remote())["counts"].get("train_games", 0)  # noqa: E731
+    wait_until(lambda: recorded() >= num_games, what="game records")
+    ray.get(tracker.close.remote())
+    return ray.get(tracker.snapshot.remote()), ray.get(registry.to_dict.remote())
+
+
+def test_games_finish_and_produce_steps(engine, tiny_model, tmp_path):
+    collector, registry, buffer, tracker = start_collector(
+        tmp_path, engine, tiny_model, [TrainEnvSpec(TTT, 2, 2)]
+    )
+    counts = ray.get(collector.collect.remote(2, 0, 4), timeout=300)
+    assert counts == {"started": 4, "finished": 4, "failed": 0, "retries": 0}
+
+    wait_until(
+        lambda: ray.get(registry.to_dict.remote())["env_games"].get(TTT) == 4, what="ratings of 4 games"
+    )
+    finish(tracker, registry, 4)
+    games = read_jsonl(tmp_path / "games" / "games.jsonl")
+    assert sorted(g["info"]["game_idx"] for g in games) == [0, 1, 2, 3]
+    steps = [s for g in games for t in g["trajectories"] for s in t["steps"]]
+    for g in games:
+        info = g["info"]
+        assert not info["failed"] and info["env_id"] == TTT
+        assert info["models"] == {"0": "ckpt-0", "1": "ckpt-0"} and sorted(info["learner_pids"]) == [0, 1]
+        assert info["num_turns"] == sum(len(t["steps"]) for t in g["trajectories"]) >= 1
+        assert set(info["final_rewards"]) == {"0", "1"}
+    for s in steps:
+        assert s["prompt_ids"] and 1 <= len(s["completion_ids"]) <= MAX_NEW_TOKENS
+        assert len(s["logprobs"]) == len(s["completion_ids"])
+        assert s["model_uid"] == "ckpt-0" and s["policy_version"] == 0
+
+    # mirror self-play: every step of every game is training data, and only those reach the buffer
+    stats = ray.get(buffer.stats.remote())
+    assert stats["games"] == 4 and stats["steps_added"] == stats["size"] == len(steps)
+
+
+def test_failing_env_is_recorded_as_failed_while_the_others_finish(engine, tiny_model, tmp_path):
+    specs = [TrainEnvSpec(TTT, 2, 2), TrainEnvSpec(MISSING_ENV, 2, 2)]
+    # game i is played in the i-th env the seeded sampler draws: replay those draws here
+    twin = get_registry().load("env_sampler", "random")(specs, seed=3)
+    expected = [twin.sample("train").env_id for _ in range(6)]
+    assert TTT in expected and MISSING_ENV in expected, "pick a seed that draws both envs"
+    bad = {i for i, env in enumerate(expected) if env == MISSING_ENV}
+
+    collector, registry, buffer, tracker = start_collector(tmp_path, engine, tiny_model, specs, seed=3)
+    counts = ray.get(collector.collect.remote(2, 0, 6), timeout=300)
+    assert counts == {"started": 6, "finished": 6 - len(bad), "failed": len(bad), "retries": 0}
+
+    snap, _ = finish(tracker, registry, 6)
+    assert (snap["counts"]["train_games"], snap["counts"]["train_failed"]) == (6, len(bad))
+    games = {g["info"]["game_idx"]: g for g in read_jsonl(tmp_path / "games" / "games.jsonl")}
+    assert sorted(games) == list(range(6))
+    for idx, g in games.items():
+        info = g["info"]
+        assert info["env_id"] == expected[idx]
+        if idx in bad:
+            assert info["failed"] and f"env {MISSING_ENV} raised in make" in info["error"]
+            assert info["num_turns"] == 0 and info["final_rewards"] == {}
+        else:
+            assert not info["failed"] and info["error"] is None and info["num_turns"] >= 1
+    assert ray.get(buffer.stats.remote())["games"] == 6 - len(bad)
+    wait_until(lambda: ray.get(registry.to_dict.remote())["env_games"] == {TTT: 6 - len(bad)}, what="ratings")
+
+
+def test_killed_inference_actor_restarts_and_no_game_is_counted_twice(ray_session, tiny_model, tmp_path):
+    cfg = RunConfig(
+        model_name=tiny_model,
+        train_envs=[f"{TTT}:2:2"],
+        final_transforms=[],
+        step_transforms=[],
+        sampling_transforms=[],
+        num_train_workers=2,
+        max_generation_len=MAX_NEW_TOKENS,
+        temperature=1.0,
+        runs_dir=str(tmp_path),
+        run_name="killed",
+        device="cpu",
+        trackers=[],
+    )
+    run = Run(cfg, learn=False).start()
+    tracker, collector = run.actors["tracker"], run.actors["collectors"][0]
+    engine = run.actors["engines"]["main"][0]
+    played = lambda: ray.get(tracker.snapshot.remote())["counts"].get("train_games", 0)  # noqa: E731
+    wait_until(lambda: played() >= 3, what="3 games before the kill")
+
+    ray.kill(engine, no_restart=False)
+    at_kill = played()
+    wait_until(lambda: played() >= at_kill + 4, what="4 games after the kill")
+    stats = ray.get(collector.stats.remote(), timeout=30)  # the collector answers while collecting
+    assert stats["retries"] >= 1, "a game in flight at the kill should have been replayed"
+    assert stats["failed"] == 0
+
+    summary = run.stop()
+    ready, _ = ray.wait(run._collect_refs, num_returns=len(run._collect_refs), timeout=0)
+    assert len(ready) == len(run._collect_refs), "stop() should end the collection, not time out on it"
+    games = read_jsonl(tmp_path / "killed" / "games" / "games.jsonl")
+    idx = [g["info"]["game_idx"] for g in games]
+    assert len(idx) == len(set(idx)) == summary["counts"]["train_games"] >= at_kill + 4
+    assert not any(g["info"]["failed"] for g in games)
+    assert summary["registry"]["env_games"][TTT] == len(games)  # each game rated once
