@@ -32,11 +32,10 @@ def instantiate(kind: str, spec: Any, **extra: Any) -> Any:
         raise ConfigError(f"{kind.replace('_', ' ')} {name!r}: {exc}") from exc
 
 
-def make_run_dir(cfg: RunConfig) -> Path:
+def run_dir_of(cfg: RunConfig) -> Path:
+    """The run's directory, absolute (time-stamped unless the config names it); not created here."""
     name = cfg.run_name or time.strftime("run-%Y%m%d-%H%M%S")
-    run_dir = Path(cfg.runs_dir) / name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir.resolve()
+    return (Path(cfg.runs_dir) / name).resolve()
 
 
 def is_adapter_dir(name: str) -> bool:
@@ -86,8 +85,9 @@ class Run:
     def __init__(self, cfg: RunConfig, learn: bool = True) -> None:
         self.cfg = cfg
         self.learn = learn
-        self.run_dir = make_run_dir(cfg)
+        self.run_dir = run_dir_of(cfg)
         self.components = Components.resolve(cfg, self.run_dir, learner=learn)
+        self.run_dir.mkdir(parents=True, exist_ok=True)  # only once the config resolved: no empty dir on errors
         self.actors: dict[str, Any] = {}
         self._collect_refs: list[Any] = []
         self._train_ref: Any = None
