@@ -1,0 +1,109 @@
+"""`unstable run` end to end through the command line, with the tiny random-weight model: REINFORCE by
+mirror self-play, and A2C against the fixed base model. Each run starts (and shuts down) its own Ray."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import tomllib
+from safetensors import safe_open
+
+from unstable_core.io import read_jsonl
+
+SMALL = [
+    "--learning-steps", "2", "--batch-size", "4", "--mini-batch-size", "2",
+    "--max-generation-len", "8", "--num-train-workers", "4", "--device", "cpu",
+    "--lora-config", '{"lora_rank": 4, "lora_alpha": 8}',
+]  # fmt: skip
+
+
+def unstable_run(tiny_model: str, runs_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python -m unstable_core run` on the tiny model; fails the test with its output when it fails."""
+    cmd = [sys.executable, "-m", "unstable_core", "run", "--model", tiny_model, "--runs-dir", str(runs_dir)]
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(cmd + [*SMALL, *args], capture_output=True, text=True, timeout=420, env=env)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc
+
+
+def check_run_dir(run_dir: Path, tiny_model: str, learner: str) -> tuple[list[dict], dict]:
+    """What every learning run leaves behind; returns (games.jsonl records, registry.json)."""
+    cfg = tomllib.loads((run_dir / "config.toml").read_text())
+    assert (cfg["model_name"], cfg["learner"], cfg["learning_steps"], cfg["batch_size"]) == (
+        tiny_model,
+        learner,
+        2,
+        4,
+    )
+
+    for step in (1, 2):
+        folder = run_dir / "checkpoints" / f"step-{step}"
+        assert json.loads((folder / "learner_state.json").read_text())["step"] == step
+        with safe_open(str(folder / "adapter_model.safetensors"), "pt") as f:
+            lora_a = [k for k in f.keys() if "lora_A" in k]  # noqa: SIM118 (not a dict)
+            assert lora_a and all(f.get_tensor(k).shape[0] == 4 for k in lora_a)  # --lora-config rank 4
+
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2]
+    for m in metrics:
+        assert m["learner/batch_steps"] >= 4 and math.isfinite(m["learner/grad_norm"])
+
+    games = read_jsonl(run_dir / "games" / "games.jsonl")
+    finished = [g for g in games if not g["info"]["failed"]]
+    idx = [g["info"]["game_idx"] for g in games]
+    assert finished and len(idx) == len(set(idx))
+    for g in finished:
+        for s in (s for t in g["trajectories"] for s in t["steps"]):
+            assert s["prompt_ids"] and 1 <= len(s["completion_ids"]) == len(s["logprobs"]) <= 8
+
+    registry = json.loads((run_dir / "registry.json").read_text())
+    ckpts = {m["uid"]: m for m in registry["models"] if m["kind"] == "checkpoint"}
+    assert sorted(ckpts) == ["ckpt-0", "ckpt-1", "ckpt-2"]
+    assert registry["current"] == "ckpt-2"
+    for step in (1, 2):
+        assert Path(ckpts[f"ckpt-{step}"]["path_or_name"]) == run_dir / "checkpoints" / f"step-{step}"
+    for m in registry["models"]:
+        assert math.isfinite(m["mu"]) and 0 < m["sigma"] <= 25 / 3 + 1e-9
+    return finished, registry
+
+
+def test_unstable_run_reinforce_mirror_self_play(tiny_model, tmp_path):
+    unstable_run(tiny_model, tmp_path, "--run-name", "reinforce")
+    finished, registry = check_run_dir(tmp_path / "reinforce", tiny_model, "reinforce")
+    for g in finished:  # mirror self-play: one checkpoint at every seat, every seat learns
+        assert len(set(g["info"]["models"].values())) == 1 and sorted(g["info"]["learner_pids"]) == [0, 1]
+    assert {m["kind"] for m in registry["models"]} == {"checkpoint"}
+
+
+def test_unstable_run_a2c_against_fixed_base(tiny_model, tmp_path):
+    unstable_run(
+        tiny_model,
+        tmp_path,
+        "--run-name",
+        "a2c",
+        "--learner",
+        "a2c",
+        "--sampler",
+        "fixed",
+        "--fixed-opponent",
+        "base",
+    )
+    run_dir = tmp_path / "a2c"
+    finished, registry = check_run_dir(run_dir, tiny_model, "a2c")
+    assert (run_dir / "checkpoints" / "step-2" / "critic" / "value_head.safetensors").is_file()
+    assert all(math.isfinite(m["learner/value_loss"]) for m in read_jsonl(run_dir / "metrics.jsonl"))
+    for g in finished:  # one learner seat, the other played by the base model
+        models = g["info"]["models"]
+        assert sorted(models.values())[0] == "base" and sorted(models.values())[1].startswith("ckpt-")
+        assert models[str(g["info"]["learner_pids"][0])].startswith("ckpt-")
+    # every rated game is one checkpoint against base, so base's game count is the checkpoints' sum
+    models = {m["uid"]: m for m in registry["models"]}
+    assert models["base"]["kind"] == "fixed"
+    assert (
+        models["base"]["games"] == sum(m["games"] for m in models.values() if m["kind"] == "checkpoint") >= 1
+    )
+    assert models["base"]["sigma"] < 25 / 3  # rated at least once
