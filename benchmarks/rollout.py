@@ -48,7 +48,7 @@ class MeasuredCollector(Collector):
         super().__init__(**kwargs)
         self.tokens = 0
         self.turns = 0
-        self.active = 0  # games being played now (the counts leave out games cancelled by stop())
+        self.active = 0  # game tasks in flight now
         self.peak_active = 0
         self._waiters: list[tuple[int, asyncio.Future]] = []
 
@@ -64,12 +64,12 @@ class MeasuredCollector(Collector):
 
         return counted
 
-    async def play(self, spec: Any, registry: Any) -> Any:
-        """Collector.play, keeping count of the games in flight."""
+    async def _run(self, kind: str) -> Any:
+        # the whole life of a game task, registry snapshot included (counts leave out cancelled games)
         self.active += 1
         self.peak_active = max(self.peak_active, self.active)
         try:
-            return await super().play(spec, registry)
+            return await super()._run(kind)
         finally:
             self.active -= 1
 
@@ -305,6 +305,52 @@ def plain_turns_per_s(turns: int, seed: int = 0) -> float:
     return played / (time.perf_counter() - started)
 
 
+def play_inprocess_games(model: str, games_in_flight: int, turns: int, max_tokens: int) -> int:
+    """(d') the game loop alone: `play_game` coroutines in this process on an InstantBackend, no Ray,
+    `games_in_flight` at a time until at least `turns` turns were played; the turns played."""
+    from unstable_core.errors import UnstableError
+    from unstable_core.games.loop import play_game
+    from unstable_core.types import GameSpec, PlayerSpec
+
+    backend = instant_backend.InstantBackend(model)
+    params = SamplingParams(temperature=TEMPERATURE, max_tokens=max_tokens)
+    played = started_games = 0
+
+    async def keep_playing() -> None:
+        nonlocal played, started_games
+        while played < turns:
+            idx, started_games = started_games, started_games + 1
+            seats = [PlayerSpec(pid, "ckpt-0", True, "default") for pid in (0, 1)]
+            spec = GameSpec(game_idx=idx, env_id=ENV_ID, seed=idx, players=seats)
+            result = await play_game(
+                spec,
+                backend.generate,
+                backend.tokenizer,
+                lora_paths={0: None, 1: None},
+                policy_versions={0: 0, 1: 0},
+                params=params,
+            )
+            if result.info.failed:
+                raise UnstableError(f"in-process game {idx} failed: {result.info.error}")
+            played += result.info.num_turns
+
+    async def play_all() -> None:
+        try:
+            await asyncio.gather(*(keep_playing() for _ in range(games_in_flight)))
+        finally:
+            await backend.close()
+
+    asyncio.run(play_all())
+    return played
+
+
+def inprocess_turns_per_s(model: str, games_in_flight: int, turns: int, max_tokens: int) -> float:
+    """Turns per second of `play_inprocess_games`."""
+    started = time.perf_counter()
+    played = play_inprocess_games(model, games_in_flight, turns, max_tokens)
+    return played / (time.perf_counter() - started)
+
+
 @attrs.define
 class Row:
     """One line of the report: a measured value against its target."""
@@ -418,6 +464,9 @@ def run(
             ratio = fast.turns_per_s / plain
             note = f"{fast.turns_per_s:,.0f} vs {plain:,.0f} turns/s, {sizes.instant_games} games"
             rows.append(Row("d) engine / plain loop", ratio, "x", ">= 0.25", ratio >= 0.25, note))
+            alone = inprocess_turns_per_s(model, sizes.instant_games, sizes.instant_turns, max_tokens)
+            note = f"{alone:,.0f} turns/s: play_game in-process on the instant backend, no Ray"
+            rows.append(Row("d') game loop / plain loop", alone / plain, "x", "", None, note))
 
             say(f"(e) collector memory, {sizes.rss_games} games in flight ...")
             engine.collect(sizes.rss_games)

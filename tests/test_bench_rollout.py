@@ -119,6 +119,12 @@ def test_plain_loop_plays_whole_games(bench):
     assert 20 <= played < 20 + 9  # it stops after the game that reaches 20 turns; a game has <= 9 turns
 
 
+def test_inprocess_game_loop_plays_whole_games(bench, tiny_model):
+    _, rollout = bench
+    played = rollout.play_inprocess_games(tiny_model, games_in_flight=3, turns=12, max_tokens=8)
+    assert 12 <= played < 12 + 3 * 9  # each of the 3 workers finishes the game it is playing
+
+
 class _Remote:
     """An actor method stand-in: `.remote(request)` gives an awaitable output of `n` tokens."""
 
@@ -199,11 +205,12 @@ def test_quick_run_prints_every_measure(tiny_model):
         "b/a) engine / backend",
         "c) 2 games / 1 game",
         "d) engine / plain loop",
+        "d') game loop / plain loop",
         "e) collector peak RSS",
     ]
     for name in names:
         row = next((line for line in lines if name in line), None)
         assert row is not None, f"no row {name!r} in:\n{run.stdout}"
-        if not name.startswith(("a)", "b)")):
+        if not name.startswith(("a)", "b)", "d')")):
             assert ("PASS" in row) != ("MISS" in row), row
     assert "failed" not in run.stdout  # no game failed during the measurements
