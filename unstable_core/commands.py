@@ -109,7 +109,7 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
     console.print("starting Ray actors and loading the model (a minute on a laptop CPU)...")
     run.start(**start_kwargs)
     try:
-        with Live(console=console, refresh_per_second=1, transient=False) as live:
+        with Live(console=console, refresh_per_second=1, transient=True) as live:
             summary = run.wait(on_progress=lambda snap: live.update(_progress_table(snap, learning_steps, title)))
     except KeyboardInterrupt:
         console.print("[yellow]interrupted: finishing the update in progress and shutting down...[/yellow]")
@@ -159,6 +159,7 @@ def play(env_id, games, model, opponent, template, players, concurrency, max_gen
         "fixed_opponents": [opponent] if opponent else [],
         "prompt_template": template,
         "num_train_workers": min(concurrency, games),
+        "num_eval_workers": 0,
         "max_generation_len": max_generation_len,
         "temperature": temperature,
         "run_name": run_name,

@@ -173,7 +173,7 @@ class RunConfig:
     )
     # collection and inference
     num_train_workers: int = attrs.field(default=8, validator=_positive, metadata=_help("training games in flight", alias="num_collection_workers"))
-    num_eval_workers: int = attrs.field(default=0, validator=_non_negative, metadata=_help("evaluation games in flight"))
+    num_eval_workers: int = attrs.field(default=1, validator=_non_negative, metadata=_help("evaluation games in flight (against the fixed opponent, default the base model: this moves the ratings)"))
     num_collectors: int = attrs.field(default=1, validator=_positive, metadata=_help("collector actors sharing the games"))
     num_inference_actors: int = attrs.field(default=1, validator=_positive, metadata=_help("inference actors (one per GPU)"))
     backend: str = attrs.field(default="transformers", metadata=_help("inference backend"))
