@@ -88,8 +88,9 @@ def start_collector(run_dir: Path, engine, tiny_model: str, specs: list[TrainEnv
     return collector, registry, buffer, tracker
 
 
-def finish(tracker, registry, num_games: int) -> tuple[list[dict], dict]:
-    """Wait for the collector's fire-and-forget records to land, then flush: (games.jsonl records, registry)."""
+def finish(tracker, registry, num_games: int) -> tuple[dict, dict]:
+    """Wait until the tracker has the collector's fire-and-forget game records, write games.jsonl;
+    returns (tracker snapshot, registry as a dict)."""
     recorded = lambda: ray.get(tracker.snapshot.remote())["counts"].get("train_games", 0)  # noqa: E731
     wait_until(lambda: recorded() >= num_games, what="game records")
     ray.get(tracker.close.remote())
