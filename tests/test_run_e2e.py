@@ -74,9 +74,17 @@ def check_run_dir(run_dir: Path, tiny_model: str, learner: str) -> tuple[list[di
 def test_unstable_run_reinforce_mirror_self_play(tiny_model, tmp_path):
     unstable_run(tiny_model, tmp_path, "--run-name", "reinforce")
     finished, registry = check_run_dir(tmp_path / "reinforce", tiny_model, "reinforce")
-    for g in finished:  # mirror self-play: one checkpoint at every seat, every seat learns
+    train = [g for g in finished if not g["info"]["eval"]]
+    assert train
+    for g in train:  # mirror self-play: one checkpoint at every seat, every seat learns
         assert len(set(g["info"]["models"].values())) == 1 and sorted(g["info"]["learner_pids"]) == [0, 1]
-    assert {m["kind"] for m in registry["models"]} == {"checkpoint"}
+    for g in finished:
+        if g["info"]["eval"]:  # the default evaluation game: the current checkpoint against the base model
+            assert sorted(g["info"]["models"].values())[0] == "base" and len(g["info"]["learner_pids"]) == 1
+    models = {m["uid"]: m for m in registry["models"]}
+    assert {m["kind"] for m in models.values()} == {"checkpoint", "fixed"} and models["base"][
+        "kind"
+    ] == "fixed"
 
 
 def test_unstable_run_a2c_against_fixed_base(tiny_model, tmp_path):

@@ -163,6 +163,7 @@ def test_killed_inference_actor_restarts_and_no_game_is_counted_twice(ray_sessio
         step_transforms=[],
         sampling_transforms=[],
         num_train_workers=2,
+        num_eval_workers=0,
         max_generation_len=MAX_NEW_TOKENS,
         temperature=1.0,
         runs_dir=str(tmp_path),
