@@ -26,7 +26,11 @@ def rates_by_version(run_dir: Path) -> dict[int, dict[str, float]]:
             for s in traj["steps"]:
                 acc[s["policy_version"]].append((s["format_ok"], s["invalid_move"]))
     return {
-        v: {"steps": len(xs), "format": sum(f for f, _ in xs) / len(xs), "invalid": sum(i for _, i in xs) / len(xs)}
+        v: {
+            "steps": len(xs),
+            "format": sum(f for f, _ in xs) / len(xs),
+            "invalid": sum(i for _, i in xs) / len(xs),
+        }
         for v, xs in sorted(acc.items())
     }
 
@@ -65,7 +69,9 @@ def main() -> None:
     print(f"\n{args.model} on {args.env}: {args.steps} REINFORCE steps in {time.time() - started:.0f} s")
     print(f"{'policy versions':>18} {'steps':>6} {'format rate':>12} {'invalid-move rate':>18}")
     for label, vs in (("start " + str(first), first), ("end " + str(last), last)):
-        print(f"{label:>18} {sum(rates[v]['steps'] for v in vs):>6} {pooled(vs, 'format'):>12.3f} {pooled(vs, 'invalid'):>18.3f}")
+        print(
+            f"{label:>18} {sum(rates[v]['steps'] for v in vs):>6} {pooled(vs, 'format'):>12.3f} {pooled(vs, 'invalid'):>18.3f}"
+        )
     rose = pooled(last, "format") > pooled(first, "format")
     print(f"format rate rose: {'yes' if rose else 'NO'} (target: it rises)   run directory: {run.run_dir}")
 

@@ -5,15 +5,30 @@ from unstable_core.runtime.buffer import EpisodeBuffer, StepBuffer
 from unstable_core.types import GameInformation, GameResult, Step, Trajectory
 
 
-def game(idx: int, rewards: dict[int, float], turns: int = 2, version: int = 0, learners=(0, 1), failed=False) -> GameResult:
+def game(
+    idx: int, rewards: dict[int, float], turns: int = 2, version: int = 0, learners=(0, 1), failed=False
+) -> GameResult:
     trajs = []
     for pid in rewards:
         steps = [
-            Step(pid=pid, env_id="E", obs="o", act="a", turn=2 * t + pid, game_idx=idx, policy_version=version, format_ok=t % 2 == 0)
+            Step(
+                pid=pid,
+                env_id="E",
+                obs="o",
+                act="a",
+                turn=2 * t + pid,
+                game_idx=idx,
+                policy_version=version,
+                format_ok=t % 2 == 0,
+            )
             for t in range(turns)
         ]
-        trajs.append(Trajectory(pid=pid, env_id="E", model_uid="m", steps=steps, collect_data=pid in learners))
-    info = GameInformation(game_idx=idx, env_id="E", final_rewards=dict(rewards), learner_pids=list(learners), failed=failed)
+        trajs.append(
+            Trajectory(pid=pid, env_id="E", model_uid="m", steps=steps, collect_data=pid in learners)
+        )
+    info = GameInformation(
+        game_idx=idx, env_id="E", final_rewards=dict(rewards), learner_pids=list(learners), failed=failed
+    )
     return GameResult(info=info, trajectories=trajs)
 
 

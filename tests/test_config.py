@@ -21,7 +21,10 @@ def test_env_strings():
 
 
 def test_transform_strings():
-    assert parse_transform("reward-for-format:reward=1.5,penalty=-1") == ("reward-for-format", {"reward": 1.5, "penalty": -1})
+    assert parse_transform("reward-for-format:reward=1.5,penalty=-1") == (
+        "reward-for-format",
+        {"reward": 1.5, "penalty": -1},
+    )
     assert parse_transform({"name": "normalize", "z_score": True}) == ("normalize", {"z_score": True})
 
 

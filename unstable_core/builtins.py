@@ -7,8 +7,14 @@ from unstable_core.hookspecs import hookimpl
 
 @hookimpl
 def register_backends(register):
-    register("transformers", "unstable_core.inference.hf:TransformersBackend", "any causal LM on CPU or CUDA, batched, LoRA hot-swap")
-    register("vllm", "unstable_core.inference.vllm:VLLMBackend", "vLLM's async engine with LoRA requests (GPU)")
+    register(
+        "transformers",
+        "unstable_core.inference.hf:TransformersBackend",
+        "any causal LM on CPU or CUDA, batched, LoRA hot-swap",
+    )
+    register(
+        "vllm", "unstable_core.inference.vllm:VLLMBackend", "vLLM's async engine with LoRA requests (GPU)"
+    )
 
 
 @hookimpl

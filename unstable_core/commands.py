@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import sys
 from typing import Any
 
 import attrs
@@ -46,7 +48,9 @@ def overrides_from(options: dict[str, Any]) -> dict[str, Any]:
             try:
                 value = json.loads(value)
             except json.JSONDecodeError as exc:
-                raise ConfigError(f"--{key.replace('_', '-')}: not valid JSON ({exc.msg}): {value!r}") from exc
+                raise ConfigError(
+                    f"--{key.replace('_', '-')}: not valid JSON ({exc.msg}): {value!r}"
+                ) from exc
             if not isinstance(value, dict):
                 raise ConfigError(f"--{key.replace('_', '-')}: expected a JSON object, got {value!r}")
         elif isinstance(value, tuple):
@@ -64,11 +68,16 @@ def _progress_table(snap: dict[str, Any], learning_steps: int | None, title: str
     table.add_column("value")
     if learning_steps:
         table.add_row("learner step", f"{snap.get('learner_step', 0)} / {learning_steps}")
-    table.add_row("games", f"train {counts.get('train_games', 0)} (failed {counts.get('train_failed', 0)}), "
-                  f"eval {counts.get('eval_games', 0)} (failed {counts.get('eval_failed', 0)})")
+    table.add_row(
+        "games",
+        f"train {counts.get('train_games', 0)} (failed {counts.get('train_failed', 0)}), "
+        f"eval {counts.get('eval_games', 0)} (failed {counts.get('eval_failed', 0)})",
+    )
     outcomes = {k: v for k, v in counts.items() if k.endswith(("_win", "_draw"))}
     if outcomes:
-        table.add_row("outcomes", ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(outcomes.items())))
+        table.add_row(
+            "outcomes", ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(outcomes.items()))
+        )
     for key in sorted(means):
         if key.endswith(("format_rate", "invalid_move_rate", "win_rate", "game_length")):
             table.add_row(key, f"{means[key]:.3f}")
@@ -93,10 +102,19 @@ def ratings_table(registry: dict[str, Any]) -> Any:
     models = sorted((m for m in registry.get("models", []) if m.get("active", True)), key=lambda m: -m["mu"])
     for m in models:
         table.add_row(
-            m["uid"], m["kind"], f"{m['mu']:.2f}", f"{m['sigma']:.2f}", f"{m['mu'] - 3 * m['sigma']:.2f}",
-            str(m["games"]), f"{m['wins']}/{m['draws']}/{m['losses']}",
+            m["uid"],
+            m["kind"],
+            f"{m['mu']:.2f}",
+            f"{m['sigma']:.2f}",
+            f"{m['mu'] - 3 * m['sigma']:.2f}",
+            str(m["games"]),
+            f"{m['wins']}/{m['draws']}/{m['losses']}",
         )
     return table
+
+
+def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: Any) -> dict[str, Any]:
@@ -107,24 +125,41 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
     console = Console()
     console.print(f"[bold]{title}[/bold]: run directory [cyan]{run.run_dir}[/cyan]")
     console.print("starting Ray actors and loading the model (a minute on a laptop CPU)...")
-    run.start(**start_kwargs)
+    previous = signal.getsignal(signal.SIGTERM)
     try:
+        run.start(**start_kwargs)
+        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # after ray.init, which sets its own
         with Live(console=console, refresh_per_second=1, transient=True) as live:
-            summary = run.wait(on_progress=lambda snap: live.update(_progress_table(snap, learning_steps, title)))
+            summary = run.wait(
+                on_progress=lambda snap: live.update(_progress_table(snap, learning_steps, title))
+            )
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted: finishing the update in progress and shutting down...[/yellow]")
-        summary = run.stop()
+        console.print(
+            "[yellow]interrupted: finishing the update in progress and shutting down "
+            "(interrupt again to stop at once)...[/yellow]"
+        )
+        try:
+            summary = run.stop()
+        except KeyboardInterrupt:
+            summary = run.abort()
+        summary["interrupted"] = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     console.print(_progress_table(summary, learning_steps, f"{title}: summary"))
     if summary.get("registry"):
         console.print(ratings_table(summary["registry"]))
     for p in summary.get("plots", []):
         console.print(f"picture: [cyan]{p}[/cyan]")
     console.print(f"run directory: [cyan]{run.run_dir}[/cyan]")
+    if summary.get("interrupted"):
+        sys.exit(130)  # the shell's convention for a command stopped by Ctrl-C
     return summary
 
 
 @click.command()
-@click.option("--config", "config_path", type=click.Path(), default=None, help="TOML file; options override it.")
+@click.option(
+    "--config", "config_path", type=click.Path(), default=None, help="TOML file; options override it."
+)
 @run_options
 def run(config_path: str | None, **options: Any) -> None:
     """Train by self-play (defaults: the embedded default model, mirror self-play, a few REINFORCE steps)."""
@@ -138,16 +173,37 @@ def run(config_path: str | None, **options: Any) -> None:
 @click.option("--env", "env_id", default="TicTacToe-v0-train", show_default=True, help="TextArena env id.")
 @click.option("--games", default=8, show_default=True, type=click.IntRange(1), help="Games to play.")
 @click.option("--model", default=None, help="Model (alias, hub id, folder). Default: the embedded default.")
-@click.option("--opponent", default=None, help="Opponent: 'base', a LoRA folder or another model. Default: self-play.")
+@click.option(
+    "--opponent", default=None, help="Opponent: 'base', a LoRA folder or another model. Default: self-play."
+)
 @click.option("--template", default="default", show_default=True, help="Prompt template.")
 @click.option("--players", default=2, show_default=True, type=click.IntRange(1), help="Seats of the env.")
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1), help="Games in flight.")
-@click.option("--max-generation-len", default=64, show_default=True, type=click.IntRange(1), help="Max new tokens per turn.")
+@click.option(
+    "--max-generation-len",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Max new tokens per turn.",
+)
 @click.option("--temperature", default=0.7, show_default=True, type=float)
 @click.option("--run-name", default=None, help="Run directory name.")
 @click.option("--runs-dir", default="runs", show_default=True)
 @click.option("--seed", default=0, show_default=True, type=int)
-def play(env_id, games, model, opponent, template, players, concurrency, max_generation_len, temperature, run_name, runs_dir, seed) -> None:
+def play(
+    env_id,
+    games,
+    model,
+    opponent,
+    template,
+    players,
+    concurrency,
+    max_generation_len,
+    temperature,
+    run_name,
+    runs_dir,
+    seed,
+) -> None:
     """Play games without learning and report outcomes, format and invalid-move rates and ratings."""
     from unstable_core.models import DEFAULT_MODEL
     from unstable_core.runtime.run import Run

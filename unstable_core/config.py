@@ -78,9 +78,13 @@ def parse_env(value: str | dict | TrainEnvSpec, default_template: str, mirror: b
         players = int(parts[1]) if len(parts) > 1 else 2
         actors = int(parts[2]) if len(parts) > 2 else (players if mirror else 1)
     except ValueError as exc:
-        raise ConfigError(f"--env {value!r}: expected ENV_ID[:NUM_PLAYERS[:NUM_ACTORS]] with integers") from exc
+        raise ConfigError(
+            f"--env {value!r}: expected ENV_ID[:NUM_PLAYERS[:NUM_ACTORS]] with integers"
+        ) from exc
     try:
-        return TrainEnvSpec(env_id=parts[0], num_players=players, num_actors=actors, prompt_template=default_template)
+        return TrainEnvSpec(
+            env_id=parts[0], num_players=players, num_actors=actors, prompt_template=default_template
+        )
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
 
@@ -97,7 +101,10 @@ def parse_eval_env(value: str | dict | EvalEnvSpec, default_template: str) -> Ev
     except ValueError as exc:
         raise ConfigError(f"--eval-env {value!r}: expected ENV_ID[:NUM_PLAYERS[:OPPONENT]]") from exc
     return EvalEnvSpec(
-        env_id=parts[0], num_players=players, prompt_template=default_template, fixed_opponent=parts[2] if len(parts) > 2 else None
+        env_id=parts[0],
+        num_players=players,
+        prompt_template=default_template,
+        fixed_opponent=parts[2] if len(parts) > 2 else None,
     )
 
 
@@ -127,83 +134,182 @@ class RunConfig:
     """Every parameter of a run. Defaults train the embedded default on a laptop CPU in minutes."""
 
     # what to train
-    model_name: str = attrs.field(default=DEFAULT_MODEL, metadata=_help("base model: alias, hub id or local folder", cli="--model"))
-    learner: str = attrs.field(default="reinforce", metadata=_help("learning algorithm (a registered learner)", alias="algorithm"))
+    model_name: str = attrs.field(
+        default=DEFAULT_MODEL, metadata=_help("base model: alias, hub id or local folder", cli="--model")
+    )
+    learner: str = attrs.field(
+        default="reinforce", metadata=_help("learning algorithm (a registered learner)", alias="algorithm")
+    )
     train_envs: list[Any] = attrs.field(
-        factory=lambda: [DEFAULT_ENV], metadata=_help("training env ENV_ID[:PLAYERS[:ACTORS]] (repeatable)", cli="--env")
+        factory=lambda: [DEFAULT_ENV],
+        metadata=_help("training env ENV_ID[:PLAYERS[:ACTORS]] (repeatable)", cli="--env"),
     )
     eval_envs: list[Any] = attrs.field(
-        factory=list, metadata=_help("evaluation env ENV_ID[:PLAYERS[:OPPONENT]] (repeatable)", cli="--eval-env")
+        factory=list,
+        metadata=_help("evaluation env ENV_ID[:PLAYERS[:OPPONENT]] (repeatable)", cli="--eval-env"),
     )
-    env_sampler: str = attrs.field(default="random", metadata=_help("env sampling strategy", alias="env_sampling_strategy"))
-    env_sampler_config: dict[str, Any] = attrs.field(factory=dict, metadata=_help("env sampler kwargs as JSON"))
+    env_sampler: str = attrs.field(
+        default="random", metadata=_help("env sampling strategy", alias="env_sampling_strategy")
+    )
+    env_sampler_config: dict[str, Any] = attrs.field(
+        factory=dict, metadata=_help("env sampler kwargs as JSON")
+    )
     sampler: str = attrs.field(
-        default="mirror", metadata=_help("opponent sampling strategy (mirror, fixed, lagged, trueskill, ...)", alias="opponent_sampling_strategy")
+        default="mirror",
+        metadata=_help(
+            "opponent sampling strategy (mirror, fixed, lagged, trueskill, ...)",
+            alias="opponent_sampling_strategy",
+        ),
     )
-    sampler_config: dict[str, Any] = attrs.field(factory=dict, metadata=_help("opponent sampler kwargs as JSON, e.g. {\"k\": 3}"))
+    sampler_config: dict[str, Any] = attrs.field(
+        factory=dict, metadata=_help('opponent sampler kwargs as JSON, e.g. {"k": 3}')
+    )
     fixed_opponents: list[str] = attrs.field(
-        factory=list, metadata=_help("fixed opponent: 'base' (the untrained base model) or a LoRA folder (repeatable)", cli="--fixed-opponent")
+        factory=list,
+        metadata=_help(
+            "fixed opponent: 'base' (the untrained base model) or a LoRA folder (repeatable)",
+            cli="--fixed-opponent",
+        ),
     )
-    prompt_template: str = attrs.field(default="default", metadata=_help("prompt template of every env", cli="--template"))
+    prompt_template: str = attrs.field(
+        default="default", metadata=_help("prompt template of every env", cli="--template")
+    )
     # learning
-    learning_steps: int = attrs.field(default=3, validator=_positive, metadata=_help("learner updates to run"))
+    learning_steps: int = attrs.field(
+        default=3, validator=_positive, metadata=_help("learner updates to run")
+    )
     batch_size: int = attrs.field(default=16, validator=_positive, metadata=_help("steps per learner update"))
-    mini_batch_size: int = attrs.field(default=4, validator=_positive, metadata=_help("micro-batch size (gradient accumulation)"))
-    learning_rate: float = attrs.field(default=1e-4, validator=_in_range(0.0, 1.0), metadata=_help("AdamW learning rate"))
-    gradient_clipping: float = attrs.field(default=0.2, validator=_in_range(0.0, 1e9), metadata=_help("global grad-norm clip"))
-    activation_checkpointing: bool = attrs.field(default=False, metadata=_help("checkpoint activations (less memory, slower)"))
-    gradient_checkpointing: bool = attrs.field(default=False, metadata=_help("HF gradient checkpointing in transformer blocks"))
-    use_trainer_cache: bool = attrs.field(default=False, metadata=_help("accepted for compatibility with the reference; unused"))
-    max_train_len: int | None = attrs.field(default=None, validator=_positive, metadata=_help("truncate training sequences to this many tokens"))
-    max_generation_len: int = attrs.field(default=64, validator=_positive, metadata=_help("max new tokens per turn"))
-    buffer_size: int | None = attrs.field(default=None, validator=_positive, metadata=_help("buffer capacity (default 2 x batch_size)"))
-    max_staleness: int = attrs.field(default=1, validator=_non_negative, metadata=_help("drop steps more than this many policy versions old"))
-    lora_config: dict[str, Any] = attrs.field(factory=lambda: dict(DEFAULT_LORA_CFG), metadata=_help("LoRA settings as JSON"))
-    algorithm_config: dict[str, Any] = attrs.field(factory=dict, metadata=_help("learner initialize_algorithm kwargs as JSON"))
+    mini_batch_size: int = attrs.field(
+        default=4, validator=_positive, metadata=_help("micro-batch size (gradient accumulation)")
+    )
+    learning_rate: float = attrs.field(
+        default=1e-4, validator=_in_range(0.0, 1.0), metadata=_help("AdamW learning rate")
+    )
+    gradient_clipping: float = attrs.field(
+        default=0.2, validator=_in_range(0.0, 1e9), metadata=_help("global grad-norm clip")
+    )
+    activation_checkpointing: bool = attrs.field(
+        default=False, metadata=_help("checkpoint activations (less memory, slower)")
+    )
+    gradient_checkpointing: bool = attrs.field(
+        default=False, metadata=_help("HF gradient checkpointing in transformer blocks")
+    )
+    use_trainer_cache: bool = attrs.field(
+        default=False, metadata=_help("accepted for compatibility with the reference; unused")
+    )
+    max_train_len: int | None = attrs.field(
+        default=None, validator=_positive, metadata=_help("truncate training sequences to this many tokens")
+    )
+    max_generation_len: int = attrs.field(
+        default=64, validator=_positive, metadata=_help("max new tokens per turn")
+    )
+    buffer_size: int | None = attrs.field(
+        default=None, validator=_positive, metadata=_help("buffer capacity (default 2 x batch_size)")
+    )
+    max_staleness: int = attrs.field(
+        default=1,
+        validator=_non_negative,
+        metadata=_help("drop steps more than this many policy versions old"),
+    )
+    lora_config: dict[str, Any] = attrs.field(
+        factory=lambda: dict(DEFAULT_LORA_CFG), metadata=_help("LoRA settings as JSON")
+    )
+    algorithm_config: dict[str, Any] = attrs.field(
+        factory=dict, metadata=_help("learner initialize_algorithm kwargs as JSON")
+    )
     # reward shaping
     final_transforms: list[Any] = attrs.field(
-        factory=lambda: ["role-advantage-by-env"], metadata=_help("final reward transform name[:k=v,...] (repeatable)", cli="--final-transform")
+        factory=lambda: ["role-advantage-by-env"],
+        metadata=_help("final reward transform name[:k=v,...] (repeatable)", cli="--final-transform"),
     )
     step_transforms: list[Any] = attrs.field(
-        factory=lambda: ["reward-for-format:reward=0.5,penalty=-0.5", "penalty-for-invalid-move:penalty=-0.5"],
+        factory=lambda: [
+            "reward-for-format:reward=0.5,penalty=-0.5",
+            "penalty-for-invalid-move:penalty=-0.5",
+        ],
         metadata=_help("step reward transform name[:k=v,...] (repeatable)", cli="--step-transform"),
     )
     sampling_transforms: list[Any] = attrs.field(
-        factory=lambda: ["normalize-by-env"], metadata=_help("sampling reward transform name[:k=v,...] (repeatable)", cli="--sampling-transform")
+        factory=lambda: ["normalize-by-env"],
+        metadata=_help("sampling reward transform name[:k=v,...] (repeatable)", cli="--sampling-transform"),
     )
     # collection and inference
-    num_train_workers: int = attrs.field(default=8, validator=_positive, metadata=_help("training games in flight", alias="num_collection_workers"))
-    num_eval_workers: int = attrs.field(default=1, validator=_non_negative, metadata=_help("evaluation games in flight (against the fixed opponent, default the base model: this moves the ratings)"))
-    num_collectors: int = attrs.field(default=1, validator=_positive, metadata=_help("collector actors sharing the games"))
-    num_inference_actors: int = attrs.field(default=1, validator=_positive, metadata=_help("inference actors (one per GPU)"))
+    num_train_workers: int = attrs.field(
+        default=8,
+        validator=_positive,
+        metadata=_help("training games in flight", alias="num_collection_workers"),
+    )
+    num_eval_workers: int = attrs.field(
+        default=1,
+        validator=_non_negative,
+        metadata=_help(
+            "evaluation games in flight (against the fixed opponent, default the base model: this moves the ratings)"
+        ),
+    )
+    num_collectors: int = attrs.field(
+        default=1, validator=_positive, metadata=_help("collector actors sharing the games")
+    )
+    num_inference_actors: int = attrs.field(
+        default=1, validator=_positive, metadata=_help("inference actors (one per GPU)")
+    )
     backend: str = attrs.field(default="transformers", metadata=_help("inference backend"))
-    temperature: float = attrs.field(default=0.7, validator=_in_range(0.0, 10.0), metadata=_help("sampling temperature"))
+    temperature: float = attrs.field(
+        default=0.7, validator=_in_range(0.0, 10.0), metadata=_help("sampling temperature")
+    )
     top_p: float = attrs.field(default=1.0, validator=_in_range(0.0, 1.0), metadata=_help("nucleus sampling"))
-    max_model_len: int = attrs.field(default=4096, validator=_positive, metadata=_help("context window of the inference backend"))
-    max_batch_size: int = attrs.field(default=32, validator=_positive, metadata=_help("max requests per inference batch"))
-    max_loras: int = attrs.field(default=8, validator=_positive, metadata=_help("adapters kept loaded per inference actor"))
-    vllm_config: dict[str, Any] = attrs.field(factory=dict, metadata=_help("extra vLLM settings as JSON (backend vllm)"))
-    game_timeout_s: float = attrs.field(default=600.0, validator=_in_range(1.0, 1e9), metadata=_help("a game running longer fails"))
-    max_turns: int = attrs.field(default=60, validator=_positive, metadata=_help("a game with more turns fails"))
+    max_model_len: int = attrs.field(
+        default=4096, validator=_positive, metadata=_help("context window of the inference backend")
+    )
+    max_batch_size: int = attrs.field(
+        default=32, validator=_positive, metadata=_help("max requests per inference batch")
+    )
+    max_loras: int = attrs.field(
+        default=8, validator=_positive, metadata=_help("adapters kept loaded per inference actor")
+    )
+    vllm_config: dict[str, Any] = attrs.field(
+        factory=dict, metadata=_help("extra vLLM settings as JSON (backend vllm)")
+    )
+    game_timeout_s: float = attrs.field(
+        default=600.0, validator=_in_range(1.0, 1e9), metadata=_help("a game running longer fails")
+    )
+    max_turns: int = attrs.field(
+        default=60, validator=_positive, metadata=_help("a game with more turns fails")
+    )
     # bookkeeping
-    run_name: str | None = attrs.field(default=None, metadata=_help("run directory name (default: time-stamped)"))
+    run_name: str | None = attrs.field(
+        default=None, metadata=_help("run directory name (default: time-stamped)")
+    )
     runs_dir: str = attrs.field(default="runs", metadata=_help("where run directories are made"))
-    trackers: list[str] = attrs.field(factory=lambda: ["jsonl"], metadata=_help("metric trackers (repeatable)", cli="--tracker"))
-    wandb_project: str = attrs.field(default="unstable", metadata=_help("Weights & Biases project (tracker wandb)"))
+    trackers: list[str] = attrs.field(
+        factory=lambda: ["jsonl"], metadata=_help("metric trackers (repeatable)", cli="--tracker")
+    )
+    wandb_project: str = attrs.field(
+        default="unstable", metadata=_help("Weights & Biases project (tracker wandb)")
+    )
     seed: int = attrs.field(default=0, metadata=_help("seed of samplers, games and learner"))
-    ray_address: str | None = attrs.field(default=None, metadata=_help("join an existing Ray cluster (default: start a local one)"))
-    device: str | None = attrs.field(default=None, metadata=_help("learner/inference device (default: cuda if present, else cpu)"))
+    ray_address: str | None = attrs.field(
+        default=None, metadata=_help("join an existing Ray cluster (default: start a local one)")
+    )
+    device: str | None = attrs.field(
+        default=None, metadata=_help("learner/inference device (default: cuda if present, else cpu)")
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.mini_batch_size > self.batch_size:
-            raise ConfigError(f"mini_batch_size ({self.mini_batch_size}) must be <= batch_size ({self.batch_size})")
+            raise ConfigError(
+                f"mini_batch_size ({self.mini_batch_size}) must be <= batch_size ({self.batch_size})"
+            )
         if not self.train_envs:
             raise ConfigError("train_envs is empty: give at least one --env")
         if self.sampler == "fixed" and not self.fixed_opponents:
-            raise ConfigError("sampler 'fixed' needs at least one --fixed-opponent (e.g. --fixed-opponent base)")
+            raise ConfigError(
+                "sampler 'fixed' needs at least one --fixed-opponent (e.g. --fixed-opponent base)"
+            )
         unknown = set(self.lora_config) - set(DEFAULT_LORA_CFG)
         if unknown:
-            raise ConfigError(f"lora_config: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(DEFAULT_LORA_CFG)}")
+            raise ConfigError(
+                f"lora_config: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(DEFAULT_LORA_CFG)}"
+            )
         self.lora_config = {**DEFAULT_LORA_CFG, **self.lora_config}
         self.train_specs()  # validate env strings early
         self.eval_specs()

@@ -55,12 +55,16 @@ def resolve_model(name: str) -> ResolvedModel:
         raise UnstableError(f"no model given; use a hub id, a local folder, or the alias {DEFAULT_MODEL!r}")
     alias = ALIASES.get(name)
     if alias is not None:
-        spec = importlib.util.find_spec(alias.package)  # find, not import: the package's own deps are not needed
+        spec = importlib.util.find_spec(
+            alias.package
+        )  # find, not import: the package's own deps are not needed
         if spec is None or spec.origin is None:
             raise UnstableError(f"model {name!r} needs the package {alias.dist}: {alias.install}")
         folder = os.path.dirname(spec.origin)
         if not os.path.exists(os.path.join(folder, alias.gguf_file)):
-            raise UnstableError(f"model {name!r}: {alias.gguf_file} is missing from {folder}; reinstall with: {alias.install} --force-reinstall")
+            raise UnstableError(
+                f"model {name!r}: {alias.gguf_file} is missing from {folder}; reinstall with: {alias.install} --force-reinstall"
+            )
         return ResolvedModel(name=name, path=folder, gguf_file=alias.gguf_file)
     path = Path(name).expanduser()
     if path.is_file() and path.suffix == ".gguf":
@@ -107,7 +111,9 @@ def load_causal_lm(name: str, device: str | None = None, dtype: Any = None) -> A
     device = device or default_device()
     dtype = dtype or default_dtype(device)
     try:
-        model = AutoModelForCausalLM.from_pretrained(resolved.path, dtype=dtype, **resolved.from_pretrained_kwargs())
+        model = AutoModelForCausalLM.from_pretrained(
+            resolved.path, dtype=dtype, **resolved.from_pretrained_kwargs()
+        )
     except OSError as exc:
         raise UnstableError(
             f"could not load model {name!r}: {exc}. Use a local folder, a reachable hub id, or the alias {DEFAULT_MODEL!r}"

@@ -40,9 +40,23 @@ def plot_run(run_dir: str | Path) -> list[Path]:
             written.append(run_dir / "ratings.png")
     records = read_jsonl(run_dir / "metrics.jsonl")
     if records:
-        keys = [k for k in ("learner/loss", "learner/policy_loss", "learner/value_loss", "learner/grad_norm") if any(k in r for r in records)]
-        keys += sorted({k for r in records for k in r if k.startswith("collection/train/") and k.endswith(("format_rate", "invalid_move_rate", "win_rate"))})
-        keys += sorted({k for r in records for k in r if k.startswith("collection/eval/") and k.endswith("win_rate")})
+        keys = [
+            k
+            for k in ("learner/loss", "learner/policy_loss", "learner/value_loss", "learner/grad_norm")
+            if any(k in r for r in records)
+        ]
+        keys += sorted(
+            {
+                k
+                for r in records
+                for k in r
+                if k.startswith("collection/train/")
+                and k.endswith(("format_rate", "invalid_move_rate", "win_rate"))
+            }
+        )
+        keys += sorted(
+            {k for r in records for k in r if k.startswith("collection/eval/") and k.endswith("win_rate")}
+        )
         if keys:
             fig, axes = plt.subplots(len(keys), 1, figsize=(7, 2 * len(keys)), sharex=True, squeeze=False)
             for ax, key in zip(axes[:, 0], keys, strict=True):

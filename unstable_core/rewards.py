@@ -58,7 +58,9 @@ def stage_of(transform: Any) -> str:
     for stage, base in STAGES.items():
         if issubclass(cls, base):
             return stage
-    raise TypeError(f"{cls.__name__} is not a reward transform: subclass one of {', '.join(b.__name__ for b in STAGES.values())}")
+    raise TypeError(
+        f"{cls.__name__} is not a reward transform: subclass one of {', '.join(b.__name__ for b in STAGES.values())}"
+    )
 
 
 def check_stage(transforms: Sequence[Any], stage: str) -> None:

@@ -12,7 +12,9 @@ from pathlib import Path
 _TOKENIZER_CACHE: dict[str, str] = {}
 
 
-def make_tiny_model(folder: str | os.PathLike, hidden_size: int = 32, num_layers: int = 2, seed: int = 0) -> str:
+def make_tiny_model(
+    folder: str | os.PathLike, hidden_size: int = 32, num_layers: int = 2, seed: int = 0
+) -> str:
     """Write a tiny random-weight Llama (SmolLM2's tokenizer and chat template) to `folder`; return its path."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM

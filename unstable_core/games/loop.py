@@ -86,7 +86,9 @@ async def play_game(
     return game.result(error, time.monotonic() - started)
 
 
-def _per_seat(value: Any, players: Mapping[int, PlayerSpec], what: str, shared: Callable[[Any], bool]) -> dict[int, Any]:
+def _per_seat(
+    value: Any, players: Mapping[int, PlayerSpec], what: str, shared: Callable[[Any], bool]
+) -> dict[int, Any]:
     """`{pid: value}` for every seat, from one shared value or a per-seat mapping."""
     if shared(value):
         return dict.fromkeys(players, value)

@@ -46,7 +46,9 @@ class _Transforms:
         return steps
 
     def state_dict(self) -> dict[str, Any]:
-        return {stage: [t.state_dict() for t in getattr(self, stage)] for stage in ("final", "step", "sampling")}
+        return {
+            stage: [t.state_dict() for t in getattr(self, stage)] for stage in ("final", "step", "sampling")
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for stage in ("final", "step", "sampling"):

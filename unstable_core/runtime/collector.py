@@ -89,7 +89,9 @@ class Collector:
         self.counts = {"started": 0, "finished": 0, "failed": 0, "retries": 0}
 
     # ---- one game
-    def _generator(self, engine: str, attempt: int, game_idx: int) -> Callable[[GenerationRequest], Awaitable[GenerationOutput]]:
+    def _generator(
+        self, engine: str, attempt: int, game_idx: int
+    ) -> Callable[[GenerationRequest], Awaitable[GenerationOutput]]:
         pool = self.engines[engine]
         actor = pool[(game_idx + attempt) % len(pool)]
 
@@ -98,7 +100,9 @@ class Collector:
                 return await actor.generate.remote(request)
             except Exception as exc:
                 if is_actor_failure(exc):
-                    raise InferenceUnavailable(f"inference actor of {engine!r} unavailable: {type(exc).__name__}") from exc
+                    raise InferenceUnavailable(
+                        f"inference actor of {engine!r} unavailable: {type(exc).__name__}"
+                    ) from exc
                 raise
 
         return generate
@@ -160,14 +164,18 @@ class Collector:
         if not result.info.failed:
             pids = sorted(result.info.final_rewards)
             self.registry.update_ratings.remote(
-                [result.info.models[p] for p in pids], [result.info.final_rewards[p] for p in pids], result.info.env_id
+                [result.info.models[p] for p in pids],
+                [result.info.final_rewards[p] for p in pids],
+                result.info.env_id,
             )
             if kind == "train" and self.buffer is not None:
                 await self.buffer.add_result.remote(result)
         return result
 
     # ---- the pool of games in flight
-    async def collect(self, num_train_workers: int, num_eval_workers: int = 0, max_games: int | None = None) -> dict[str, int]:
+    async def collect(
+        self, num_train_workers: int, num_eval_workers: int = 0, max_games: int | None = None
+    ) -> dict[str, int]:
         """Keep `num_train_workers` training and `num_eval_workers` evaluation games in flight until `stop()`
         (or until `max_games` games have been started and finished)."""
         self.running = True
@@ -177,7 +185,10 @@ class Collector:
                 room = max_games is None or self.counts["started"] < max_games
                 can_train = room and (self.buffer is None or await self.buffer.continue_collection.remote())
                 busy = {k: sum(1 for v in inflight.values() if v == k) for k in ("train", "eval")}
-                for kind, want, ok in (("train", num_train_workers, can_train), ("eval", num_eval_workers, room)):
+                for kind, want, ok in (
+                    ("train", num_train_workers, can_train),
+                    ("eval", num_eval_workers, room),
+                ):
                     for _ in range(want - busy[kind] if ok else 0):
                         if max_games is not None and self.counts["started"] >= max_games:
                             break
@@ -193,7 +204,9 @@ class Collector:
                 done, _ = await asyncio.wait(list(inflight), timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     inflight.pop(task)
-                    if task.exception() is not None:  # a bug, not a game failure: keep collecting, say it loudly
+                    if (
+                        task.exception() is not None
+                    ):  # a bug, not a game failure: keep collecting, say it loudly
                         log.error("game task crashed: %r", task.exception())
                         self.counts["failed"] += 1
         finally:

@@ -72,4 +72,3 @@ class LearnerHost:
     def stop(self) -> None:
         """Finish the update in progress (its checkpoint included), then return from `train`."""
         self._stop.set()
-

@@ -13,7 +13,9 @@ class RegistryHost:
 
     def __init__(self, path: str | Path, **registry_kwargs: Any) -> None:
         self.path = Path(path)
-        self.registry = ModelRegistry.load(self.path) if self.path.exists() else ModelRegistry(**registry_kwargs)
+        self.registry = (
+            ModelRegistry.load(self.path) if self.path.exists() else ModelRegistry(**registry_kwargs)
+        )
 
     def _save(self) -> None:
         self.registry.save(self.path)

@@ -60,7 +60,9 @@ class Components:
         reg.get("backend", cfg.backend)
         transforms = {}
         for stage in ("final", "step", "sampling"):
-            transforms[stage] = [instantiate("reward_transform", t) for t in getattr(cfg, f"{stage}_transforms")]
+            transforms[stage] = [
+                instantiate("reward_transform", t) for t in getattr(cfg, f"{stage}_transforms")
+            ]
             try:
                 check_stage(transforms[stage], stage)
             except TypeError as exc:
@@ -69,7 +71,12 @@ class Components:
         for name in cfg.trackers:
             tracker_cls = reg.load("tracker", name)
             extra = {"project": cfg.wandb_project} if name == "wandb" else {}
-            trackers.append((tracker_cls, {"run_dir": str(run_dir), "run_name": run_dir.name, "config": cfg.to_dict(), **extra}))
+            trackers.append(
+                (
+                    tracker_cls,
+                    {"run_dir": str(run_dir), "run_name": run_dir.name, "config": cfg.to_dict(), **extra},
+                )
+            )
         return cls(
             learner=reg.load("learner", cfg.learner) if learner else None,
             env_sampler=reg.load("env_sampler", cfg.env_sampler),
@@ -87,7 +94,9 @@ class Run:
         self.learn = learn
         self.run_dir = run_dir_of(cfg)
         self.components = Components.resolve(cfg, self.run_dir, learner=learn)
-        self.run_dir.mkdir(parents=True, exist_ok=True)  # only once the config resolved: no empty dir on errors
+        self.run_dir.mkdir(
+            parents=True, exist_ok=True
+        )  # only once the config resolved: no empty dir on errors
         self.actors: dict[str, Any] = {}
         self._collect_refs: list[Any] = []
         self._train_ref: Any = None
@@ -128,7 +137,9 @@ class Run:
     def fixed_opponents(self) -> list[str]:
         """Every fixed model of the run: --fixed-opponent values and the eval envs' opponents."""
         names = list(self.cfg.fixed_opponents)
-        names += [e.fixed_opponent for e in self.eval_specs() if e.fixed_opponent and e.fixed_opponent not in names]
+        names += [
+            e.fixed_opponent for e in self.eval_specs() if e.fixed_opponent and e.fixed_opponent not in names
+        ]
         return names
 
     def start(
@@ -149,7 +160,6 @@ class Run:
         from unstable_core.runtime.learner_host import LearnerHost
         from unstable_core.runtime.registry_host import RegistryHost
         from unstable_core.runtime.scheduler import GameScheduler
-        from unstable_core.runtime.tracker import Tracker
 
         cfg, comp = self.cfg, self.components
         learning_steps = learning_steps or cfg.learning_steps
@@ -174,28 +184,42 @@ class Run:
         buffer = None
         if self.learn:
             buffer = remote(BUFFERS[buffer_kind]).remote(
-                cfg.effective_buffer_size, comp.final, comp.step, comp.sampling, max_staleness=cfg.max_staleness
+                cfg.effective_buffer_size,
+                comp.final,
+                comp.step,
+                comp.sampling,
+                max_staleness=cfg.max_staleness,
             )
             self.actors["buffer"] = buffer
 
         engines: dict[str, list[Any]] = {}
-        backend_kwargs = {"max_batch_size": cfg.max_batch_size, "max_loras": cfg.max_loras, "max_model_len": cfg.max_model_len}
+        backend_kwargs = {
+            "max_batch_size": cfg.max_batch_size,
+            "max_loras": cfg.max_loras,
+            "max_model_len": cfg.max_model_len,
+        }
         if cfg.backend == "vllm":
             backend_kwargs.update(cfg.vllm_config)
         else:
             backend_kwargs["device"] = cfg.device
         for key, model in self._engines().items():
             engines[key] = [
-                create_inference_actor(cfg.backend, {"model": model, **backend_kwargs}, num_gpus=gpu, name=None)
+                create_inference_actor(
+                    cfg.backend, {"model": model, **backend_kwargs}, num_gpus=gpu, name=None
+                )
                 for _ in range(cfg.num_inference_actors if key == "main" else 1)
             ]
         self.actors["engines"] = engines
-        params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_generation_len)
+        params = SamplingParams(
+            temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_generation_len
+        )
         eval_specs = self.eval_specs(num_eval)
         collectors = []
         for shard in range(cfg.num_collectors):
             scheduler = GameScheduler(
-                comp.env_sampler(cfg.train_specs(), eval_specs, seed=cfg.seed + shard, **cfg.env_sampler_config),
+                comp.env_sampler(
+                    cfg.train_specs(), eval_specs, seed=cfg.seed + shard, **cfg.env_sampler_config
+                ),
                 comp.model_sampler(seed=cfg.seed + shard, **cfg.sampler_config),
                 seed=cfg.seed,
                 shard=shard,
@@ -219,7 +243,8 @@ class Run:
         share = lambda n, i: n // len(collectors) + (1 if i < n % len(collectors) else 0)  # noqa: E731
         games_share = (lambda i: None) if max_games is None else (lambda i: share(max_games, i))  # noqa: E731
         self._collect_refs = [
-            c.collect.remote(share(num_train, i), share(num_eval, i), games_share(i)) for i, c in enumerate(collectors)
+            c.collect.remote(share(num_train, i), share(num_eval, i), games_share(i))
+            for i, c in enumerate(collectors)
         ]
         if self.learn:
             learner_kwargs = dict(
@@ -267,7 +292,9 @@ class Run:
             pass
         return snap
 
-    def wait(self, on_progress: Callable[[dict[str, Any]], None] | None = None, poll_s: float = 2.0) -> dict[str, Any]:
+    def wait(
+        self, on_progress: Callable[[dict[str, Any]], None] | None = None, poll_s: float = 2.0
+    ) -> dict[str, Any]:
         """Block until the learner has done its steps (or a play run its games); then stop and summarise."""
         import ray
 
@@ -322,6 +349,17 @@ class Run:
             self.summary["plots_error"] = str(exc)
         return self.summary
 
+    def abort(self) -> dict[str, Any]:
+        """Stop at once: shut the local Ray cluster down without waiting for the update in progress
+        (checkpoints are written atomically, so the last complete one stays usable)."""
+        import ray
+
+        self.actors.clear()
+        if self._owns_ray and ray.is_initialized():
+            ray.shutdown()
+        self.summary = {"run_dir": str(self.run_dir), "aborted": True}
+        return self.summary
+
 
 class _TrackerActor:
     """Builds the chosen trackers inside the actor (they may hold files or sockets) around a `Tracker`."""
@@ -350,7 +388,12 @@ class _TrackerActor:
 def _eval_like(spec, opponent: str):
     from unstable_core.types import EvalEnvSpec
 
-    return EvalEnvSpec(env_id=spec.env_id, num_players=spec.num_players, prompt_template=spec.prompt_template, fixed_opponent=opponent)
+    return EvalEnvSpec(
+        env_id=spec.env_id,
+        num_players=spec.num_players,
+        prompt_template=spec.prompt_template,
+        fixed_opponent=opponent,
+    )
 
 
 def build(config: RunConfig | None = None, **overrides: Any) -> Run:

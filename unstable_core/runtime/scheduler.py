@@ -41,16 +41,22 @@ class GameScheduler:
         rng = random.Random(self._seed_of(idx))
         current = registry.get_current_ckpt()
         if current is None:
-            raise UnstableError("the model registry has no checkpoint yet: register the base model as ckpt-0 first")
+            raise UnstableError(
+                "the model registry has no checkpoint yet: register the base model as ckpt-0 first"
+            )
         seats = list(range(env.num_players))
         rng.shuffle(seats)
         players = []
         for i, pid in enumerate(seats):
             if i < env.num_actors:
-                players.append(PlayerSpec(pid, current, collect_data=True, prompt_template=env.prompt_template))
+                players.append(
+                    PlayerSpec(pid, current, collect_data=True, prompt_template=env.prompt_template)
+                )
             else:
                 opponent = self.model_sampler.sample_opponent(registry)
-                players.append(PlayerSpec(pid, opponent, collect_data=False, prompt_template=env.prompt_template))
+                players.append(
+                    PlayerSpec(pid, opponent, collect_data=False, prompt_template=env.prompt_template)
+                )
         players.sort(key=lambda p: p.pid)
         return GameSpec(game_idx=idx, env_id=env.env_id, seed=self._seed_of(idx), players=players)
 
@@ -63,6 +69,8 @@ class GameScheduler:
         me = rng.randrange(env.num_players)
         players = []
         for pid in range(env.num_players):
-            uid = current if pid == me else (env.fixed_opponent or self.model_sampler.sample_opponent(registry))
+            uid = (
+                current if pid == me else (env.fixed_opponent or self.model_sampler.sample_opponent(registry))
+            )
             players.append(PlayerSpec(pid, uid, collect_data=pid == me, prompt_template=env.prompt_template))
         return GameSpec(game_idx=idx, env_id=env.env_id, seed=self._seed_of(idx), players=players, eval=True)

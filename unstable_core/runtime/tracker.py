@@ -65,7 +65,9 @@ class Tracker:
         if steps:
             self._window[f"{key}/format_rate"].append(sum(s.format_ok for s in steps) / len(steps))
             self._window[f"{key}/invalid_move_rate"].append(sum(s.invalid_move for s in steps) / len(steps))
-            self._window[f"{key}/completion_tokens"].append(sum(len(s.completion_ids) for s in steps) / len(steps))
+            self._window[f"{key}/completion_tokens"].append(
+                sum(len(s.completion_ids) for s in steps) / len(steps)
+            )
         outcome = learner_outcome(info)
         if outcome is not None:
             self._window[f"{key}/win_rate"].append(outcome)

@@ -9,7 +9,9 @@ from typing import Any
 class BaseTracker:
     """Receives scalar metrics; subclasses write them somewhere. Registered via `register_trackers`."""
 
-    def __init__(self, run_dir: str | Path, run_name: str, config: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, run_dir: str | Path, run_name: str, config: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.run_name = run_name
         self.config = config or {}

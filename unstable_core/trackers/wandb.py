@@ -17,9 +17,13 @@ class WandbTracker(BaseTracker):
         try:
             import wandb
         except ImportError as exc:
-            raise UnstableError("the wandb tracker needs Weights & Biases: pip install 'unstable-core[wandb]'") from exc
+            raise UnstableError(
+                "the wandb tracker needs Weights & Biases: pip install 'unstable-core[wandb]'"
+            ) from exc
         mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
-        self._run = wandb.init(project=project, name=run_name, config=self.config, dir=str(self.run_dir), mode=mode)
+        self._run = wandb.init(
+            project=project, name=run_name, config=self.config, dir=str(self.run_dir), mode=mode
+        )
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self._run.log(metrics, step=step)
