@@ -211,6 +211,12 @@ class Engine:
             f"no measurement within {timeout_s:.0f} s; are the games failing? (see games.jsonl)"
         )
 
+    def snapshot(self) -> dict[str, float]:
+        """The collector's counters now."""
+        import ray
+
+        return ray.get(self.collector.snapshot.remote())
+
     def stop_collecting(self) -> None:
         """Stop the games in flight and wait for collect() to return."""
         import ray
@@ -257,25 +263,39 @@ def first_prompts(model: str, n: int, seed: int = 0) -> list[list[int]]:
     return prompts
 
 
-def backend_tokens_per_s(model: str, batch: int, max_tokens: int, threads: int, repeats: int = 3) -> float:
-    """(a) TransformersBackend alone, in this process: the median generated tokens/s of `repeats` batches
-    of `batch` game prompts, after one warm-up batch."""
-    import torch
+@attrs.define
+class BackendAlone:
+    """(a) TransformersBackend alone, in this process: one batch of B first-turn game prompts at a time."""
 
-    from unstable_core.inference.bench import measure_backend_throughput
-    from unstable_core.inference.hf import TransformersBackend
+    backend: Any
+    prompts: list[list[int]]
+    max_tokens: int
 
-    torch.set_num_threads(threads)
-    backend = TransformersBackend(model, max_batch_size=32, max_loras=8, max_model_len=4096)
-    prompts = first_prompts(model, batch)
-    try:
-        rates = [
-            measure_backend_throughput(backend, prompts, max_tokens, temperature=TEMPERATURE, seed=1000 * r)
-            for r in range(repeats + 1)
-        ]
-    finally:
-        asyncio.run(backend.close())
-    return statistics.median(rates[1:])
+    @classmethod
+    def load(cls, model: str, batch: int, max_tokens: int, threads: int) -> BackendAlone:
+        """Load the model with `threads` torch threads (as the inference actor has) and warm it up."""
+        import torch
+
+        from unstable_core.inference.hf import TransformersBackend
+
+        torch.set_num_threads(threads)
+        backend = TransformersBackend(model, max_batch_size=32, max_loras=8, max_model_len=4096)
+        alone = cls(backend, first_prompts(model, batch), max_tokens)
+        alone.tokens_per_s(seed=-1)
+        return alone
+
+    def tokens_per_s(self, seed: int = 0) -> float:
+        """Generated tokens per second of one batch."""
+        from unstable_core.inference.bench import measure_backend_throughput
+
+        prompts, n = self.prompts, len(self.prompts)
+        return measure_backend_throughput(
+            self.backend, prompts, self.max_tokens, temperature=TEMPERATURE, seed=1000 + seed * n
+        )
+
+    def close(self) -> None:
+        """Release the model."""
+        asyncio.run(self.backend.close())
 
 
 def play_plain_games(turns: int, seed: int = 0) -> int:
@@ -381,19 +401,26 @@ def print_table(rows: list[Row], title: str) -> None:
 class Sizes:
     """How much to measure (full or --quick)."""
 
-    window_batches: int  # (b): measured turns = window_batches * batch
-    single_turns: int  # (c): measured turns at concurrency 1
+    rounds: int  # (a)-(c) interleaved this many times, (d) repeated: medians damp a shared machine's noise
+    window_batches: int  # (b): measured turns per round = window_batches * B
+    single_turns: int  # (c): measured turns per round at concurrency 1
     instant_games: int  # (d): games in flight on the instant backend
-    instant_turns: int  # (d): measured engine turns; the plain loop plays as many
+    instant_turns: int  # (d): measured engine turns per repeat; the plain loop plays as many
     rss_games: int  # (e): games in flight
     rss_turns: int  # (e): turns played before reading the peak RSS
 
 
 FULL = Sizes(
-    window_batches=4, single_turns=4, instant_games=128, instant_turns=3000, rss_games=1024, rss_turns=8192
+    rounds=3,
+    window_batches=2,
+    single_turns=2,
+    instant_games=128,
+    instant_turns=2000,
+    rss_games=1024,
+    rss_turns=8192,
 )
 QUICK = Sizes(
-    window_batches=2, single_turns=2, instant_games=8, instant_turns=100, rss_games=16, rss_turns=64
+    rounds=2, window_batches=1, single_turns=2, instant_games=8, instant_turns=100, rss_games=16, rss_turns=64
 )
 
 
@@ -421,65 +448,108 @@ def init_ray() -> None:
     )
 
 
+def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes: Sizes) -> list[Row]:
+    """(a), (b), (c): rounds of [one batch in-process, B games on the engine, 1 game on the engine], so
+    that each ratio compares measurements taken moments apart; the rows give the medians over rounds."""
+    threads = engine.torch_threads()
+    alone = BackendAlone.load(model, batch, max_tokens, threads)
+    a, b, one = [], [], []
+    try:
+        for r in range(sizes.rounds):
+            engine.stop_collecting()  # the in-process batch gets the CPU to itself, as the engine does
+            a.append(alone.tokens_per_s(seed=r))
+            engine.collect(batch)
+            b.append(engine.window(warmup_turns=batch, turns=sizes.window_batches * batch).tokens_per_s)
+            engine.collect(1)
+            one.append(engine.window(warmup_turns=1, turns=sizes.single_turns).tokens_per_s)
+    finally:
+        alone.close()
+    b_over_a = [x / y for x, y in zip(b, a, strict=True)]
+    b_over_one = [x / y for x, y in zip(b, one, strict=True)]
+    med = statistics.median
+    rounds = lambda xs: "per round: " + ", ".join(f"{x:,.2f}" for x in xs)  # noqa: E731
+    return [
+        Row(
+            "a) backend alone", med(a), "tok/s", "", None, f"batch {batch}, {threads} thread(s); {rounds(a)}"
+        ),
+        Row("b) engine", med(b), "tok/s", "", None, f"{batch} games in flight; {rounds(b)}"),
+        Row("b/a) engine / backend", med(b_over_a), "x", ">= 0.85", med(b_over_a) >= 0.85, rounds(b_over_a)),
+        Row(
+            f"c) {batch} games / 1 game",
+            med(b_over_one),
+            "x",
+            ">= 4",
+            med(b_over_one) >= 4.0,
+            f"1 game: {med(one):,.2f} tok/s; {rounds(b_over_one)}",
+        ),
+    ]
+
+
+def measure_instant(engine: Engine, model: str, max_tokens: int, sizes: Sizes) -> list[Row]:
+    """(d), (d'), (e) on an engine serving the instant backend; (d) and (d') are medians of repeats."""
+    med = statistics.median
+    engine.collect(sizes.instant_games)
+    fast = [engine.window(warmup_turns=2 * sizes.instant_games, turns=sizes.instant_turns)]
+    fast += [engine.window(warmup_turns=0, turns=sizes.instant_turns) for _ in range(sizes.rounds - 1)]
+    engine.stop_collecting()  # the in-process loops get the CPU to themselves
+    engine_rate = med(w.turns_per_s for w in fast)
+    plain = med(plain_turns_per_s(sizes.instant_turns, seed=r) for r in range(sizes.rounds))
+    alone = med(
+        inprocess_turns_per_s(model, sizes.instant_games, sizes.instant_turns, max_tokens)
+        for _ in range(sizes.rounds)
+    )
+    ratio = engine_rate / plain
+    rows = [
+        Row(
+            "d) engine / plain loop",
+            ratio,
+            "x",
+            ">= 0.25",
+            ratio >= 0.25,
+            f"{engine_rate:,.0f} vs {plain:,.0f} turns/s, {sizes.instant_games} games in flight",
+        ),
+        Row(
+            "d') game loop / plain loop",
+            alone / plain,
+            "x",
+            "",
+            None,
+            f"{alone:,.0f} turns/s: play_game in-process on the instant backend, no Ray",
+        ),
+    ]
+    engine.collect(sizes.rss_games)
+    full = engine.window(warmup_turns=0, turns=sizes.rss_turns)
+    rss = full.end["peak_rss_bytes"] / GiB
+    note = f"{full.end['peak_in_flight']:.0f} games in flight at most, {full.turns} turns"
+    rows.append(Row("e) collector peak RSS", rss, "GiB", "<= 1 GiB", rss <= 1.0, note))
+    return rows
+
+
 def run(
     model: str, batch: int, max_tokens: int, sizes: Sizes, say: Callable[[str], None] = print
 ) -> list[Row]:
     """Measure (a) to (e) and return the report's rows (Ray is started and shut down here)."""
     import ray
 
-    rows: list[Row] = []
-    init_ray()
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-rollout-") as tmp:
-            say(f"starting the engine on {model} ...")
+    with tempfile.TemporaryDirectory(prefix="bench-rollout-", ignore_cleanup_errors=True) as tmp:
+        init_ray()
+        try:  # Ray is shut down before the folder goes: its actors write there until they die
+            say(f"(a)-(c) {model}: {sizes.rounds} rounds of 1 batch alone, {batch} games, 1 game ...")
             engine = Engine.start("transformers", model, f"{tmp}/model", max_tokens)
-            threads = engine.torch_threads()
-            say(f"(a) backend alone, {batch} prompts x {max_tokens} tokens, {threads} torch thread(s) ...")
-            backend = backend_tokens_per_s(model, batch, max_tokens, threads)
-            rows.append(
-                Row("a) backend alone", backend, "tok/s", "", None, f"batch {batch}, {threads} thread(s)")
+            rows = measure_model(engine, model, batch, max_tokens, sizes)
+            failed = engine.snapshot()["failed"]
+            engine.kill()
+            say(
+                f"(d), (e) instant backend: {sizes.instant_games}, then {sizes.rss_games} games in flight ..."
             )
-
-            say(f"(b) engine, {batch} games in flight ...")
-            engine.collect(batch)
-            many = engine.window(warmup_turns=batch, turns=sizes.window_batches * batch)
-            rows.append(Row("b) engine", many.tokens_per_s, "tok/s", "", None, f"{many.turns} turns"))
-            ratio = many.tokens_per_s / backend
-            rows.append(Row("b/a) engine / backend", ratio, "x", ">= 0.85", ratio >= 0.85))
-
-            say("(c) engine, 1 game in flight ...")
-            engine.collect(1)
-            one = engine.window(warmup_turns=1, turns=sizes.single_turns)
-            ratio = many.tokens_per_s / one.tokens_per_s
-            note = f"{one.tokens_per_s:,.1f} tok/s with 1 game"
-            rows.append(Row(f"c) {batch} games / 1 game", ratio, "x", ">= 4", ratio >= 4.0, note))
-            failed = one.end["failed"]  # the collector's counts are cumulative
-            engine.kill()
-
-            say(f"(d) instant backend, {sizes.instant_games} games in flight, and the plain loop ...")
             engine = Engine.start(instant_backend.BACKEND_NAME, model, f"{tmp}/instant", max_tokens)
-            engine.collect(sizes.instant_games)
-            fast = engine.window(warmup_turns=sizes.instant_games * 2, turns=sizes.instant_turns)
-            plain = plain_turns_per_s(sizes.instant_turns)
-            ratio = fast.turns_per_s / plain
-            note = f"{fast.turns_per_s:,.0f} vs {plain:,.0f} turns/s, {sizes.instant_games} games"
-            rows.append(Row("d) engine / plain loop", ratio, "x", ">= 0.25", ratio >= 0.25, note))
-            alone = inprocess_turns_per_s(model, sizes.instant_games, sizes.instant_turns, max_tokens)
-            note = f"{alone:,.0f} turns/s: play_game in-process on the instant backend, no Ray"
-            rows.append(Row("d') game loop / plain loop", alone / plain, "x", "", None, note))
-
-            say(f"(e) collector memory, {sizes.rss_games} games in flight ...")
-            engine.collect(sizes.rss_games)
-            full = engine.window(warmup_turns=0, turns=sizes.rss_turns)
-            rss = full.end["peak_rss_bytes"] / GiB
-            note = f"{full.end['peak_in_flight']:.0f} games in flight at most, {full.turns} turns"
-            rows.append(Row("e) collector peak RSS", rss, "GiB", "<= 1 GiB", rss <= 1.0, note))
-            failed += full.end["failed"]
+            rows += measure_instant(engine, model, max_tokens, sizes)
+            failed += engine.snapshot()["failed"]
             engine.kill()
-            if failed:
-                say(f"warning: {failed:.0f} games failed during the measurements")
-    finally:
-        ray.shutdown()
+        finally:
+            ray.shutdown()
+    if failed:
+        say(f"warning: {failed:.0f} games failed during the measurements (see the collector's log)")
     return rows
 
 

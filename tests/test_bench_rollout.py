@@ -197,7 +197,7 @@ def test_quick_run_prints_every_measure(tiny_model):
         text=True,
         timeout=600,
     )
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, f"exit {run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
     lines = run.stdout.splitlines()
     names = [
         "a) backend alone",
