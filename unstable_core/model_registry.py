@@ -16,7 +16,6 @@ import json
 import logging
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import attrs
 import trueskill
 
 from unstable_core.errors import ConfigError, UnstableError
+from unstable_core.io import atomic_write_text
 from unstable_core.types import ModelMeta
 
 logger = logging.getLogger(__name__)
@@ -284,18 +284,7 @@ class ModelRegistry:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the registry as JSON, atomically (temporary file in the same folder, then rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.to_dict(), f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ModelRegistry:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from unstable_core.errors import UnstableError
+from unstable_core.io import atomic_write_text
 
 
 def optimizer_state_to_flat(state_dict: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -41,9 +42,7 @@ def optimizer_state_from_flat(tensors: dict[str, Any], rest: dict[str, Any]) -> 
 
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (temporary file, then rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 def write_folder_atomically(final: Path, fill: Callable[[Path], None]) -> Path:
