@@ -363,3 +363,34 @@ def test_env_step_info_is_kept_json_ready(tokenizer):
     assert result.trajectories[0].steps[0].step_info == {"finish_reason": "stop", "env": {"score": 2}}
     result, _ = play(tokenizer, replies, env_factory=lambda env_id: ExtraInfo(ta.make(env_id), {"s": {1, 2}}))
     assert result.trajectories[0].steps[0].step_info["env"] == "{'s': {1, 2}}"
+
+
+def test_seats_of_different_models_use_their_own_generate_and_tokenizer(tokenizer):
+    """Seat 0 and seat 1 answer through different `generate`s (as two base models would)."""
+    seat0 = FakeGenerate(tokenizer, ["\\boxed{4}", "\\boxed{0}", "\\boxed{8}"])
+    seat1 = FakeGenerate(tokenizer, ["\\boxed{1}", "\\boxed{2}"])
+    spec = GameSpec(game_idx=1, env_id=TICTACTOE, seed=11, players=two_seats())
+    result = asyncio.run(
+        play_game(
+            spec,
+            {0: seat0, 1: seat1},
+            {0: tokenizer, 1: tokenizer},
+            lora_paths={0: None, 1: None},
+            policy_versions={0: 0, 1: -1},
+            params=PARAMS,
+        )
+    )
+    assert not result.info.failed
+    assert (len(seat0.requests), len(seat1.requests)) == (3, 2)
+    assert result.info.final_rewards == {0: 1, 1: -1}  # 4, 0, 8: the diagonal
+    with pytest.raises(UnstableError, match="no entry for seat"):
+        asyncio.run(
+            play_game(
+                spec,
+                {0: seat0},
+                tokenizer,
+                lora_paths={0: None, 1: None},
+                policy_versions={0: 0, 1: 0},
+                params=PARAMS,
+            )
+        )
