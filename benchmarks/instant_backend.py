@@ -9,11 +9,13 @@ never by the core: it exists for `benchmarks/rollout.py`.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 import re
 from typing import Any
 
+from unstable_core.errors import UnstableError
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, InferenceBackend
 
 BACKEND_NAME = "instant-bench"
@@ -34,12 +36,19 @@ def choose_move(text: str, rng: random.Random) -> str | None:
 
 
 class InstantBackend(InferenceBackend):
-    """Answers every prompt with "\\boxed{<random legal move>}" in the model's tokens, without a model."""
+    """Answers every prompt with "\\boxed{<random legal move>}" in the model's tokens, without a model.
 
-    def __init__(self, model: str, *, seed: int = 0, **kwargs: Any) -> None:
+    `latency_s` delays each answer (without holding up the batch), standing in for a model's time so that
+    many games stay in flight at once; 0 answers at once.
+    """
+
+    def __init__(self, model: str, *, seed: int = 0, latency_s: float = 0.0, **kwargs: Any) -> None:
         from unstable_core.models import load_tokenizer
 
+        if not latency_s >= 0:
+            raise UnstableError(f"latency_s must be >= 0 seconds, got {latency_s}; use 0 to answer at once")
         super().__init__(model, **kwargs)
+        self.latency_s = float(latency_s)
         self._tokenizer = load_tokenizer(model)
         self._rng = random.Random(seed)
         self.eos_id = self._tokenizer.eos_token_id
@@ -48,6 +57,12 @@ class InstantBackend(InferenceBackend):
     def tokenizer(self) -> Any:
         """The tokenizer of `model` (only the tokenizer is loaded)."""
         return self._tokenizer
+
+    async def generate(self, request: GenerationRequest) -> GenerationOutput:
+        """The base class's batched generate, after `latency_s` seconds."""
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        return await super().generate(request)
 
     def generate_batch(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
         """One random legal move per request; a prompt listing no moves gets an "error" output."""

@@ -104,6 +104,25 @@ def test_instant_backend_seeded_requests_repeat(bench, tiny_model):
     assert other.text == f"\\boxed{{{expected}}}"
 
 
+def test_instant_backend_latency(bench, tiny_model):
+    instant, _ = bench
+    from unstable_core.errors import UnstableError
+
+    with pytest.raises(UnstableError, match="latency_s must be >= 0"):
+        instant.InstantBackend(tiny_model, latency_s=-1.0)
+    backend = instant.InstantBackend(tiny_model, latency_s=0.2, gather_ms=0.0)
+    ids = backend.tokenizer.encode(TICTACTOE_START, add_special_tokens=False)
+
+    async def timed() -> tuple[float, GenerationOutput]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        output = await backend.generate(GenerationRequest(ids))
+        return loop.time() - start, output
+
+    waited, output = asyncio.run(timed())
+    assert waited >= 0.2 and output.finish_reason == "stop"  # asyncio.sleep never wakes early
+
+
 def test_register_instant_backend_is_idempotent(bench):
     instant, _ = bench
     from unstable_core import plugins
@@ -171,6 +190,20 @@ def test_measured_collector_counts_turns_and_tokens(bench, tiny_model):
     now = collector.snapshot()
     assert (now["turns"], now["tokens"]) == (3, 3 + 5 + 7)
     assert now["peak_rss_bytes"] > 10 * 2**20  # a Python process with torch imported
+
+
+def test_resolve_answers_only_the_waiters_whose_level_is_reached(bench):
+    _, rollout = bench
+
+    async def check() -> None:
+        loop = asyncio.get_running_loop()
+        low, high = loop.create_future(), loop.create_future()
+        snaps = iter([{"n": 1}, {"n": 2}])
+        waiters = rollout._resolve([(2, low), (5, high)], 3, lambda: next(snaps))
+        assert waiters == [(5, high)] and low.result() == {"n": 1} and not high.done()
+        assert rollout._resolve(waiters, 5, lambda: next(snaps)) == [] and high.result() == {"n": 2}
+
+    asyncio.run(check())
 
 
 def test_bad_sizes_are_refused(bench):
