@@ -1,7 +1,10 @@
-"""The model registry as the run's single source of truth: every change is saved to `registry.json`."""
+"""The model registry as the run's single source of truth, saved to `registry.json`: at once when a model
+is added, at most every `save_every_s` seconds for rating updates (one rewrite per game would make a
+thousand short games a thousand file writes), and on `flush()`."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -9,16 +12,25 @@ from unstable_core.model_registry import ModelRegistry
 
 
 class RegistryHost:
-    """Wraps a `ModelRegistry` (hosted in a Ray actor) and writes it atomically after each change."""
+    """Wraps a `ModelRegistry` (hosted in a Ray actor) and writes it atomically."""
 
-    def __init__(self, path: str | Path, **registry_kwargs: Any) -> None:
+    def __init__(self, path: str | Path, save_every_s: float = 2.0, **registry_kwargs: Any) -> None:
         self.path = Path(path)
+        self.save_every_s = save_every_s
+        self._saved_at = 0.0
+        self._dirty = False
         self.registry = (
             ModelRegistry.load(self.path) if self.path.exists() else ModelRegistry(**registry_kwargs)
         )
 
     def _save(self) -> None:
         self.registry.save(self.path)
+        self._saved_at, self._dirty = time.monotonic(), False
+
+    def flush(self) -> None:
+        """Write what changed since the last save."""
+        if self._dirty:
+            self._save()
 
     def add_checkpoint(self, uid: str, path: str | None, iteration: int, inherit: bool = True) -> None:
         self.registry.add_checkpoint(uid, path, iteration, inherit=inherit)
@@ -30,7 +42,9 @@ class RegistryHost:
 
     def update_ratings(self, uids: list[str], scores: list[float], env_id: str) -> None:
         self.registry.update_ratings(uids, scores, env_id)
-        self._save()
+        self._dirty = True
+        if time.monotonic() - self._saved_at >= self.save_every_s:
+            self._save()
 
     def get_current_ckpt(self) -> str | None:
         return self.registry.get_current_ckpt()

@@ -334,7 +334,7 @@ class Run:
         ray.wait(self._collect_refs, num_returns=len(self._collect_refs), timeout=60)
         try:
             snap = self.progress()
-            ray.get(self.actors["tracker"].close.remote())
+            ray.get([self.actors["tracker"].close.remote(), self.actors["registry"].flush.remote()])
         except Exception as exc:  # keep going: shutting down matters more than the last numbers
             snap = {"error": str(exc)}
         self.summary = {"run_dir": str(self.run_dir), "elapsed_s": time.time() - self.started_at, **snap}
