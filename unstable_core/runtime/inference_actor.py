@@ -18,8 +18,15 @@ MAX_CONCURRENCY = 1024
 class InferenceActor:
     """Builds the backend registered as `backend_name` and serves its `generate`."""
 
-    def __init__(self, backend_name: str, backend_kwargs: Mapping[str, Any]) -> None:
+    def __init__(
+        self, backend_name: str, backend_kwargs: Mapping[str, Any], torch_threads: int | None = None
+    ) -> None:
         from unstable_core import plugins
+
+        if torch_threads:  # Ray starts workers with OMP_NUM_THREADS=1: one core for a CPU model otherwise
+            import torch
+
+            torch.set_num_threads(torch_threads)
 
         self.backend_name = backend_name
         self.backend_kwargs = dict(backend_kwargs)
@@ -50,9 +57,11 @@ def create_inference_actor(
     num_cpus: float = 1,
     max_restarts: int = -1,
     name: str | None = None,
+    torch_threads: int | None = None,
 ) -> Any:
     """Start an InferenceActor on Ray (which must be initialised); an actor handle.
 
+    `torch_threads` sets the backend's CPU threads (Ray's default for a worker is one).
     The actor restarts after a crash (`max_restarts`, -1 = always); calls in flight when it died fail
     with a Ray error for the caller to retry.
     """
@@ -75,4 +84,8 @@ def create_inference_actor(
     }
     if name is not None:
         options["name"] = name
-    return ray.remote(InferenceActor).options(**options).remote(backend_name, dict(backend_kwargs))
+    return (
+        ray.remote(InferenceActor)
+        .options(**options)
+        .remote(backend_name, dict(backend_kwargs), torch_threads)
+    )

@@ -205,7 +205,10 @@ class Run:
         for key, model in self._engines().items():
             engines[key] = [
                 create_inference_actor(
-                    cfg.backend, {"model": model, **backend_kwargs}, num_gpus=gpu, name=None
+                    cfg.backend,
+                    {"model": model, **backend_kwargs},
+                    num_gpus=gpu,
+                    torch_threads=None if gpu else threads,
                 )
                 for _ in range(cfg.num_inference_actors if key == "main" else 1)
             ]
