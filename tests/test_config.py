@@ -64,3 +64,14 @@ def test_save_round_trip(tmp_path):
     cfg = RunConfig(batch_size=8, fixed_opponents=["base"], sampler="fixed")
     cfg.save(tmp_path / "config.toml")
     assert load_config(tmp_path / "config.toml") == cfg
+
+
+def test_envs_command_lists_textarena_ids_and_rejects_an_unknown_pattern():
+    from click.testing import CliRunner
+
+    from unstable_core.cli import cli
+
+    out = CliRunner().invoke(cli, ["envs", "ultimatetictactoe"])
+    assert out.exit_code == 0 and out.output.split() == ["UltimateTicTacToe-v0", "UltimateTicTacToe-v0-train"]
+    bad = CliRunner().invoke(cli, ["envs", "zzz"])
+    assert bad.exit_code == 2 and "no TextArena environment id contains 'zzz'" in bad.output

@@ -63,10 +63,10 @@ def plugins(as_json: bool, show_all: bool) -> None:
 
 
 def _add_core_commands() -> None:
-    from unstable_core.commands import play, run
+    from unstable_core.commands import envs, play, run
 
-    cli.add_command(run)
-    cli.add_command(play)
+    for command in (run, play, envs):
+        cli.add_command(command)
 
 
 _add_core_commands()

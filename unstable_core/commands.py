@@ -227,3 +227,18 @@ def play(
     }
     cfg = load_config(None, overrides)
     execute(Run(cfg, learn=False), None, f"unstable play ({env_id})", max_games=games)
+
+
+@click.command()
+@click.argument("pattern", required=False, default="")
+@click.option("--all", "show_all", is_flag=True, help="Include the variants without text observations.")
+def envs(pattern: str, show_all: bool) -> None:
+    """List the TextArena environment ids (those containing PATTERN); `-train` ids suit training."""
+    from textarena.envs.registration import ENV_REGISTRY
+
+    ids = sorted(
+        i for i in ENV_REGISTRY if pattern.lower() in i.lower() and (show_all or not i.endswith("-raw"))
+    )
+    if not ids:
+        raise ConfigError(f"no TextArena environment id contains {pattern!r}; `unstable envs` lists them all")
+    click.echo("\n".join(ids))
