@@ -14,6 +14,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     run_dir = Path(run_dir)
     written = []
@@ -31,6 +32,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
             for m in fixed:
                 ax.axhline(m["mu"], linestyle="--", alpha=0.6, label=f"{m['uid']} (fixed)")
             ax.set_xlabel("learner step")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel("TrueSkill mu")
             ax.set_title("TrueSkill ratings")
             ax.legend(fontsize=8)
@@ -64,6 +66,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o")
                 ax.set_ylabel(key.split("/", 1)[1], fontsize=7)
             axes[-1, 0].set_xlabel("learner step")
+            axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
             fig.tight_layout()
             fig.savefig(run_dir / "curves.png", dpi=100)
             plt.close(fig)
