@@ -122,3 +122,59 @@ def test_tracker_counts_outcomes_and_moving_means(tmp_path):
     # every step of game() alternates format_ok True/False: a moving mean of 0.5 over the two finished games
     assert t.means()["train/E/format_rate"] == 0.5
     assert len((tmp_path / "games" / "games.jsonl").read_text().splitlines()) == 3
+
+
+def test_stale_games_added_after_a_version_moved_are_never_served():
+    """A game started by version 0 that finishes after version 5 was published is dropped on arrival."""
+    for cls in (StepBuffer, EpisodeBuffer):
+        buf = cls(100, max_staleness=1)
+        buf.set_policy_version(5)
+        assert buf.add_result(game(0, {0: 1.0, 1: -1.0}, version=0)) == 0
+        assert buf.add_result(game(1, {0: 1.0, 1: -1.0}, version=4)) == 4
+        batch = buf.get_batch(4)
+        assert {s.policy_version for s in batch} == {4}
+        assert buf.stats()["steps_stale_on_add"] == 4
+        assert buf.stats()["steps_stale"] == 4
+
+
+def test_staleness_is_checked_again_when_a_batch_is_served():
+    buf = StepBuffer(100, max_staleness=1)
+    buf.add_result(game(0, {0: 1.0, 1: -1.0}, version=0))
+    buf.policy_version = 3  # a version moved without a publish call reaching the buffer yet
+    assert buf.get_batch(4) is None
+    assert buf.stats()["steps_stale_on_serve"] == 4
+    assert buf.size() == 0
+
+
+def test_no_staleness_bound_keeps_everything():
+    buf = StepBuffer(100, max_staleness=None)
+    buf.set_policy_version(9)
+    assert buf.add_result(game(0, {0: 1.0, 1: -1.0}, version=0)) == 4
+    assert len(buf.get_batch(4)) == 4
+
+
+def test_final_transforms_see_only_the_collected_seats():
+    """With a fixed opponent at seat 1, a per-seat baseline must not track the opponent's results."""
+    seen = []
+
+    class Record(FinalRewardTransform):
+        def __call__(self, rewards, env_id=None):
+            seen.append(dict(rewards))
+            return rewards
+
+    buf = StepBuffer(100, [Record()])
+    buf.add_result(game(0, {0: 1.0, 1: -1.0}, learners=(0,)))
+    assert seen == [{0: 1.0}]
+
+
+def test_shaping_is_recorded_per_step_and_untouched_by_sampling_transforms():
+    buf = EpisodeBuffer(100, [Double()], [FormatBonus()], [AddTen()])
+    buf.add_result(game(0, {0: 1.0, 1: -1.0}))
+    batch = buf.get_batch(4)
+    by_turn = {(s.pid, s.turn): (s.final_reward, s.shaping, s.reward) for s in batch}
+    assert by_turn == {
+        (0, 0): (2.0, 0.5, 12.5),
+        (0, 2): (2.0, -0.5, 11.5),
+        (1, 1): (-2.0, 0.5, 8.5),
+        (1, 3): (-2.0, -0.5, 7.5),
+    }

@@ -79,9 +79,11 @@ class Step:
     """One turn of one player, with the exact tokens the model saw and produced.
 
     `prompt_ids` + `completion_ids` is what the learner trains on; `logprobs` are the sampling-time
-    log-probabilities of `completion_ids`. `final_reward` is the seat's game outcome after the final
-    reward transforms; `reward` starts equal to it and is changed by the step and sampling transforms
-    (so `reward - final_reward` is the step shaping, which an actor-critic learner uses per step).
+    log-probabilities of `completion_ids` under the tempered policy that sampled them. `final_reward` is
+    the seat's game outcome after the final reward transforms; `shaping` is what the step transforms added
+    to it for this turn (format bonus, invalid-move penalty); `reward` is final_reward + shaping, then
+    changed by the sampling transforms (batch normalisation). An episode learner (GAE) reads
+    `final_reward` and `shaping`, which the sampling transforms never touch.
     """
 
     pid: int
@@ -94,6 +96,7 @@ class Step:
     logprobs: list[float] = attrs.field(factory=list)
     reward: float = 0.0
     final_reward: float = 0.0
+    shaping: float = 0.0
     format_ok: bool = True
     invalid_move: bool = False
     model_uid: str = ""

@@ -6,7 +6,9 @@
 
 `StepBuffer` holds steps (REINFORCE-style learners); `EpisodeBuffer` holds whole trajectories (learners
 that need every step of an episode, e.g. GAE). Both evict the oldest data beyond `max_buffer_size` and
-drop data produced more than `max_staleness` policy versions ago.
+never serve data produced more than `max_staleness` policy versions before the current one: the bound is
+checked when a game arrives (it may have been played by a version that was current when it started),
+when a new version is published, and again when a batch is served.
 """
 
 from __future__ import annotations
@@ -24,12 +26,16 @@ class _Transforms:
         self.final, self.step, self.sampling = list(final), list(step), list(sampling)
 
     def shape(self, result: GameResult) -> list[Trajectory]:
-        """Training trajectories of a game with `final_reward` and `reward` set on every step."""
-        rewards = {int(k): float(v) for k, v in result.info.final_rewards.items()}
+        """Training trajectories of a game with `final_reward`, `shaping` and `reward` set on every step.
+
+        The final transforms see the outcomes of the collected (training) seats only: a baseline per seat
+        must not move with a fixed opponent's results (the reference tracked the learner's seat only)."""
+        trajectories = result.training_trajectories
+        collected = {t.pid for t in trajectories}
+        rewards = {int(k): float(v) for k, v in result.info.final_rewards.items() if int(k) in collected}
         for t in self.final:
             rewards = t(rewards, result.info.env_id)
-        out = []
-        for traj in result.training_trajectories:
+        for traj in trajectories:
             traj.final_reward = rewards.get(traj.pid, 0.0)
             for i, s in enumerate(traj.steps):
                 s.final_reward = traj.final_reward
@@ -37,8 +43,8 @@ class _Transforms:
                 for t in self.step:
                     r = t(traj, i, r)
                 s.reward = float(r)
-            out.append(traj)
-        return out
+                s.shaping = s.reward - s.final_reward
+        return trajectories
 
     def sample(self, steps: list[Step]) -> list[Step]:
         for t in self.sampling:
@@ -72,7 +78,15 @@ class StepBuffer:
         self.transforms = _Transforms(final_transforms, step_transforms, sampling_transforms)
         self.policy_version = 0
         self.stopped = False
-        self.counts = {"games": 0, "steps_added": 0, "steps_evicted": 0, "steps_stale": 0, "steps_served": 0}
+        self.counts = {
+            "games": 0,
+            "steps_added": 0,
+            "steps_evicted": 0,
+            "steps_stale_on_add": 0,
+            "steps_stale_on_publish": 0,
+            "steps_stale_on_serve": 0,
+            "steps_served": 0,
+        }
         self._items: deque = deque()
         self._n = 0  # steps held
 
@@ -87,17 +101,24 @@ class StepBuffer:
     def _version(self, item: Any) -> int:
         return min(s.policy_version for s in self._steps_of(item))
 
+    def _fresh(self, item: Any) -> bool:
+        """Whether `item` is within `max_staleness` versions of the current policy version."""
+        return self.max_staleness is None or self._version(item) >= self.policy_version - self.max_staleness
+
     def size(self) -> int:
         """Number of steps held."""
         return self._n
 
     def add_result(self, result: GameResult) -> int:
-        """Shape and store the training trajectories of a finished game; returns the number of steps added."""
+        """Shape and store the training trajectories of a finished game; returns the number of steps added
+        (0 for a game played by a version already too old: its steps are counted as stale)."""
         if result.info.failed or result.info.eval:
             return 0
         items = self._items_of(self.transforms.shape(result))
-        self._items.extend(items)
-        added = sum(len(self._steps_of(i)) for i in items)
+        fresh = [i for i in items if self._fresh(i)]
+        self.counts["steps_stale_on_add"] += sum(len(self._steps_of(i)) for i in items if not self._fresh(i))
+        self._items.extend(fresh)
+        added = sum(len(self._steps_of(i)) for i in fresh)
         self._n += added
         self.counts["games"] += 1
         self.counts["steps_added"] += added
@@ -110,21 +131,24 @@ class StepBuffer:
             self._n -= n
             self.counts["steps_evicted"] += n
 
-    def set_policy_version(self, version: int) -> int:
-        """The learner's current version; drops data older than `max_staleness` versions. Returns steps dropped."""
-        self.policy_version = version
-        if self.max_staleness is None:
-            return 0
-        keep = [i for i in self._items if self._version(i) >= version - self.max_staleness]
+    def _drop_stale(self, where: str) -> int:
+        """Remove held data older than `max_staleness` versions; count it under `steps_stale_<where>`."""
+        keep = [i for i in self._items if self._fresh(i)]
         held = sum(len(self._steps_of(i)) for i in keep)
         dropped = self._n - held
         self._items, self._n = deque(keep), held
-        self.counts["steps_stale"] += dropped
+        self.counts[f"steps_stale_{where}"] += dropped
         return dropped
 
+    def set_policy_version(self, version: int) -> int:
+        """The learner's current version; drops data older than `max_staleness` versions. Returns steps dropped."""
+        self.policy_version = version
+        return self._drop_stale("on_publish")
+
     def get_batch(self, batch_size: int) -> list[Step] | None:
-        """At least `batch_size` steps (exactly that many for a StepBuffer), sampling transforms applied;
-        None while the buffer holds fewer."""
+        """At least `batch_size` fresh steps (exactly that many for a StepBuffer), sampling transforms
+        applied; None while the buffer holds fewer."""
+        self._drop_stale("on_serve")
         if self.size() < batch_size:
             return None
         batch: list[Step] = []
@@ -142,7 +166,14 @@ class StepBuffer:
         self.stopped = True
 
     def stats(self) -> dict[str, Any]:
-        return {**self.counts, "size": self.size(), "policy_version": self.policy_version}
+        """Counts of what was added, evicted, dropped as stale (where) and served; size and version."""
+        stale = sum(v for k, v in self.counts.items() if k.startswith("steps_stale_"))
+        return {
+            **self.counts,
+            "steps_stale": stale,
+            "size": self.size(),
+            "policy_version": self.policy_version,
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """The reward transforms' statistics (EMA baselines), to save with a checkpoint."""

@@ -64,6 +64,8 @@ class LearnerHost:
             atomic_write_json(self.run_dir / "reward_state.json", ray.get(self.buffer.state_dict.remote()))
             ray.get(self.registry.add_checkpoint.remote(f"ckpt-{step}", str(path), step))
             ray.get(self.buffer.set_policy_version.remote(step))
+            buffer_stats = ray.get(self.buffer.stats.remote())
+            metrics.update({f"buffer/{k}": float(v) for k, v in buffer_stats.items()})
             metrics.update(update_s=time.time() - started, batch_steps=len(batch))
             self.tracker.log_learner.remote(metrics, step)
             last = {"step": step, "checkpoint": str(path), "metrics": metrics}

@@ -28,6 +28,7 @@ def step(game, pid, turn, prompt, completion, reward, final) -> Step:
         completion_ids=completion,
         reward=reward,
         final_reward=final,
+        shaping=reward - final,
         game_idx=game,
         turn=turn,
     )
@@ -48,7 +49,7 @@ def learner(tiny_model, tmp_path):
     lrn = A2CLearner(
         tiny_model, device="cpu", run_dir=tmp_path / "run", lora_cfg={"lora_rank": 4}, mini_batch_size=2
     )
-    lrn.initialize_algorithm(gamma=1.0, gae_lambda=0.5, critic_learning_rate=1e-2)
+    lrn.initialize_algorithm(gamma=1.0, gae_lambda=0.5, critic_learning_rate=1e-2, normalize_adv=False)
     return lrn
 
 
@@ -78,6 +79,62 @@ def test_episode_rewards_put_the_outcome_on_the_last_step():
     assert [[s.turn for s in ep] for ep in episodes] == [[0, 2, 4], [1, 3]]
     assert episode_rewards(episodes[0]) == pytest.approx([0.2, -0.1, 1.0])
     assert episode_rewards(episodes[1]) == pytest.approx([0.0, -1.0])
+
+
+def test_returns_of_a_won_game_survive_the_sampling_transform():
+    """A won 5-turn game with +0.5 shaping per turn: returns (gamma = lambda = 1, V = 0) are
+    [3.5, 3.0, 2.5, 2.0, 1.5], the outcome counted once, whatever the batch normalisation did to `reward`."""
+    rewards = pytest.importorskip("unstable_rewards")
+    from unstable_core.runtime.buffer import EpisodeBuffer
+    from unstable_core.types import GameInformation, GameResult, Trajectory
+
+    def result(idx, outcome):
+        steps = [
+            Step(pid=0, env_id="E", obs="", act="", game_idx=idx, turn=t, prompt_ids=[1], completion_ids=[2])
+            for t in range(5)
+        ]
+        traj = Trajectory(pid=0, env_id="E", model_uid="m", steps=steps, collect_data=True)
+        info = GameInformation(game_idx=idx, env_id="E", final_rewards={0: outcome}, learner_pids=[0])
+        return GameResult(info=info, trajectories=[traj])
+
+    buf = EpisodeBuffer(
+        100,
+        step_transforms=[rewards.RewardForFormat(reward=0.5, penalty=0.0)],
+        sampling_transforms=[rewards.NormalizeRewardsByEnv(z_score=True)],
+    )
+    buf.add_result(result(0, 1.0))
+    buf.add_result(result(1, -1.0))
+    batch = buf.get_batch(10)
+    won = [s for s in batch if s.game_idx == 0]
+    _, returns = compute_gae(episode_rewards(won), [0.0] * 5, gamma=1.0, lam=1.0)
+    assert returns == pytest.approx([3.5, 3.0, 2.5, 2.0, 1.5])
+    lost = [s for s in batch if s.game_idx == 1]
+    _, returns = compute_gae(episode_rewards(lost), [0.0] * 5, gamma=1.0, lam=1.0)
+    assert returns == pytest.approx([1.5, 1.0, 0.5, 0.0, -0.5])
+
+
+def test_advantages_are_normalised_per_env(tiny_model, tmp_path):
+    lrn = A2CLearner(tiny_model, device="cpu", run_dir=tmp_path / "run", lora_cfg={"lora_rank": 4})
+    lrn.initialize_algorithm()
+    assert lrn.a2c.normalize_adv and lrn.a2c.critic_learning_rate == 5e-5
+    batch = [
+        Step(
+            pid=0,
+            env_id=env,
+            obs="",
+            act="",
+            prompt_ids=[1, 2],
+            completion_ids=[3],
+            final_reward=r,
+            game_idx=g,
+        )
+        for g, (env, r) in enumerate([("A", 1.0), ("A", -1.0), ("B", 100.0), ("B", 50.0), ("B", 0.0)])
+    ]
+    samples = lrn.prepare_batch(batch)
+    for env in ("A", "B"):
+        adv = [s.advantage for s in samples if s.step.env_id == env]
+        assert sum(adv) == pytest.approx(0.0, abs=1e-6)
+        assert (sum(a * a for a in adv) / len(adv)) ** 0.5 == pytest.approx(1.0, abs=1e-4)
 
 
 def test_group_episodes_rejects_steps_without_a_game_or_with_repeated_turns():

@@ -31,11 +31,15 @@ def compute_gae(
 
 
 def episode_rewards(episode: Sequence[Step]) -> list[float]:
-    """r_t = shaping_t + (final_reward on the last step), with shaping_t = reward_t - final_reward_t."""
+    """r_t = shaping_t + [t = last] * outcome: the game's outcome enters once, at the episode's end.
+
+    Read from `Step.shaping` and `Step.final_reward`, never from `Step.reward`, which the sampling
+    transforms have normalised over the batch: a shifted reward read as shaping reversed the returns.
+    The reference added the outcome to every step and summed with gamma = lambda = 1, which multiplied the
+    outcome by the number of turns left (long games weighed more than short ones): a defect not repeated.
+    """
     last = len(episode) - 1
-    return [
-        (s.reward - s.final_reward) + (s.final_reward if t == last else 0.0) for t, s in enumerate(episode)
-    ]
+    return [s.shaping + (s.final_reward if t == last else 0.0) for t, s in enumerate(episode)]
 
 
 def group_episodes(steps: Sequence[Step]) -> list[list[Step]]:

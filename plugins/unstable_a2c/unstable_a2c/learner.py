@@ -27,12 +27,21 @@ def _positive(instance: Any, attribute: attrs.Attribute, value: float) -> None:
 
 @attrs.frozen
 class A2CConfig:
-    """A2C's options; see the README for what each does and why the defaults."""
+    """A2C's options.
+
+    - gamma = 1: a game is a short episode whose only delayed reward is its outcome; discounting over a
+      handful of turns would only shrink the outcome for early moves.
+    - gae_lambda = 0.95: GAE's usual bias/variance trade-off (lambda = 1 is Monte-Carlo returns minus V,
+      unbiased but noisy; lower leans on the young critic). The reference hard-coded gamma = lambda = 1.
+    - critic_learning_rate = 5e-5, as in the reference.
+    - normalize_adv = True: advantages are z-scored per env id after GAE, as the reference did, so envs
+      with different reward scales weigh alike in a batch.
+    """
 
     gamma: float = attrs.field(default=1.0, validator=_in_unit_interval)
     gae_lambda: float = attrs.field(default=0.95, validator=_in_unit_interval)
-    critic_learning_rate: float = attrs.field(default=1e-5, validator=_positive)
-    normalize_adv: bool = False
+    critic_learning_rate: float = attrs.field(default=5e-5, validator=_positive)
+    normalize_adv: bool = True
     infer_mini_batch_size: int = attrs.field(default=16, validator=_positive)
 
 
@@ -50,6 +59,16 @@ def normalize(values: list[float], eps: float = 1e-8) -> list[float]:
     mean = sum(values) / len(values)
     std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
     return [(v - mean) / std if std > eps else v - mean for v in values]
+
+
+def normalize_by_env(values: list[float], env_ids: list[str]) -> list[float]:
+    """`normalize` applied separately to the values of each env id (same order as given)."""
+    out = list(values)
+    for env in set(env_ids):
+        idx = [i for i, e in enumerate(env_ids) if e == env]
+        for i, v in zip(idx, normalize([values[i] for i in idx]), strict=True):
+            out[i] = v
+    return out
 
 
 class A2CLearner(BaseLearner):
@@ -113,7 +132,7 @@ class A2CLearner(BaseLearner):
             returns += ep_ret
             at += len(episode)
         if self.a2c.normalize_adv:
-            advantages = normalize(advantages)
+            advantages = normalize_by_env(advantages, [s.env_id for s in ordered])
         return [
             A2CSample(step=s, advantage=a, ret=r)
             for s, a, r in zip(ordered, advantages, returns, strict=True)
