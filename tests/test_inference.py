@@ -49,13 +49,14 @@ def adapters(tiny_model, tmp_path_factory):
     return [make_adapter(tiny_model, root / f"a{i}", seed=i) for i in range(3)]
 
 
-def recompute_logprobs(backend, prompt, completion, adapter=None):
-    """log softmax of a plain forward pass over prompt + completion, at the completion's positions."""
+def recompute_logprobs(backend, prompt, completion, adapter=None, temperature=1.0):
+    """log softmax(logits / T) of a plain forward pass over prompt + completion, at the completion's positions."""
     model = backend._pool.model
     ids = torch.tensor([list(prompt) + list(completion)])
     extra = {"adapter_names": [adapter]} if adapter else {}
     with torch.inference_mode():
-        logprobs = torch.log_softmax(model(input_ids=ids, **extra).logits[0].float(), dim=-1)
+        logits = model(input_ids=ids, **extra).logits[0].float()
+        logprobs = torch.log_softmax(logits / temperature, dim=-1)
     return [logprobs[len(prompt) - 1 + k, t].item() for k, t in enumerate(completion)]
 
 
@@ -78,12 +79,14 @@ def test_batched_greedy_equals_one_by_one(backend, prompts):
     )
 
 
-def test_logprobs_are_raw_policy_logprobs(backend, prompts):
-    # sampled at temperature 0.7 and top-p 0.9, the logprobs are still those of the raw logits
-    params = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=5, seed=3)
+def test_logprobs_are_those_of_the_tempered_policy(backend, prompts):
+    # sampled at temperature 0.7: the logprobs are log softmax(logits / 0.7), the distribution sampled from
+    params = SamplingParams(temperature=0.7, max_tokens=5, seed=3)
     outs = backend.generate_batch([GenerationRequest(p, params=params) for p in prompts])
     for prompt, out in zip(prompts, outs, strict=True):
-        assert out.logprobs == pytest.approx(recompute_logprobs(backend, prompt, out.token_ids), abs=1e-4)
+        tempered = recompute_logprobs(backend, prompt, out.token_ids, temperature=0.7)
+        assert out.logprobs == pytest.approx(tempered, abs=1e-4)
+        assert out.logprobs != pytest.approx(recompute_logprobs(backend, prompt, out.token_ids), abs=1e-3)
 
 
 def test_seeded_sampling_is_reproducible_across_batches(backend, prompts):

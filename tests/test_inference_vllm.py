@@ -170,7 +170,7 @@ def test_engine_args_from_vllm_config():
             max_model_len=8192,
             max_num_seqs=128,
             gpu_memory_utilization=0.9,
-            logprobs_mode="raw_logprobs",
+            logprobs_mode="processed_logprobs",
         )
         assert b.default_params.temperature == 0.6 and b.max_batch_size == 128
     finally:

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from unstable_core.errors import ConfigError, UnstableError  # noqa: E402
 from unstable_core.learners import BaseLearner, collate, completion_logprobs  # noqa: E402
-from unstable_core.learners.batch import truncate  # noqa: E402
+from unstable_core.learners.batch import too_long  # noqa: E402
 from unstable_core.learners.checkpoint import optimizer_state_from_flat, optimizer_state_to_flat  # noqa: E402
 from unstable_core.types import Step  # noqa: E402
 
@@ -37,9 +37,10 @@ class SumLogprobLearner(BaseLearner):
 
     def _update(self, batch, scale):
         tokens = self.collate(batch)
-        logp = self.completion_logprobs(self.policy_logits(tokens), tokens)  # [B, T-1]
+        logp = self.policy_logprobs(tokens)  # [B, T-1]
+        weights = self.importance_weights(logp, tokens)
         rewards = torch.tensor([s.reward for s in batch], device=self.device)
-        loss = (-rewards * logp.sum(-1)).mean()
+        loss = (-rewards * (weights * logp).sum(-1)).mean()
         (loss * scale).backward()
         return {"loss": loss.item()}
 
@@ -68,24 +69,24 @@ BATCH = [
 # ---- collation (no model) ----------------------------------------------------------------------
 
 
-def test_truncate_drops_prompt_from_the_left_then_cuts_the_completion_end():
-    assert truncate([1, 2, 3, 4], [5, 6], None) == ([1, 2, 3, 4], [5, 6])
-    assert truncate([1, 2, 3, 4], [5, 6], 6) == ([1, 2, 3, 4], [5, 6])
-    assert truncate([1, 2, 3, 4], [5, 6], 4) == ([3, 4], [5, 6])
-    assert truncate([1, 2, 3, 4], [5, 6, 7, 8], 4) == ([4], [5, 6, 7])  # one prompt token always stays
-    assert truncate([1, 2], [5, 6, 7, 8, 9], 3) == ([2], [5, 6])
+def test_too_long_counts_prompt_and_completion():
+    assert not too_long(make_step([1, 2, 3, 4], [5, 6]), None)
+    assert not too_long(make_step([1, 2, 3, 4], [5, 6]), 6)
+    assert too_long(make_step([1, 2, 3, 4], [5, 6]), 5)
+
+
+def test_collate_aligns_behaviour_logprobs_with_the_targets():
+    tb = collate(
+        [make_step([1, 2, 3], [4, 5], logprobs=[-0.5, -1.5]), make_step([7], [8], logprobs=[])],
+        pad_token_id=0,
+    )
+    # position t predicts token t+1: row 0's completion tokens 4, 5 are targets 2 and 3 (index 2, 3 of [B, T-1])
+    assert tb.behaviour_logprobs.tolist() == [[0.0, 0.0, -0.5, -1.5], [0.0, 0.0, 0.0, 0.0]]
+    assert tb.behaviour_mask.tolist() == [[False, False, True, True], [False, False, False, False]]
+    assert tb.target_mask.tolist() == [[False, False, True, True], [True, False, False, False]]
 
 
 def test_collate_pads_right_and_masks_prompt_and_padding():
-    tb = collate(
-        [make_step([1, 2, 3], [4, 5]), make_step([7], [8, 9, 10, 11])], pad_token_id=0, max_train_len=4
-    )
-    # row 0: 5 tokens -> prompt loses its first token; row 1: the completion alone is too long -> [7] + [8, 9, 10]
-    assert tb.input_ids.tolist() == [[2, 3, 4, 5], [7, 8, 9, 10]]
-    assert tb.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 1]]
-    assert tb.completion_mask.tolist() == [[False, False, True, True], [False, True, True, True]]
-    assert tb.last_prompt_index.tolist() == [1, 0]
-
     tb = collate([make_step([1, 2, 3], [4]), make_step([7], [8, 9])], pad_token_id=99)
     assert tb.input_ids.tolist() == [[1, 2, 3, 4], [7, 8, 9, 99]]
     assert tb.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
@@ -120,6 +121,14 @@ def test_completion_logprobs_are_zero_with_zero_gradient_off_the_completion():
     # rows' positions that predict completion tokens: (0, 1) and (1, 0); nothing else gets a gradient
     assert (grad_norm[0, 1] > 0) and (grad_norm[1, 0] > 0)
     assert grad_norm[0, 0] == 0 and grad_norm[0, 2] == 0 and grad_norm[1, 1] == 0 and grad_norm[1, 2] == 0
+
+
+def test_completion_logprobs_are_those_of_the_tempered_policy():
+    tb = collate([make_step([0], [2])], pad_token_id=0)
+    logits = torch.tensor([[[0.0, 0.0, math.log(2.0)], [0.0, 0.0, 0.0]]])
+    # T = 0.5: softmax([0, 0, 2 log 2]) = [1, 1, 4] / 6
+    assert completion_logprobs(logits, tb, temperature=0.5)[0, 0].item() == pytest.approx(math.log(4 / 6))
+    assert completion_logprobs(logits, tb, temperature=0.0)[0, 0].item() == pytest.approx(math.log(0.5))
 
 
 def test_optimizer_state_round_trips_without_pickle():
@@ -217,7 +226,7 @@ def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model, tmp_path)
         grads[mbs] = _grads_at_step(lrn, BATCH)
     assert len(grads[1]) == len(grads[3])
     for a, b in zip(grads[1], grads[3], strict=True):
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-7)
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)  # padding changes the summation order
 
 
 def test_grad_norm_is_clipped_to_grad_clip(tiny_model, tmp_path):
@@ -228,6 +237,116 @@ def test_grad_norm_is_clipped_to_grad_clip(tiny_model, tmp_path):
     grads = _grads_at_step(lrn, BATCH)
     total = torch.sqrt(sum((g**2).sum() for g in grads))
     assert total.item() == pytest.approx(1e-6, rel=1e-3)
+
+
+# ---- the learner trains the policy that sampled ------------------------------------------------
+
+
+def sampled_steps(model_path, temperature, n=4, dtype=None, seed=0):
+    """Steps whose completions (and behaviour log-probs) come from the real transformers backend."""
+    from unstable_core.inference.base import GenerationRequest, SamplingParams
+    from unstable_core.inference.hf import TransformersBackend
+
+    backend = TransformersBackend(model_path, device="cpu", dtype=dtype)
+    tok = backend.tokenizer
+    prompts = [tuple(tok.encode(t)) for t in ["play a move", "hello there", "one two three", "x o x"]][:n]
+    params = SamplingParams(temperature=temperature, max_tokens=6, seed=seed)
+    outs = backend.generate_batch([GenerationRequest(p, params=params) for p in prompts])
+    return [
+        make_step(list(p), list(o.token_ids), logprobs=list(o.logprobs), reward=1.0, game_idx=i)
+        for i, (p, o) in enumerate(zip(prompts, outs, strict=True))
+    ]
+
+
+def test_zero_lag_fp32_log_ratio_is_zero_at_the_sampling_temperature(tiny_model, tmp_path):
+    steps = sampled_steps(tiny_model, temperature=0.7)
+    lrn = SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, temperature=0.7)
+    lrn.initialize_algorithm()
+    metrics = lrn.update(steps)
+    assert abs(metrics["off_policy/log_ratio_mean"]) < 1e-4
+    assert metrics["off_policy/max_abs_log_ratio"] < 1e-4
+    assert abs(metrics["off_policy/kl"]) < 1e-6 and metrics["off_policy/ratio_mean"] == pytest.approx(1.0)
+    assert metrics["off_policy/tokens"] == sum(len(s.completion_ids) for s in steps)
+
+    # trained at temperature 1 (the old behaviour) the same data reads as off-policy
+    wrong = SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, temperature=1.0)
+    wrong.initialize_algorithm()
+    assert wrong.update(steps)["off_policy/max_abs_log_ratio"] > 1e-2
+
+
+def test_policy_logprobs_equal_the_full_logits_path(learner):
+    tokens = learner.collate(BATCH)
+    learner.config = type(learner.config)(**{**vars_of(learner.config), "temperature": 0.7})
+    with torch.no_grad():
+        fast = learner.policy_logprobs(tokens)
+        plain = learner.completion_logprobs(learner.policy_logits(tokens), tokens)
+    assert torch.allclose(fast, plain, atol=1e-5)
+
+
+def vars_of(cfg):
+    import attrs
+
+    return attrs.asdict(cfg)
+
+
+def test_bf16_logprobs_agree_with_an_fp32_head(tiny_model, tmp_path):
+    """Backend and learner both in bf16: with the LM head and log-softmax in fp32 they agree closely."""
+    from unstable_core.learners.batch import completion_logprobs as from_logits
+
+    steps = sampled_steps(tiny_model, temperature=1.0, dtype=torch.bfloat16)
+    lrn = SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path)
+    lrn.model.to(torch.bfloat16)
+    lrn.initialize_algorithm()
+    tokens = lrn.collate(steps)
+    with torch.no_grad():
+        logp = lrn.policy_logprobs(tokens)
+        bf16_head = from_logits(lrn.policy_logits(tokens).bfloat16(), tokens)
+    mask = tokens.behaviour_mask
+    fp32_gap = (logp - tokens.behaviour_logprobs)[mask].abs().max().item()
+    bf16_gap = (bf16_head - tokens.behaviour_logprobs)[mask].abs().max().item()
+    assert fp32_gap < 0.05 and fp32_gap < bf16_gap
+    assert lrn.update(steps)["off_policy/max_abs_log_ratio"] == pytest.approx(fp32_gap, abs=1e-3)
+
+
+def test_importance_cap_truncates_the_weights(tiny_model, tmp_path):
+    steps = sampled_steps(tiny_model, temperature=1.0)
+    for s in steps:  # pretend a much less likely behaviour policy sampled them: pi / mu = e^3 > cap
+        s.logprobs = [lp - 3.0 for lp in s.logprobs]
+    lrn = SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, importance_cap=2.0)
+    lrn.initialize_algorithm()
+    tokens = lrn.collate(steps)
+    with torch.no_grad():
+        weights = lrn.importance_weights(lrn.policy_logprobs(tokens), tokens)
+    assert weights[tokens.behaviour_mask].max().item() == pytest.approx(2.0)
+    assert weights[~tokens.behaviour_mask].eq(1.0).all()
+    metrics = lrn.update(steps)
+    assert metrics["off_policy/capped_fraction"] == 1.0
+    assert metrics["off_policy/log_ratio_mean"] == pytest.approx(3.0, abs=1e-3)
+
+
+def test_too_long_steps_are_dropped_and_counted_never_cut(tiny_model, tmp_path):
+    lrn = SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, max_train_len=6)
+    lrn.initialize_algorithm()
+    batch = [make_step([1, 2, 3], [4, 5]), make_step([1, 2, 3, 4, 5], [6, 7]), make_step([1], [2])]
+    metrics = lrn.update(batch)
+    assert metrics["steps_too_long"] == 1.0 and metrics["batch_size"] == 2.0
+    with pytest.raises(UnstableError, match="max_train_len"):
+        lrn.update([make_step([1, 2, 3, 4, 5], [6, 7])])
+
+
+def test_episode_learners_drop_whole_episodes(tiny_model, tmp_path):
+    class EpisodeLearner(SumLogprobLearner):
+        buffer_kind = "episode"
+
+    lrn = EpisodeLearner(tiny_model, device="cpu", run_dir=tmp_path, max_train_len=6)
+    lrn.initialize_algorithm()
+    batch = [
+        make_step([1, 2], [3], game_idx=0, turn=0),
+        make_step([1, 2, 3, 4, 5, 6], [7], game_idx=0, turn=2),  # too long: the whole episode goes
+        make_step([1, 2], [3], game_idx=1, turn=0),
+    ]
+    assert lrn.drop_too_long(batch) == [batch[2]]
+    assert lrn.update(batch)["steps_too_long"] == 2.0
 
 
 def test_checkpoint_is_complete_pickle_free_and_reloads(learner, tiny_model, tmp_path):

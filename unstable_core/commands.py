@@ -27,7 +27,14 @@ def _option_for(field: attrs.Attribute) -> Any:
         return click.option(flag, field.name, multiple=True, default=None, help=help_text)
     if str(field.type).startswith("dict"):
         return click.option(flag, field.name, default=None, metavar="JSON", help=help_text)
-    types = {"int": int, "float": float, "int | None": int, "str": str, "str | None": str}
+    types = {
+        "int": int,
+        "float": float,
+        "int | None": int,
+        "float | None": float,
+        "str": str,
+        "str | None": str,
+    }
     return click.option(flag, field.name, type=types.get(str(field.type), str), default=None, help=help_text)
 
 

@@ -198,10 +198,19 @@ class RunConfig:
         default=False, metadata=_help("accepted for compatibility with the reference; unused")
     )
     max_train_len: int | None = attrs.field(
-        default=None, validator=_positive, metadata=_help("truncate training sequences to this many tokens")
+        default=None,
+        validator=_positive,
+        metadata=_help(
+            "drop (and count) training steps whose prompt + completion exceed this many tokens (never cut)"
+        ),
     )
     max_generation_len: int = attrs.field(
         default=64, validator=_positive, metadata=_help("max new tokens per turn")
+    )
+    importance_cap: float | None = attrs.field(
+        default=None,
+        validator=_in_range(1e-9, 1e9),
+        metadata=_help("truncate importance weights pi/mu of off-policy tokens at this value (default: off)"),
     )
     buffer_size: int | None = attrs.field(
         default=None, validator=_positive, metadata=_help("buffer capacity (default 2 x batch_size)")

@@ -1,9 +1,11 @@
 """The transformers backend: any causal LM on CPU or CUDA, batched with left padding, LoRA hot-loading.
 
 Decoding is our own loop over the KV cache rather than `model.generate`, so that each row keeps its
-own temperature, top-p, seed and token budget, and the log-probability of every sampled token is
-taken from the raw logits (temperature 1, no top-p): log pi(token | context), exactly what the learner
-recomputes. Finished rows are dropped from the batch (and from the cache) as soon as they end.
+own temperature, top-p, seed and token budget, and the log-probability of every sampled token is that
+of the tempered distribution it was sampled from, log softmax(logits / T) (before top-p; exact with the
+default top_p = 1; T = 0, greedy, is recorded at T = 1): exactly what the learner recomputes. The LM head
+and the log-softmax run in float32 whatever the model's dtype, as in the learner. Finished rows are
+dropped from the batch (and from the cache) as soon as they end.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import attrs
 import torch
+import torch.nn.functional as F
 
 from unstable_core.inference.base import (
     GenerationOutput,
@@ -75,7 +78,11 @@ class TransformersBackend(InferenceBackend):
         self.pad_id = (
             self._tokenizer.pad_token_id if self._tokenizer.pad_token_id is not None else min(self.eos_ids)
         )
-        self.vocab_size = base_model.get_output_embeddings().weight.shape[0]
+        head = base_model.get_output_embeddings()
+        self.vocab_size = head.weight.shape[0]
+        # the LM head in float32 (the same tensor when the model is float32 already)
+        self._head_weight = head.weight.detach().float()
+        self._head_bias = head.bias.detach().float() if getattr(head, "bias", None) is not None else None
         self._lock = threading.Lock()  # one batch at a time: the model and its adapters are shared state
 
     @property
@@ -155,14 +162,18 @@ class TransformersBackend(InferenceBackend):
                 past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
+                output_hidden_states=True,
                 **extra,
             )
             cache = out.past_key_values
-            logits = out.logits[:, -1, :].float()  # [B, V] raw logits of the next token
-            logprobs = torch.log_softmax(logits, dim=-1)  # [B, V] the policy's own log-probs
-            tokens = sample_tokens(
-                logits, [r.request.params for r in active], [r.generator for r in active]
+            hidden = out.hidden_states[-1][:, -1, :].float()  # [B, H] after the final norm
+            logits = F.linear(hidden, self._head_weight, self._head_bias)  # [B, V] fp32 next-token logits
+            params = [r.request.params for r in active]
+            temperature = torch.tensor(
+                [p.temperature if p.temperature > 0 else 1.0 for p in params], device=logits.device
             )  # [B]
+            logprobs = torch.log_softmax(logits / temperature[:, None], dim=-1)  # [B, V] tempered policy
+            tokens = sample_tokens(logits, params, [r.generator for r in active])  # [B]
             token_logprobs = logprobs.gather(-1, tokens[:, None])[:, 0]  # [B]
             keep = []
             for b, (row, token, logprob) in enumerate(

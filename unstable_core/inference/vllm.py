@@ -203,7 +203,8 @@ class VLLMBackend(InferenceBackend):
         if max_cpu_loras is not None:
             kwargs["max_cpu_loras"] = max_cpu_loras
         if "logprobs_mode" in _field_names(self._api.engine_args):
-            kwargs["logprobs_mode"] = "raw_logprobs"  # log-probs before temperature/top-p: the policy's own
+            # log-probs after temperature (and top-p): the tempered behaviour policy the learner recomputes
+            kwargs["logprobs_mode"] = "processed_logprobs"
         kwargs.update(extra)
         return kwargs
 

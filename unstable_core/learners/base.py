@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import attrs
 
 from unstable_core.errors import ConfigError, UnstableError
-from unstable_core.learners.batch import TokenBatch, collate, completion_logprobs
+from unstable_core.learners.batch import TokenBatch, collate, completion_logprobs, head_logprobs, too_long
 from unstable_core.learners.checkpoint import (
     optimizer_state_from_flat,
     optimizer_state_to_flat,
@@ -26,6 +26,7 @@ from unstable_core.learners.checkpoint import (
     write_json,
 )
 from unstable_core.learners.lora import make_lora_config, present_target_modules, resolve_lora_cfg
+from unstable_core.learners.off_policy import OffPolicyStats, importance_weights
 from unstable_core.types import Step
 
 POLICY_ADAPTER = "default"  # peft's name for the adapter saved at a checkpoint folder's root
@@ -34,6 +35,11 @@ POLICY_ADAPTER = "default"  # peft's name for the adapter saved at a checkpoint 
 def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and not value > 0:
         raise ConfigError(f"learner {attribute.name} must be > 0, got {value!r}")
+
+
+def _non_negative(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not value >= 0:
+        raise ConfigError(f"learner {attribute.name} must be >= 0, got {value!r}")
 
 
 @attrs.frozen
@@ -50,6 +56,8 @@ class LearnerConfig:
     gradient_checkpointing: bool = True
     max_train_len: int | None = attrs.field(default=None, validator=_positive)
     max_generation_len: int = attrs.field(default=4096, validator=_positive)
+    temperature: float = attrs.field(default=1.0, validator=_non_negative)  # the sampler's; 0 (greedy) -> 1
+    importance_cap: float | None = attrs.field(default=None, validator=_positive)
     seed: int = 0
 
     def __attrs_post_init__(self) -> None:
@@ -74,7 +82,8 @@ class BaseLearner:
         class MyLearner(BaseLearner):
             def _update(self, batch, scale):
                 tokens = self.collate(batch)
-                logp = self.completion_logprobs(self.policy_logits(tokens), tokens)  # [B, T-1]
+                logp = self.policy_logprobs(tokens)  # [B, T-1] log pi_T of the sampled tokens
+                weights = self.importance_weights(logp, tokens)  # [B, T-1], 1 unless importance_cap
                 loss = ...  # a per-sample mean
                 (loss * scale).backward()
                 return {"loss": loss.item()}
@@ -97,6 +106,8 @@ class BaseLearner:
         gradient_checkpointing: bool = True,
         max_train_len: int | None = None,
         max_generation_len: int = 4096,
+        temperature: float = 1.0,
+        importance_cap: float | None = None,
         run_dir: str | Path,
         device: str | None = None,
         seed: int = 0,
@@ -117,6 +128,8 @@ class BaseLearner:
             gradient_checkpointing=gradient_checkpointing,
             max_train_len=max_train_len,
             max_generation_len=max_generation_len,
+            temperature=temperature,
+            importance_cap=importance_cap,
             seed=seed,
         )
         self.run_dir = Path(run_dir)
@@ -146,6 +159,7 @@ class BaseLearner:
         self.step = 0  # the policy version: number of optimizer updates so far
         self.algorithm_cfg: dict[str, Any] = {}
         self._algorithm_ready = False
+        self._off_policy = OffPolicyStats()
 
     # ---- algorithm hooks -------------------------------------------------------------------------
 
@@ -218,19 +232,43 @@ class BaseLearner:
 
     def collate(self, batch: Sequence[Step]) -> TokenBatch:
         """Right-padded tensors of the steps' exact token ids on the learner's device (see `batch.collate`)."""
-        return collate(
-            batch, pad_token_id=self.pad_token_id, max_train_len=self.config.max_train_len, device=self.device
-        )
+        return collate(batch, pad_token_id=self.pad_token_id, device=self.device)
 
     def completion_logprobs(self, logits: Any, batch: TokenBatch) -> Any:
-        """[B, T-1] log-probs of the sampled completion tokens; 0 on prompt and padding."""
-        return completion_logprobs(logits, batch)
+        """[B, T-1] tempered log-probs of the sampled completion tokens from full logits; 0 elsewhere."""
+        return completion_logprobs(logits, batch, self.config.temperature)
 
     def policy_logits(self, batch: TokenBatch) -> Any:
         """[B, T, V] logits of the policy (base model + policy adapter, which is active outside `use_adapter`)."""
         return self.model(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
         ).logits
+
+    def policy_logprobs(self, batch: TokenBatch) -> Any:
+        """[B, T-1] log pi_T(y_t | x, y_<t) of the sampled completion tokens, 0 elsewhere: the policy tempered
+        like the sampler (logits / T), its LM head and log-softmax in float32, only at completion positions."""
+        base = self.model.get_base_model()
+        hidden = base.get_decoder()(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+        ).last_hidden_state  # [B, T, H]
+        return head_logprobs(hidden, base.get_output_embeddings(), batch, self.config.temperature)
+
+    def importance_weights(self, logp: Any, batch: TokenBatch) -> Any:
+        """[B, T-1] truncated importance weights min(pi/mu, importance_cap) (all 1 without a cap); also
+        records this micro-batch's ratio and KL statistics for the update's `off_policy/...` metrics."""
+        cap = self.config.importance_cap
+        self._off_policy.add(logp, batch.behaviour_logprobs, batch.behaviour_mask, cap)
+        return importance_weights(logp, batch.behaviour_logprobs, batch.behaviour_mask, cap)
+
+    def drop_too_long(self, batch: list[Step]) -> list[Step]:
+        """The batch without steps longer than max_train_len (whole episodes for an episode learner)."""
+        long = [s for s in batch if too_long(s, self.config.max_train_len)]
+        if not long:
+            return batch
+        if self.buffer_kind == "episode":
+            bad = {(s.game_idx, s.pid) for s in long}
+            return [s for s in batch if (s.game_idx, s.pid) not in bad]
+        return [s for s in batch if not too_long(s, self.config.max_train_len)]
 
     # ---- the update ------------------------------------------------------------------------------
 
@@ -244,8 +282,15 @@ class BaseLearner:
         if not batch:
             raise UnstableError("update() got an empty batch; pass at least one Step")
         start = time.perf_counter()
+        kept = self.drop_too_long(list(batch))
+        if not kept:
+            raise UnstableError(
+                f"every step of the batch is longer than max_train_len={self.config.max_train_len} tokens "
+                "(prompt + completion); raise --max-train-len or shorten the prompts / --max-generation-len"
+            )
         self.model.train()
-        samples = self.prepare_batch(list(batch))
+        self._off_policy = OffPolicyStats()
+        samples = self.prepare_batch(kept)
         prepared = time.perf_counter()
 
         for opt in self.optimizers.values():
@@ -258,7 +303,7 @@ class BaseLearner:
             for key, value in self._update(micro, scale).items():
                 totals[key] = totals.get(key, 0.0) + float(value) * scale
 
-        metrics = dict(totals)
+        metrics = {**totals, **self._off_policy.metrics()}
         finite = True
         for name, opt in self.optimizers.items():
             params = [p for group in opt.param_groups for p in group["params"]]
@@ -275,8 +320,9 @@ class BaseLearner:
         metrics.update(
             {
                 "step": float(self.step),
-                "batch_size": float(n),
-                "policy_lag": sum(self.step - 1 - s.policy_version for s in batch) / len(batch),
+                "batch_size": float(len(kept)),
+                "steps_too_long": float(len(batch) - len(kept)),
+                "policy_lag": sum(self.step - 1 - s.policy_version for s in kept) / len(kept),
                 "skipped_nonfinite": float(not finite),
                 "time/prepare_s": prepared - start,
                 "time/update_s": end - start,

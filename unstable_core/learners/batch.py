@@ -14,12 +14,14 @@ from unstable_core.types import Step
 
 @attrs.define
 class TokenBatch:
-    """A right-padded micro-batch. All tensors are [B, T] except `last_prompt_index` [B]."""
+    """A right-padded micro-batch. All tensors are [B, T] or [B, T-1] except `last_prompt_index` [B]."""
 
     input_ids: Any  # [B, T] long: prompt_ids + completion_ids, then padding
     attention_mask: Any  # [B, T] long: 1 on real tokens
     completion_mask: Any  # [B, T] bool: True on completion tokens only
     last_prompt_index: Any  # [B] long: position of each row's last prompt token (where V(s) is read)
+    behaviour_logprobs: Any  # [B, T-1] float: log mu(y_t) recorded when sampling, aligned with targets
+    behaviour_mask: Any  # [B, T-1] bool: target positions whose behaviour log-prob was recorded
 
     @property
     def target_mask(self) -> Any:
@@ -27,63 +29,83 @@ class TokenBatch:
         return self.completion_mask[:, 1:]
 
 
-def truncate(prompt: list[int], completion: list[int], max_len: int | None) -> tuple[list[int], list[int]]:
-    """Fit prompt + completion into `max_len` tokens: drop prompt tokens from the left (keeping at least
-    one, which predicts the first completion token); if the completion alone is too long, cut its end."""
-    if max_len is None or len(prompt) + len(completion) <= max_len:
-        return prompt, completion
-    if len(completion) > max_len - 1:
-        return prompt[-1:], completion[: max_len - 1]
-    return prompt[len(prompt) + len(completion) - max_len :], completion
+def too_long(step: Step, max_train_len: int | None) -> bool:
+    """Whether prompt + completion exceed `max_train_len`: such a step is dropped, never cut, because a
+    cut prompt is a context the model never sampled from."""
+    return max_train_len is not None and len(step.prompt_ids) + len(step.completion_ids) > max_train_len
 
 
-def collate(
-    batch: Sequence[Step], *, pad_token_id: int, max_train_len: int | None = None, device: Any = "cpu"
-) -> TokenBatch:
-    """Tensors of a list of steps, built from their exact `prompt_ids` and `completion_ids`."""
+def collate(batch: Sequence[Step], *, pad_token_id: int, device: Any = "cpu") -> TokenBatch:
+    """Tensors of a list of steps, built from their exact `prompt_ids`, `completion_ids` and `logprobs`."""
     import torch
 
     if not batch:
         raise UnstableError("cannot collate an empty batch; pass at least one Step")
-    rows = []
     for step in batch:
         if not step.prompt_ids:
             raise UnstableError(
                 f"step (game {step.game_idx}, player {step.pid}, turn {step.turn}) has no prompt_ids; "
                 "the collector must record the exact prompt token ids"
             )
-        rows.append(truncate(list(step.prompt_ids), list(step.completion_ids), max_train_len))
-    width = max(len(p) + len(c) for p, c in rows)
-    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    completion_mask = torch.zeros((len(rows), width), dtype=torch.bool)
-    last_prompt_index = torch.empty(len(rows), dtype=torch.long)
-    for b, (prompt, completion) in enumerate(rows):
-        n_p, n = len(prompt), len(prompt) + len(completion)
-        input_ids[b, :n] = torch.tensor(prompt + completion, dtype=torch.long)
+    width = max(len(s.prompt_ids) + len(s.completion_ids) for s in batch)
+    input_ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+    completion_mask = torch.zeros((len(batch), width), dtype=torch.bool)
+    last_prompt_index = torch.empty(len(batch), dtype=torch.long)
+    behaviour = torch.zeros((len(batch), max(width - 1, 1)), dtype=torch.float32)
+    behaviour_mask = torch.zeros((len(batch), max(width - 1, 1)), dtype=torch.bool)
+    for b, step in enumerate(batch):
+        n_p, n = len(step.prompt_ids), len(step.prompt_ids) + len(step.completion_ids)
+        input_ids[b, :n] = torch.tensor(list(step.prompt_ids) + list(step.completion_ids), dtype=torch.long)
         attention_mask[b, :n] = 1
         completion_mask[b, n_p:n] = True
         last_prompt_index[b] = n_p - 1
+        if len(step.logprobs) == n - n_p and n > n_p:  # position t-1 predicts token t
+            behaviour[b, n_p - 1 : n - 1] = torch.tensor(list(step.logprobs), dtype=torch.float32)
+            behaviour_mask[b, n_p - 1 : n - 1] = True
     return TokenBatch(
         input_ids=input_ids.to(device),
         attention_mask=attention_mask.to(device),
         completion_mask=completion_mask.to(device),
         last_prompt_index=last_prompt_index.to(device),
+        behaviour_logprobs=behaviour[:, : width - 1].to(device),
+        behaviour_mask=behaviour_mask[:, : width - 1].to(device),
     )
 
 
-def completion_logprobs(logits: Any, batch: TokenBatch) -> Any:
-    """log pi(y_t | x, y_<t) of every sampled token, [B, T-1] aligned with `input_ids[:, 1:]`; exactly 0
-    (and gradient-free) where `batch.target_mask` is False (prompt and padding).
-
-    The log-softmax runs only at the N positions that predict a completion token: prompts are most of
-    a game's tokens, and the vocabulary axis is the widest in the model.
-    """
+def _scatter(mask: Any, picked: Any) -> Any:
+    """[B, T-1] zeros with `picked` [N] written at the True positions of `mask`."""
     import torch
 
-    mask = batch.target_mask  # [B, T-1]
-    rows = logits[:, :-1][mask].float()  # [N, V]: position t predicts token t+1
-    targets = batch.input_ids[:, 1:][mask]  # [N]
-    picked = rows.log_softmax(dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [N]
-    zeros = torch.zeros(mask.shape, dtype=picked.dtype, device=picked.device)  # [B, T-1]
+    zeros = torch.zeros(mask.shape, dtype=picked.dtype, device=picked.device)
     return zeros.masked_scatter(mask, picked)
+
+
+def tempered_logprobs(logits: Any, targets: Any, temperature: float) -> Any:
+    """log softmax(logits / T)[target] in float32, per row: [N, V], [N] -> [N]. T = 0 (greedy) counts as 1."""
+    t = temperature if temperature > 0 else 1.0
+    return (logits.float() / t).log_softmax(dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def completion_logprobs(logits: Any, batch: TokenBatch, temperature: float = 1.0) -> Any:
+    """log pi_T(y_t | x, y_<t) of every sampled token from full logits [B, T, V] -> [B, T-1], aligned with
+    `input_ids[:, 1:]`; exactly 0 (and gradient-free) where `batch.target_mask` is False."""
+    mask = batch.target_mask  # [B, T-1]
+    rows = logits[:, :-1][mask]  # [N, V]: position t predicts token t+1
+    return _scatter(mask, tempered_logprobs(rows, batch.input_ids[:, 1:][mask], temperature))
+
+
+def head_logprobs(hidden: Any, head: Any, batch: TokenBatch, temperature: float = 1.0) -> Any:
+    """Like `completion_logprobs`, from the final hidden states [B, T, H] and the LM head (a Linear).
+
+    The head runs only at the N positions that predict a completion token (prompts are most of a game's
+    tokens, the vocabulary the widest axis) and in float32 whatever the model's dtype: in bf16 the head's
+    rounding alone moves log-probs by up to 0.2 nats, which would read as an off-policy gap.
+    """
+    import torch.nn.functional as F
+
+    mask = batch.target_mask  # [B, T-1]
+    h = hidden[:, :-1][mask].float()  # [N, H]
+    bias = head.bias.float() if getattr(head, "bias", None) is not None else None
+    logits = F.linear(h, head.weight.float(), bias)  # [N, V] in fp32
+    return _scatter(mask, tempered_logprobs(logits, batch.input_ids[:, 1:][mask], temperature))

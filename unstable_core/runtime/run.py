@@ -261,6 +261,8 @@ class Run:
                 gradient_checkpointing=cfg.gradient_checkpointing,
                 max_train_len=cfg.max_train_len,
                 max_generation_len=cfg.max_generation_len,
+                temperature=cfg.temperature,
+                importance_cap=cfg.importance_cap,
                 run_dir=str(self.run_dir),
                 device=cfg.device,
                 seed=cfg.seed,

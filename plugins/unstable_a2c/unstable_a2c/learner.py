@@ -139,7 +139,7 @@ class A2CLearner(BaseLearner):
         ]
 
     def _update(self, batch: list[A2CSample], scale: float) -> dict[str, float]:
-        """Policy: -A_t * sum_t log pi / max_generation_len; critic: 0.5 (V - R)^2; both batch means."""
+        """Policy: -A * sum_t w_t log pi_T(y_t) / max_generation_len; critic: 0.5 (V - R)^2; both batch means."""
         import torch
 
         tokens = self.collate([sample.step for sample in batch])
@@ -149,8 +149,9 @@ class A2CLearner(BaseLearner):
         returns = torch.tensor([s.ret for s in batch], dtype=torch.float32, device=self.device)  # [B]
 
         # Each backward runs inside its adapter's block: checkpointed layers recompute with the active adapter.
-        logp = self.completion_logprobs(self.policy_logits(tokens), tokens)  # [B, T-1], 0 off the completion
-        policy_loss = (-advantages * logp.sum(dim=-1) / self.config.max_generation_len).mean()
+        logp = self.policy_logprobs(tokens)  # [B, T-1], 0 off the completion
+        weights = self.importance_weights(logp, tokens)  # [B, T-1], no gradient; 1 without a cap
+        policy_loss = (-advantages * (weights * logp).sum(dim=-1) / self.config.max_generation_len).mean()
         (policy_loss * scale).backward()
 
         with self.use_adapter(CRITIC_ADAPTER):

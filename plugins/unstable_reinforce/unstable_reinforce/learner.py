@@ -1,4 +1,7 @@
-"""REINFORCE: -A_i * sum_t log pi(y_t | x, y_<t) / max_generation_len, on the exact sampled tokens."""
+"""REINFORCE: -A_i * sum_t w_t log pi_T(y_t | x, y_<t) / max_generation_len, on the exact sampled tokens.
+
+pi_T is the policy tempered like the sampler; w_t = min(pi_T / mu, cap) with --importance-cap, else 1.
+"""
 
 from __future__ import annotations
 
@@ -28,10 +31,10 @@ class REINFORCELearner(BaseLearner):
         import torch
 
         tokens = self.collate(batch)
-        logits = self.policy_logits(tokens)  # [B, T, V]
-        logp = self.completion_logprobs(logits, tokens)  # [B, T-1]
+        logp = self.policy_logprobs(tokens)  # [B, T-1], 0 off the completion
+        weights = self.importance_weights(logp, tokens)  # [B, T-1], no gradient; 1 without a cap
         advantages = torch.tensor([s.reward for s in batch], dtype=torch.float32, device=self.device)  # [B]
-        loss = reinforce_loss(logp, advantages, self.config.max_generation_len)
+        loss = reinforce_loss(weights * logp, advantages, self.config.max_generation_len)
         (loss * scale).backward()
 
         n_tokens = tokens.target_mask.sum().clamp(min=1)
