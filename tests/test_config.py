@@ -75,3 +75,69 @@ def test_envs_command_lists_textarena_ids_and_rejects_an_unknown_pattern():
     assert out.exit_code == 0 and out.output.split() == ["UltimateTicTacToe-v0", "UltimateTicTacToe-v0-train"]
     bad = CliRunner().invoke(cli, ["envs", "zzz"])
     assert bad.exit_code == 2 and "no TextArena environment id contains 'zzz'" in bad.output
+
+
+def test_reference_build_values_are_accepted():
+    cfg = config_from_dict(
+        {
+            "model_name": "m",
+            "opponent_sampling_strategy": "none",
+            "lora_config": None,
+            "eval_envs": None,
+            "fixed_opponents": None,
+            "max_train_len": None,
+            "vllm_config": {
+                "model_name": "m",
+                "temperature": 0.6,
+                "max_tokens": 256,
+                "max_parallel_seq": 128,
+                "max_loras": 8,
+                "lora_config": {"lora_rank": 8},
+                "max_model_len": 8192,
+            },
+        }
+    )
+    assert cfg.sampler == "mirror" and cfg.eval_envs == [] and cfg.fixed_opponents == []
+    assert (cfg.temperature, cfg.max_generation_len, cfg.max_batch_size, cfg.max_model_len) == (
+        0.6,
+        256,
+        128,
+        8192,
+    )
+    assert cfg.lora_config["lora_rank"] == 8 and cfg.vllm_config == {}
+    with pytest.raises(ConfigError, match="vllm_config.model_name"):
+        config_from_dict({"model_name": "a", "vllm_config": {"model_name": "b"}})
+
+
+def test_semantics_defaults_are_the_references():
+    cfg = RunConfig()
+    assert cfg.error_allowance == 0
+    assert cfg.step_transforms == [
+        "reward-for-format:reward=1.5,penalty=0.0",
+        "penalty-for-invalid-move:reward=1.0,penalty=-1.0",
+    ]
+    assert cfg.sampling_transforms == ["normalize-by-env:z_score=true"]
+    assert cfg.final_transforms == ["role-advantage-by-env"]
+
+
+@pytest.mark.parametrize("name", ["reference.toml", "spiral-kuhn-poker.toml"])
+def test_example_configs_load_and_resolve(name, tmp_path):
+    from pathlib import Path
+
+    from unstable_core.runtime.run import Components
+
+    path = Path(__file__).resolve().parents[1] / "examples" / name
+    cfg = load_config(path, {"runs_dir": str(tmp_path)})
+    comp = Components.resolve(cfg, tmp_path / "run")
+    assert comp.learner is not None and comp.model_sampler is not None
+    if name == "reference.toml":
+        assert (cfg.batch_size, cfg.learning_rate, cfg.temperature, cfg.max_model_len) == (
+            384,
+            1e-5,
+            0.6,
+            8192,
+        )
+        assert cfg.sampler == "mirror" and cfg.backend == "vllm" and len(cfg.eval_specs()) == 2
+    else:
+        assert cfg.train_specs()[0].env_id == "KuhnPoker-v0-train" and cfg.temperature == 1.0
+        assert [type(t).__name__ for t in comp.final] == ["SpiralRAE"] and comp.final[0].ema_alpha == 0.95

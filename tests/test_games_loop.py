@@ -65,6 +65,28 @@ def play(tokenizer, replies, env_id=TICTACTOE, players=None, **kwargs):
     return result, fake
 
 
+@pytest.mark.parametrize(
+    "env_id, first, invalid",
+    [(TICTACTOE, "\\boxed{4}", "\\boxed{4}"), ("KuhnPoker-v0-train", "\\boxed{check}", "\\boxed{fly}")],
+)
+def test_allowance_zero_an_invalid_move_ends_the_game_and_the_offender_loses(
+    tokenizer, env_id, first, invalid
+):
+    result, fake = play(tokenizer, [first, invalid], env_id=env_id, error_allowance=0)
+    assert len(fake.requests) == 2 and result.info.num_turns == 2
+    offender = next(s.pid for t in result.trajectories for s in t.steps if s.invalid_move)
+    other = 1 - offender
+    assert result.info.final_rewards[offender] < result.info.final_rewards[other]
+    assert result.info.invalid_move == {offender: True, other: False}
+
+
+def test_allowance_one_gives_the_offender_a_retry(tokenizer):
+    replies = ["\\boxed{4}", "\\boxed{4}", "\\boxed{0}"]
+    result, fake = play(tokenizer, replies + ["\\boxed{1}", "\\boxed{2}", "\\boxed{7}"], error_allowance=1)
+    assert [s.invalid_move for s in result.trajectories[1].steps][:2] == [True, False]
+    assert result.info.final_rewards == {0: 1.0, 1: -1.0}  # the game went on to seat 0's column
+
+
 def test_tictactoe_to_the_end_with_an_invalid_retry(tokenizer):
     replies = [
         "Centre. \\boxed{4}",
@@ -74,7 +96,7 @@ def test_tictactoe_to_the_end_with_an_invalid_retry(tokenizer):
         "\\boxed{2}",
         "Column complete: \\boxed{7}",
     ]
-    result, fake = play(tokenizer, replies)
+    result, fake = play(tokenizer, replies, error_allowance=None)  # TextArena's own allowance: 1
     info = result.info
     assert not info.failed and info.error is None
     assert info.final_rewards == {0: 1.0, 1: -1.0}

@@ -232,14 +232,14 @@ class RunConfig:
         metadata=_help("final reward transform name[:k=v,...] (repeatable)", cli="--final-transform"),
     )
     step_transforms: list[Any] = attrs.field(
-        factory=lambda: [
-            "reward-for-format:reward=0.5,penalty=-0.5",
-            "penalty-for-invalid-move:penalty=-0.5",
+        factory=lambda: [  # the reference's build(): RewardForFormat(1.5), PenaltyForInvalidMove(1.0, -1.0)
+            "reward-for-format:reward=1.5,penalty=0.0",
+            "penalty-for-invalid-move:reward=1.0,penalty=-1.0",
         ],
         metadata=_help("step reward transform name[:k=v,...] (repeatable)", cli="--step-transform"),
     )
     sampling_transforms: list[Any] = attrs.field(
-        factory=lambda: ["normalize-by-env"],
+        factory=lambda: ["normalize-by-env:z_score=true"],  # the reference's NormalizeRewardsByEnv(True)
         metadata=_help("sampling reward transform name[:k=v,...] (repeatable)", cli="--sampling-transform"),
     )
     # collection and inference
@@ -283,6 +283,13 @@ class RunConfig:
     )
     max_turns: int = attrs.field(
         default=60, validator=_positive, metadata=_help("a game with more turns fails")
+    )
+    error_allowance: int = attrs.field(
+        default=0,
+        validator=_non_negative,
+        metadata=_help(
+            "invalid moves a player may retry before losing (the reference: 0, the first one loses)"
+        ),
     )
     # bookkeeping
     run_name: str | None = attrs.field(
@@ -356,9 +363,45 @@ class RunConfig:
 
 FIELD_ALIASES = {f.metadata["alias"]: f.name for f in attrs.fields(RunConfig) if "alias" in f.metadata}
 
+# the reference's vllm_config keys -> our run fields (its `lora_config` there repeats the run's LoRA)
+REFERENCE_VLLM_KEYS = {
+    "temperature": "temperature",
+    "max_tokens": "max_generation_len",
+    "max_parallel_seq": "max_batch_size",
+    "max_loras": "max_loras",
+    "max_model_len": "max_model_len",
+}
+
+
+def _reference_values(clean: dict[str, Any]) -> dict[str, Any]:
+    """The reference build()'s spellings in our terms: None for 'use the default', strategy "none"
+    (self-play), and its vllm_config keys moved onto the run fields they set."""
+    clean = {k: v for k, v in clean.items() if v is not None}
+    if clean.get("sampler") == "none":
+        clean["sampler"] = "mirror"
+    vllm = dict(clean.get("vllm_config") or {})
+    if "model_name" in vllm:
+        model = vllm.pop("model_name")
+        if model != clean.get("model_name", model):
+            raise ConfigError(
+                f"vllm_config.model_name {model!r} differs from model_name {clean['model_name']!r}; "
+                "drop it from vllm_config (the run's model is used)"
+            )
+        clean["model_name"] = model
+    lora = vllm.pop("lora_config", None)
+    if lora is not None and "lora_config" not in clean:
+        clean["lora_config"] = lora
+    for key, field in REFERENCE_VLLM_KEYS.items():
+        if key in vllm:
+            clean[field] = vllm.pop(key)
+    if "vllm_config" in clean:
+        clean["vllm_config"] = vllm  # what is left goes to vLLM's engine as is
+    return clean
+
 
 def config_from_dict(data: dict[str, Any]) -> RunConfig:
-    """A RunConfig from a dict of field names (or the reference's build() names); unknown keys are errors."""
+    """A RunConfig from a dict of field names or the reference's build() names and values; unknown keys
+    are errors."""
     fields = {f.name for f in attrs.fields(RunConfig)}
     clean: dict[str, Any] = {}
     for key, value in data.items():
@@ -366,6 +409,7 @@ def config_from_dict(data: dict[str, Any]) -> RunConfig:
         if name not in fields:
             raise ConfigError(f"unknown config key {key!r}; see `unstable run --help` for the keys")
         clean[name] = value
+    clean = _reference_values(clean)
     try:
         return RunConfig(**clean)
     except TypeError as exc:

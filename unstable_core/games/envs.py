@@ -16,6 +16,18 @@ def make_env(env_id: str) -> Any:
     return textarena.make(env_id)
 
 
+def set_error_allowance(env: Any, allowance: int | None) -> None:
+    """Set how many invalid moves a player may retry before losing, on the state `reset` just made.
+
+    TextArena builds its state in `reset` with the env's own allowance (1 for most two-player games); the
+    reference set 0, so an invalid move ends the game and the offender loses. None keeps the env's own.
+    """
+    state = getattr(env, "state", None)
+    if allowance is None or state is None or not hasattr(state, "error_allowance"):
+        return
+    state.error_allowance = allowance
+
+
 def received_action(env: Any, action: str) -> str:
     """The action as the innermost env receives it, after every ActionWrapper of `env` (outermost first).
 

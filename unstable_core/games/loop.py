@@ -17,7 +17,13 @@ import attrs
 
 from unstable_core.errors import UnstableError
 from unstable_core.games.actions import extract_action
-from unstable_core.games.envs import EnvFactory, InvalidMoveProbe, make_env, received_action
+from unstable_core.games.envs import (
+    EnvFactory,
+    InvalidMoveProbe,
+    make_env,
+    received_action,
+    set_error_allowance,
+)
 from unstable_core.games.templates import Template, get_template, render_prompt
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
 from unstable_core.types import GameInformation, GameResult, GameSpec, PlayerSpec, Step, Trajectory
@@ -46,12 +52,14 @@ async def play_game(
     max_turns: int = 200,
     timeout_s: float | None = None,
     env_factory: EnvFactory | None = None,
+    error_allowance: int | None = None,
 ) -> GameResult:
     """Play `spec` to the end and return every seat's trajectory with the game's information.
 
     Seat `pid` is prompted with its PlayerSpec's template and generates with adapter `lora_paths[pid]`.
     `generate` and `tokenizer` are shared by every seat, or given per seat as `{pid: ...}` mappings
     (seats played by different base models).
+    `error_allowance` is how many invalid moves a seat may retry (0: the first one loses; None: the env's own).
     An env error, a failed generation, more than `max_turns` turns or `timeout_s` seconds end the game
     as failed (`info.failed`, `info.error`). Raises UnstableError before playing when the arguments do not
     fit the spec; re-raises InferenceUnavailable and cancellation.
@@ -69,6 +77,7 @@ async def play_game(
         params,
         templates,
         env_factory or make_env,
+        error_allowance,
     )
     error: str | None = None
     started = time.monotonic()
@@ -111,6 +120,7 @@ class _Game:
     params: SamplingParams
     templates: Mapping[str, Template] | None
     env_factory: EnvFactory
+    error_allowance: int | None = None
     steps: list[Step] = attrs.field(factory=list)
     final_rewards: dict[int, float] = attrs.field(factory=dict)
     reason: str = ""
@@ -120,6 +130,7 @@ class _Game:
         spec = self.spec
         env = _env_call(spec, "make", self.env_factory, spec.env_id)
         _env_call(spec, "reset", env.reset, num_players=spec.num_players, seed=spec.seed)
+        set_error_allowance(env, self.error_allowance)
         probe = InvalidMoveProbe(env)
         for turn in range(max_turns):
             pid, observation = _env_call(spec, "get_observation", env.get_observation)

@@ -73,6 +73,7 @@ class Collector:
         params: SamplingParams,
         max_turns: int = 200,
         game_timeout_s: float | None = None,
+        error_allowance: int | None = None,
         max_retries: int = 3,
         restart_timeout_s: float = 300.0,
     ) -> None:
@@ -85,6 +86,7 @@ class Collector:
         self.params = params
         self.max_turns, self.game_timeout_s, self.max_retries = max_turns, game_timeout_s, max_retries
         self.restart_timeout_s = restart_timeout_s
+        self.error_allowance = error_allowance
         self.running = False
         self.counts = {"started": 0, "finished": 0, "failed": 0, "retries": 0}
 
@@ -128,6 +130,7 @@ class Collector:
                     params=self.params,
                     max_turns=self.max_turns,
                     timeout_s=self.game_timeout_s,
+                    error_allowance=self.error_allowance,
                 )
             except InferenceUnavailable as exc:
                 error = str(exc)

@@ -240,6 +240,7 @@ class Run:
                     params=params,
                     max_turns=cfg.max_turns,
                     game_timeout_s=cfg.game_timeout_s,
+                    error_allowance=cfg.error_allowance,
                 )
             )
         self.actors["collectors"] = collectors

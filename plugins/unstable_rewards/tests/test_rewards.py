@@ -51,14 +51,15 @@ def test_role_advantage_subtracts_the_updated_ema_per_seat():
     assert t(LOSS, "A") == approx({0: -0.875, 1: 0.875})
 
 
-def test_role_advantage_default_alpha_is_0_95_and_input_is_not_mutated():
-    t = RoleAdvantageFormatter()
-    rewards = {0: 1.0}
-    # b: 0 -> .95*0 + .05*1 = .05 ; adv .95
-    assert t(rewards) == approx({0: 0.95})
-    assert rewards == {0: 1.0}
-    # b: .05 -> .0475 + .05 = .0975 ; adv .9025
-    assert t(rewards) == approx({0: 0.9025})
+def test_role_advantage_default_alpha_is_the_references_tau_and_input_is_not_mutated():
+    for t in (RoleAdvantageFormatter(), RoleAdvantageByEnvFormatter()):
+        rewards = {0: 1.0}
+        # tau = 0.001: b: 0 -> .999*0 + .001*1 = .001 ; adv .999
+        assert t(rewards, "E") == approx({0: 0.999})
+        assert rewards == {0: 1.0}
+        # b: .001 -> .000999 + .001 = .001999 ; adv .998001
+        assert t(rewards, "E") == approx({0: 0.998001})
+    assert SpiralRAE().ema_alpha == 0.95  # SPIRAL keeps its own
 
 
 def test_role_advantage_by_env_keeps_one_baseline_per_env():

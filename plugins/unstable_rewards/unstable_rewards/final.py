@@ -5,8 +5,9 @@ Each keeps one baseline b per (bucket, pid), starting at 0 and updated with ever
     b <- alpha * b + (1 - alpha) * r
 
 `role-advantage` (one bucket) and `role-advantage-by-env` (a bucket per env id) return r - b with b
-updated first, as the reference did; `spiral-rae` (SPIRAL's role-conditioned advantage estimation,
-a bucket per env id) returns r - b with b read before the update, so a game is never its own baseline.
+updated first, with the reference's tau = 1 - alpha = 0.001 (alpha = 0.999: a slow baseline, over about a
+thousand games); `spiral-rae` (SPIRAL's role-conditioned advantage estimation, a bucket per env id)
+returns r - b with b read before the update, so a game is never its own baseline, and keeps SPIRAL's 0.95.
 """
 
 from __future__ import annotations
@@ -101,9 +102,14 @@ class _RoleBaseline(FinalRewardTransform):
         self.baselines = restored
 
 
+REFERENCE_EMA_ALPHA = 0.999  # the reference's tau = 0.001
+
+
 @attrs.define
 class RoleAdvantageFormatter(_RoleBaseline):
     """Subtract from each seat's reward an EMA of that seat's rewards over all games (updated first)."""
+
+    ema_alpha: float = attrs.field(default=REFERENCE_EMA_ALPHA, validator=ema_alpha_arg)
 
 
 @attrs.define
@@ -111,6 +117,7 @@ class RoleAdvantageByEnvFormatter(_RoleBaseline):
     """Subtract from each seat's reward an EMA of that seat's rewards in the same env (updated first)."""
 
     by_env: ClassVar[bool] = True
+    ema_alpha: float = attrs.field(default=REFERENCE_EMA_ALPHA, validator=ema_alpha_arg)
 
 
 @attrs.define

@@ -8,11 +8,11 @@ from unstable_core.hookspecs import Register
 TRANSFORMS: dict[str, tuple[str, str]] = {
     "role-advantage": (
         "unstable_rewards.final:RoleAdvantageFormatter",
-        "final: subtract a per-seat EMA of past rewards (ema_alpha=0.95)",
+        "final: subtract a per-seat EMA of past rewards (ema_alpha=0.999, the reference's tau=0.001)",
     ),
     "role-advantage-by-env": (
         "unstable_rewards.final:RoleAdvantageByEnvFormatter",
-        "final: subtract a per-(env, seat) EMA of past rewards (ema_alpha=0.95)",
+        "final: subtract a per-(env, seat) EMA of past rewards (ema_alpha=0.999, the reference's tau=0.001)",
     ),
     "spiral-rae": (
         "unstable_rewards.final:SpiralRAE",
