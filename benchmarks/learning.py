@@ -1,79 +1,139 @@
-"""Does training move the needle? The embedded default trained by REINFORCE for N learner steps on one game,
-with format-success and invalid-move rates of the games played by the first and the last policy versions.
+"""Does a real model learn on a CPU? The embedded default trained by each learner within a wall-clock budget,
+then the first and the last quarter of its policy versions compared: invalid-move rate and format rate of
+the training steps, win rate against the base model in evaluation games, each with its count and Wilson
+95% interval, and a two-proportion z-test. Target: at least one rate improves with p < 0.01 per learner.
 
-    python benchmarks/learning.py                  # 20 steps of smollm2-135m on TicTacToe-v0-train
-    python benchmarks/learning.py --steps 5 --model /path/to/model
+    python3 benchmarks/learning.py                          # reinforce, then a2c, 30 minutes each
+    python3 benchmarks/learning.py --learner a2c --minutes 10
+    python3 benchmarks/learning.py --analyse runs/my-run    # the same table for a finished run
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
-from collections import defaultdict
 from pathlib import Path
 
-from unstable_core.io import read_jsonl
-from unstable_core.runtime.run import build
+from unstable_core.checkpoint_rates import QuarterComparison, compare_quarters, rates_by_version
+from unstable_core.io import atomic_write_json
+
+TARGET_P = 0.01
+BETTER = {"invalid_move_rate": -1, "format_rate": +1}  # the direction that counts as learning; wins: +1
 
 
-def rates_by_version(run_dir: Path) -> dict[int, dict[str, float]]:
-    """Format-success and invalid-move rates of the training steps, by the policy version that played them."""
-    acc: dict[int, list[tuple[bool, bool]]] = defaultdict(list)
-    for game in read_jsonl(run_dir / "games" / "games.jsonl"):
-        if game["info"]["failed"] or game["info"]["eval"]:
-            continue
-        for traj in game["trajectories"]:
-            for s in traj["steps"]:
-                acc[s["policy_version"]].append((s["format_ok"], s["invalid_move"]))
-    return {
-        v: {
-            "steps": len(xs),
-            "format": sum(f for f, _ in xs) / len(xs),
-            "invalid": sum(i for _, i in xs) / len(xs),
-        }
-        for v, xs in sorted(acc.items())
-    }
+class _Budget(Exception):
+    """The wall-clock budget is spent: stop the run cleanly."""
+
+
+def improved(name: str, z: float) -> bool:
+    """Whether a z of the change (last minus first) points the way that means learning."""
+    return z == z and z * BETTER.get(name, +1) > 0  # z == z: not NaN
+
+
+def report(run_dir: Path, title: str) -> dict:
+    """Print the first/last-quarter table of a run and write benchmark.json into it; returns the JSON."""
+    rates = rates_by_version(run_dir)
+    cmp: QuarterComparison | None = compare_quarters(rates)
+    print(f"\n{title}\nrun directory: {run_dir}; policy versions with data: {sorted(rates)}")
+    if cmp is None:
+        print("fewer than two policy versions played: nothing to compare (give it more time)")
+        return {}
+    print(
+        f"{'rate':<26} {'first quarter ' + str(cmp.first.versions):<38} {'last quarter ' + str(cmp.last.versions):<38} {'z':>6} {'p':>9}"
+    )
+    met = []
+    for name, test in cmp.tests.items():
+        ok = improved(name, test.z) and test.p_value < TARGET_P
+        met += [name] if ok else []
+        print(
+            f"{name:<26} {str(test.first):<38} {str(test.second):<38} {test.z:>6.2f} {test.p_value:>9.2g}{'  *' if ok else ''}"
+        )
+    verdict = (
+        f"target p < {TARGET_P} on at least one rate: {'met (' + ', '.join(met) + ')' if met else 'missed'}"
+    )
+    print(verdict)
+    data = {"title": title, **cmp.to_dict(), "improved_with_p_below_target": met, "verdict": verdict}
+    atomic_write_json(run_dir / "benchmark.json", data)
+    return data
+
+
+def train(args: argparse.Namespace, learner: str) -> Path:
+    """One budgeted run of `learner`; returns its run directory."""
+    from unstable_core.runtime.run import build
+
+    run = build(
+        model_name=args.model,
+        learner=learner,
+        train_envs=[args.env],
+        prompt_template=args.template,
+        temperature=args.temperature,
+        max_generation_len=args.max_generation_len,
+        learning_rate=args.learning_rate,
+        batch_size=args.batch_size,
+        mini_batch_size=args.mini_batch_size,
+        num_train_workers=args.train_workers,
+        num_eval_workers=args.eval_workers,
+        fixed_opponents=["base"],
+        learning_steps=args.max_steps,
+        runs_dir=args.runs_dir,
+        run_name=f"bench-learning-{learner}-{int(time.time())}",
+        seed=args.seed,
+    )
+    deadline = time.time() + 60 * args.minutes
+
+    def check(snap: dict) -> None:
+        print(
+            f"\r{learner}: step {snap.get('learner_step', 0)}, {snap.get('counts', {}).get('train_games', 0)} games, "
+            f"{snap.get('elapsed_s', 0):.0f} s",
+            end="",
+            flush=True,
+        )
+        if time.time() > deadline:
+            raise _Budget
+
+    run.start()
+    try:
+        run.wait(on_progress=check, poll_s=5.0)
+    except _Budget:
+        print(f"\n{learner}: {args.minutes} minutes spent; stopping after the update in progress")
+        run.stop()
+    return run.run_dir
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--learner", action="append", help="reinforce and/or a2c (default: both, in turn)")
+    ap.add_argument("--minutes", type=float, default=30.0, help="wall-clock budget per learner")
+    ap.add_argument("--analyse", type=Path, help="only print the table of this finished run directory")
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--env", default="TicTacToe-v0-train")
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--template", default="default")
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--max-generation-len", type=int, default=24)
+    ap.add_argument("--learning-rate", type=float, default=3e-4)
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--learning-rate", type=float, default=1e-4)
+    ap.add_argument("--mini-batch-size", type=int, default=8)
+    ap.add_argument("--train-workers", type=int, default=16, help="training games in flight")
+    ap.add_argument("--eval-workers", type=int, default=4, help="evaluation games in flight against base")
+    ap.add_argument(
+        "--max-steps", type=int, default=500, help="learner steps at most (the budget ends first)"
+    )
     ap.add_argument("--runs-dir", default="runs")
+    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
-    started = time.time()
-    run = build(
-        model_name=args.model,
-        train_envs=[args.env],
-        learning_steps=args.steps,
-        batch_size=args.batch_size,
-        learning_rate=args.learning_rate,
-        runs_dir=args.runs_dir,
-        run_name=f"bench-learning-{int(started)}",
-    )
-    run.start()
-    run.wait()
-    rates = rates_by_version(run.run_dir)
-    versions = sorted(rates)
-    half = max(1, len(versions) // 4)
-    first, last = versions[:half], versions[-half:]
-
-    def pooled(vs: list[int], key: str) -> float:
-        n = sum(rates[v]["steps"] for v in vs)
-        return sum(rates[v][key] * rates[v]["steps"] for v in vs) / n
-
-    print(f"\n{args.model} on {args.env}: {args.steps} REINFORCE steps in {time.time() - started:.0f} s")
-    print(f"{'policy versions':>18} {'steps':>6} {'format rate':>12} {'invalid-move rate':>18}")
-    for label, vs in (("start " + str(first), first), ("end " + str(last), last)):
-        print(
-            f"{label:>18} {sum(rates[v]['steps'] for v in vs):>6} {pooled(vs, 'format'):>12.3f} {pooled(vs, 'invalid'):>18.3f}"
-        )
-    rose = pooled(last, "format") > pooled(first, "format")
-    print(f"format rate rose: {'yes' if rose else 'NO'} (target: it rises)   run directory: {run.run_dir}")
+    if args.analyse:
+        report(args.analyse, f"analysis of {args.analyse}")
+        return
+    results = {}
+    for learner in args.learner or ["reinforce", "a2c"]:
+        started = time.time()
+        run_dir = train(args, learner)
+        title = f"{learner}: {args.model} on {args.env}, {(time.time() - started) / 60:.1f} min wall"
+        results[learner] = report(run_dir, title).get("verdict", "no data")
+    print("\n" + "\n".join(f"{k}: {v}" for k, v in results.items()))
+    print(json.dumps({"settings": vars(args) | {"analyse": None}}, default=str))
 
 
 if __name__ == "__main__":

@@ -120,6 +120,37 @@ def ratings_table(registry: dict[str, Any]) -> Any:
     return table
 
 
+def rates_table(run_dir: Any) -> tuple[Any, list[str]] | None:
+    """Rates per checkpoint with their 95% intervals (a rich table) and lines comparing the first and the
+    last quarter of the versions (z-test); None before any training or evaluation game finished."""
+    from rich.table import Table
+
+    from unstable_core.checkpoint_rates import compare_quarters, rates_by_version
+
+    rates = rates_by_version(run_dir)
+    if not rates:
+        return None
+    opponents = sorted({opp for r in rates.values() for opp in r.games})
+    table = Table(title="Rates per checkpoint (95% Wilson intervals)")
+    for col in ("version", "invalid-move rate (per step)", "format rate (per step)"):
+        table.add_column(col)
+    for opp in opponents:
+        table.add_column(f"win rate vs {opp} (draw = 1/2)")
+    for version, r in rates.items():
+        table.add_row(
+            str(version), str(r.invalid_rate), str(r.format_rate), *(str(r.win_rate(o)) for o in opponents)
+        )
+    lines = []
+    cmp = compare_quarters(rates)
+    if cmp is not None:
+        for name, test in cmp.tests.items():
+            lines.append(
+                f"{name}: versions {cmp.first.versions} {test.first.rate:.3f} -> versions {cmp.last.versions} "
+                f"{test.second.rate:.3f} (z = {test.z:.2f}, p = {test.p_value:.2g})"
+            )
+    return table, lines
+
+
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -155,6 +186,11 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
     console.print(_progress_table(summary, learning_steps, f"{title}: summary"))
     if summary.get("registry"):
         console.print(ratings_table(summary["registry"]))
+    rates = rates_table(run.run_dir)
+    if rates is not None:
+        console.print(rates[0])
+        for line in rates[1]:
+            console.print(f"first vs last quarter, {line}")
     for p in summary.get("plots", []):
         console.print(f"picture: [cyan]{p}[/cyan]")
     console.print(f"run directory: [cyan]{run.run_dir}[/cyan]")

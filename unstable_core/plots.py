@@ -41,34 +41,62 @@ def plot_run(run_dir: str | Path) -> list[Path]:
             plt.close(fig)
             written.append(run_dir / "ratings.png")
     records = read_jsonl(run_dir / "metrics.jsonl")
-    if records:
-        keys = [
-            k
-            for k in ("learner/loss", "learner/policy_loss", "learner/value_loss", "learner/grad_norm")
-            if any(k in r for r in records)
-        ]
-        keys += sorted(
-            {
-                k
-                for r in records
-                for k in r
-                if k.startswith("collection/train/")
-                and k.endswith(("format_rate", "invalid_move_rate", "win_rate"))
-            }
+    keys = [
+        k
+        for k in (
+            "learner/loss",
+            "learner/policy_loss",
+            "learner/value_loss",
+            "learner/grad_norm",
+            "learner/off_policy/kl",
         )
-        keys += sorted(
-            {k for r in records for k in r if k.startswith("collection/eval/") and k.endswith("win_rate")}
-        )
-        if keys:
-            fig, axes = plt.subplots(len(keys), 1, figsize=(7, 2 * len(keys)), sharex=True, squeeze=False)
-            for ax, key in zip(axes[:, 0], keys, strict=True):
-                pts = [(r["step"], r[key]) for r in records if key in r]
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o")
-                ax.set_ylabel(key.split("/", 1)[1], fontsize=7)
-            axes[-1, 0].set_xlabel("learner step")
-            axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
-            fig.tight_layout()
-            fig.savefig(run_dir / "curves.png", dpi=100)
-            plt.close(fig)
-            written.append(run_dir / "curves.png")
+        if any(k in r for r in records)
+    ]
+    rate_panels = _rate_panels(run_dir)
+    if keys or rate_panels:
+        n = len(keys) + len(rate_panels)
+        fig, axes = plt.subplots(n, 1, figsize=(7, 2 * n), sharex=True, squeeze=False)
+        for ax, key in zip(axes[:, 0], keys, strict=False):
+            pts = [(r["step"], r[key]) for r in records if key in r]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o")
+            ax.set_ylabel(key.split("/", 1)[1], fontsize=7)
+        for ax, (label, xs, rates, los, his) in zip(axes[len(keys) :, 0], rate_panels, strict=True):
+            ax.fill_between(xs, los, his, alpha=0.25, label="95% interval")
+            ax.plot(xs, rates, marker="o")
+            ax.set_ylim(-0.02, 1.02)
+            ax.set_ylabel(label, fontsize=7)
+            ax.legend(fontsize=6, loc="best")
+        axes[-1, 0].set_xlabel("learner step = policy version")
+        axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
+        fig.tight_layout()
+        fig.savefig(run_dir / "curves.png", dpi=100)
+        plt.close(fig)
+        written.append(run_dir / "curves.png")
     return written
+
+
+def _rate_panels(run_dir: Path) -> list[tuple[str, list[int], list[float], list[float], list[float]]]:
+    """(label, versions, rates, lower, upper) per rate of `checkpoint_rates`, for versions with data."""
+    from unstable_core.checkpoint_rates import rates_by_version
+
+    rates = rates_by_version(run_dir)
+    series = {
+        "invalid-move rate\n(train steps)": lambda r: r.invalid_rate,
+        "format rate\n(train steps)": lambda r: r.format_rate,
+    }
+    for opp in sorted({o for r in rates.values() for o in r.games}):
+        series[f"win rate vs {opp}"] = lambda r, o=opp: r.win_rate(o)
+    panels = []
+    for label, get in series.items():
+        pts = [(v, get(r)) for v, r in rates.items() if get(r).n]
+        if pts:
+            panels.append(
+                (
+                    label,
+                    [v for v, _ in pts],
+                    [x.rate for _, x in pts],
+                    [x.interval[0] for _, x in pts],
+                    [x.interval[1] for _, x in pts],
+                )
+            )
+    return panels

@@ -1,0 +1,72 @@
+"""Rates per checkpoint from a games.jsonl written here: steps by version, wins against fixed opponents."""
+
+import json
+
+import pytest
+
+from unstable_core.checkpoint_rates import compare_quarters, rates_by_version
+
+
+def game(models, rewards, steps=(), eval_=False, failed=False):
+    """A games.jsonl record: `steps` are (pid, version, invalid, format_ok) of collected seats."""
+    trajs = {}
+    for pid, version, invalid, fmt in steps:
+        trajs.setdefault(pid, []).append(
+            {"policy_version": version, "invalid_move": invalid, "format_ok": fmt}
+        )
+    return {
+        "info": {
+            "models": {str(p): m for p, m in models.items()},
+            "final_rewards": {str(p): r for p, r in rewards.items()},
+            "eval": eval_,
+            "failed": failed,
+        },
+        "trajectories": [{"pid": p, "collect_data": True, "steps": s} for p, s in trajs.items()],
+    }
+
+
+def write(tmp_path, games):
+    (tmp_path / "games").mkdir()
+    (tmp_path / "games" / "games.jsonl").write_text("".join(json.dumps(g) + "\n" for g in games))
+    return tmp_path
+
+
+def test_rates_per_version_and_win_rates_against_fixed_opponents(tmp_path):
+    run = write(
+        tmp_path,
+        [
+            # mirror self-play of ckpt-0: 3 steps, one invalid, two formatted; no win rate
+            game(
+                {0: "ckpt-0", 1: "ckpt-0"},
+                {0: 1, 1: -1},
+                [(0, 0, False, True), (1, 0, True, False), (0, 0, False, True)],
+            ),
+            # evaluation: ckpt-0 loses to base, ckpt-1 wins once and draws once
+            game({0: "ckpt-0", 1: "base"}, {0: -1, 1: 1}, eval_=True),
+            game({0: "base", 1: "ckpt-1"}, {0: -1, 1: 1}, eval_=True),
+            game({0: "ckpt-1", 1: "base"}, {0: 0, 1: 0}, eval_=True),
+            game({0: "ckpt-1", 1: "ckpt-1"}, {0: 0, 1: 0}, [(0, 1, False, True)]),
+            game({0: "ckpt-1", 1: "base"}, {}, [(0, 1, True, True)], failed=True),  # failed: left out
+        ],
+    )
+    rates = rates_by_version(run)
+    assert sorted(rates) == [0, 1]
+    assert (rates[0].steps, rates[0].invalid, rates[0].formatted) == (3, 1, 2)
+    assert rates[0].win_rate("base").k == 0 and rates[0].win_rate("base").n == 1
+    assert rates[1].win_rate("base").k == 1.5 and rates[1].win_rate("base").n == 2
+    assert rates[1].invalid_rate.n == 1
+
+
+def test_compare_quarters_tests_each_rate(tmp_path):
+    games = []
+    for v in range(8):  # the invalid-move rate falls from 0.8 to 0.1 over the versions
+        for i in range(50):
+            bad = i < (40 if v < 2 else 5)
+            games.append(game({0: f"ckpt-{v}", 1: f"ckpt-{v}"}, {0: 0, 1: 0}, [(0, v, bad, True)]))
+    cmp = compare_quarters(rates_by_version(write(tmp_path, games)))
+    assert cmp.first.versions == [0, 1] and cmp.last.versions == [6, 7]
+    test = cmp.tests["invalid_move_rate"]
+    assert test.first.rate == pytest.approx(0.8) and test.second.rate == pytest.approx(0.1)
+    assert test.z < -8 and test.p_value < 1e-10
+    assert cmp.tests["format_rate"].p_value == 1.0  # always formatted: nothing to test
+    assert compare_quarters({}) is None

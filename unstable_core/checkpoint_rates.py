@@ -1,0 +1,147 @@
+"""Did the run learn? Rates per checkpoint (policy version), read from a run's `games/games.jsonl`.
+
+For each policy version: the invalid-move and format rates of its training steps (per step), and its win
+rate against each fixed opponent (eval games, or training games against a fixed model; a draw counts as
+half a win, a loss as none), each a `Rate` with its Wilson interval. `compare_quarters` pools the first and
+the last quarter of the versions and tests each rate's change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from unstable_core.io import read_jsonl
+from unstable_core.stats import Comparison, Rate, two_proportion_test
+
+CKPT_PREFIX = "ckpt-"
+
+
+@attrs.define
+class VersionRates:
+    """Counts of one policy version (or a pool of versions)."""
+
+    versions: list[int]
+    steps: int = 0
+    invalid: int = 0
+    formatted: int = 0
+    wins: dict[str, float] = attrs.field(factory=dict)  # opponent -> wins (draws as 0.5)
+    games: dict[str, int] = attrs.field(factory=dict)  # opponent -> games
+
+    @property
+    def invalid_rate(self) -> Rate:
+        return Rate(self.invalid, self.steps)
+
+    @property
+    def format_rate(self) -> Rate:
+        return Rate(self.formatted, self.steps)
+
+    def win_rate(self, opponent: str) -> Rate:
+        return Rate(self.wins.get(opponent, 0.0), self.games.get(opponent, 0))
+
+    def add(self, other: VersionRates) -> None:
+        self.versions += other.versions
+        self.steps += other.steps
+        self.invalid += other.invalid
+        self.formatted += other.formatted
+        for opp, n in other.games.items():
+            self.games[opp] = self.games.get(opp, 0) + n
+            self.wins[opp] = self.wins.get(opp, 0.0) + other.wins.get(opp, 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "versions": self.versions,
+            "invalid_move_rate": self.invalid_rate.to_dict(),
+            "format_rate": self.format_rate.to_dict(),
+            "win_rate": {opp: self.win_rate(opp).to_dict() for opp in sorted(self.games)},
+        }
+
+
+def _version_of(uid: str) -> int | None:
+    return (
+        int(uid[len(CKPT_PREFIX) :])
+        if uid.startswith(CKPT_PREFIX) and uid[len(CKPT_PREFIX) :].isdigit()
+        else None
+    )
+
+
+def rates_by_version(run_dir: str | Path) -> dict[int, VersionRates]:
+    """Counts per policy version from the run's finished games (failed games are left out)."""
+    out: dict[int, VersionRates] = {}
+
+    def at(version: int) -> VersionRates:
+        return out.setdefault(version, VersionRates(versions=[version]))
+
+    for game in read_jsonl(Path(run_dir) / "games" / "games.jsonl"):
+        info = game["info"]
+        if info.get("failed"):
+            continue
+        if not info.get("eval"):
+            for traj in game["trajectories"]:
+                if not traj.get("collect_data"):
+                    continue
+                for s in traj["steps"]:
+                    v = at(s["policy_version"])
+                    v.steps += 1
+                    v.invalid += bool(s["invalid_move"])
+                    v.formatted += bool(s["format_ok"])
+        models = {int(pid): uid for pid, uid in info.get("models", {}).items()}
+        rewards = {int(pid): r for pid, r in info.get("final_rewards", {}).items()}
+        checkpoints = {pid: _version_of(uid) for pid, uid in models.items() if _version_of(uid) is not None}
+        fixed = {uid for pid, uid in models.items() if pid not in checkpoints}
+        if len(fixed) != 1 or not checkpoints or len(set(checkpoints.values())) != 1 or not rewards:
+            continue  # mirror self-play, or a game mixing several fixed models: no win rate to read
+        (opponent,) = fixed
+        version = next(iter(checkpoints.values()))
+        mine = max(rewards[p] for p in checkpoints)
+        theirs = max(r for p, r in rewards.items() if p not in checkpoints)
+        v = at(version)
+        v.games[opponent] = v.games.get(opponent, 0) + 1
+        v.wins[opponent] = v.wins.get(opponent, 0.0) + (
+            1.0 if mine > theirs else 0.5 if mine == theirs else 0.0
+        )
+    return dict(sorted(out.items()))
+
+
+def pool(rates: dict[int, VersionRates], versions: list[int]) -> VersionRates:
+    """The counts of several versions added together."""
+    total = VersionRates(versions=[])
+    for v in versions:
+        if v in rates:
+            total.add(rates[v])
+    return total
+
+
+@attrs.define
+class QuarterComparison:
+    """First vs last quarter of the policy versions: the pooled counts and a z-test per rate."""
+
+    first: VersionRates
+    last: VersionRates
+    tests: dict[str, Comparison]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "first": self.first.to_dict(),
+            "last": self.last.to_dict(),
+            "tests": {name: c.to_dict() for name, c in self.tests.items()},
+        }
+
+
+def compare_quarters(rates: dict[int, VersionRates]) -> QuarterComparison | None:
+    """Pool the first and the last quarter of the versions (at least one each) and test every rate;
+    None with fewer than two versions."""
+    versions = sorted(rates)
+    if len(versions) < 2:
+        return None
+    q = max(1, len(versions) // 4)
+    first, last = pool(rates, versions[:q]), pool(rates, versions[-q:])
+    tests = {
+        "invalid_move_rate": two_proportion_test(first.invalid_rate, last.invalid_rate),
+        "format_rate": two_proportion_test(first.format_rate, last.format_rate),
+    }
+    for opp in sorted(set(first.games) | set(last.games)):
+        tests[f"win_rate_vs_{opp}"] = two_proportion_test(first.win_rate(opp), last.win_rate(opp))
+    return QuarterComparison(first, last, tests)

@@ -1,0 +1,84 @@
+"""Rates with their uncertainty: Wilson 95% intervals and the two-proportion z-test.
+
+Every rate the project reports (invalid moves, format, wins) comes with its count and an interval, and a
+claim that a rate changed comes with a test, so that 2 games never read as "win rate 1.000".
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+
+
+def wilson_interval(k: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of k successes in n trials (k may be fractional, e.g. draws as halves);
+    (0, 1) when n = 0. Unlike the normal interval it stays inside [0, 1] and is sane at k = 0 or n."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@attrs.frozen
+class Rate:
+    """k of n, with its Wilson 95% interval."""
+
+    k: float
+    n: int
+
+    @property
+    def rate(self) -> float:
+        return self.k / self.n if self.n else float("nan")
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(self.k, self.n)
+
+    def __str__(self) -> str:
+        if not self.n:
+            return "- (n=0)"
+        lo, hi = self.interval
+        return f"{self.rate:.3f} [{lo:.3f}, {hi:.3f}] (n={self.n})"
+
+    def to_dict(self) -> dict[str, float]:
+        lo, hi = self.interval
+        return {"k": self.k, "n": self.n, "rate": self.rate if self.n else None, "lo": lo, "hi": hi}
+
+
+@attrs.frozen
+class Comparison:
+    """Two rates and the pooled two-proportion z-test of their difference (second minus first)."""
+
+    first: Rate
+    second: Rate
+    z: float
+    p_value: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "first": self.first.to_dict(),
+            "second": self.second.to_dict(),
+            "z": self.z,
+            "p_value": self.p_value,
+        }
+
+
+def two_proportion_test(first: Rate, second: Rate) -> Comparison:
+    """z = (p2 - p1) / sqrt(p (1 - p) (1/n1 + 1/n2)) with the pooled p; two-sided p-value from the normal.
+
+    z is NaN (p = 1) when either count is 0 or every trial has the same outcome (no spread to test)."""
+    n1, n2 = first.n, second.n
+    if n1 == 0 or n2 == 0:
+        return Comparison(first, second, float("nan"), 1.0)
+    pooled = (first.k + second.k) / (n1 + n2)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    if se == 0:
+        return Comparison(first, second, float("nan"), 1.0)
+    z = (second.k / n2 - first.k / n1) / se
+    return Comparison(first, second, z, math.erfc(abs(z) / math.sqrt(2)))
