@@ -87,6 +87,50 @@ def test_allowance_one_gives_the_offender_a_retry(tokenizer):
     assert result.info.final_rewards == {0: 1.0, 1: -1.0}  # the game went on to seat 0's column
 
 
+def test_the_default_allowance_is_the_references_zero(tokenizer):
+    result, fake = play(tokenizer, ["\\boxed{4}", "\\boxed{4}"])
+    assert len(fake.requests) == 2 and result.info.final_rewards == {0: 1, 1: -1}
+
+
+def two_player_train_envs():
+    """(env id, env after reset) of every TextArena `-train` id that resets with two players."""
+    import contextlib
+    import io
+
+    from textarena.envs.registration import ENV_REGISTRY
+
+    for env_id in sorted(i for i in ENV_REGISTRY if i.endswith("-train")):
+        try:  # some ids need more seats or data to download: not two-player games here
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                env = ta.make(env_id)
+                env.reset(num_players=2, seed=0)
+        except Exception:
+            continue
+        yield env_id, env
+
+
+def test_allowance_zero_reaches_every_two_player_train_env():
+    """The allowance is set on the state `reset` built, so it holds for every state class of TextArena."""
+    from textarena.state import FFAMultiPlayerState, TwoPlayerState
+
+    from unstable_core.games.envs import set_error_allowance
+
+    checked = 0
+    for env_id, env in two_player_train_envs():
+        state = env.state
+        assert hasattr(state, "error_allowance"), env_id
+        set_error_allowance(env, 0)
+        assert state.error_allowance == 0, env_id
+        offender = state.current_player_id
+        state.set_invalid_move("test")
+        if isinstance(state, TwoPlayerState):  # the first invalid move ends the game; the offender loses
+            assert state.done and state.rewards[offender] < state.rewards[1 - offender], env_id
+        else:  # a free-for-all state eliminates the offender at once
+            assert isinstance(state, FFAMultiPlayerState) and offender in state.elimination_order, env_id
+        checked += 1
+    assert checked >= 90  # TextArena 0.7.4 has 110 such ids
+
+
 def test_tictactoe_to_the_end_with_an_invalid_retry(tokenizer):
     replies = [
         "Centre. \\boxed{4}",
@@ -139,7 +183,7 @@ def test_tictactoe_to_the_end_with_an_invalid_retry(tokenizer):
 
 def test_second_invalid_move_loses_and_records_what_the_env_received(tokenizer):
     # "zero" has no brackets: the env's ActionFormattingWrapper turns it into "[zero]"
-    result, _ = play(tokenizer, ["\\boxed{4}", "zero", "\\boxed{4}"])
+    result, _ = play(tokenizer, ["\\boxed{4}", "zero", "\\boxed{4}"], error_allowance=1)
     info = result.info
     assert not info.failed
     assert info.final_rewards == {0: 1.0, 1: -1.0}
@@ -155,7 +199,11 @@ def test_single_player_tower_of_hanoi(tokenizer):
     moves = ["C A", "A C", "A B", "C B", "A C", "B A", "B C", "A C"]  # the first is illegal (C is empty)
     seat = [PlayerSpec(pid=0, model_uid="ckpt-1", collect_data=True, prompt_template="qwen3-sp")]
     result, fake = play(
-        tokenizer, [f"\\boxed{{{m}}}" for m in moves], env_id="TowerOfHanoi-v0-train", players=seat
+        tokenizer,
+        [f"\\boxed{{{m}}}" for m in moves],
+        env_id="TowerOfHanoi-v0-train",
+        players=seat,
+        error_allowance=None,  # TextArena's own allowance: the illegal first move is retried
     )
     info = result.info
     assert not info.failed
@@ -288,6 +336,8 @@ def test_arguments_that_do_not_fit_the_spec_raise(tokenizer):
         play(tokenizer, [], max_turns=0)
     with pytest.raises(UnstableError, match="timeout_s must be > 0 or None, got 0"):
         play(tokenizer, [], timeout_s=0)
+    with pytest.raises(UnstableError, match="error_allowance must be an int >= 0 or None, got -1"):
+        play(tokenizer, [], error_allowance=-1)
 
 
 def test_invalid_move_probe_flags_only_illegal_moves():
@@ -329,6 +379,7 @@ def test_game_with_the_tiny_model_through_the_transformers_backend(tiny_model):
                 policy_versions={0: 0, 1: 0},
                 params=params,
                 max_turns=40,
+                error_allowance=None,  # TextArena's retry: at least two turns of the untrained model
             )
         finally:
             await backend.close()

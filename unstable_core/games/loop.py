@@ -52,19 +52,22 @@ async def play_game(
     max_turns: int = 200,
     timeout_s: float | None = None,
     env_factory: EnvFactory | None = None,
-    error_allowance: int | None = None,
+    error_allowance: int | None = 0,
 ) -> GameResult:
     """Play `spec` to the end and return every seat's trajectory with the game's information.
 
     Seat `pid` is prompted with its PlayerSpec's template and generates with adapter `lora_paths[pid]`.
     `generate` and `tokenizer` are shared by every seat, or given per seat as `{pid: ...}` mappings
     (seats played by different base models).
-    `error_allowance` is how many invalid moves a seat may retry (0: the first one loses; None: the env's own).
+    `error_allowance` is how many invalid moves in a row a seat may retry (0, the reference's: the first one
+    loses; None: the env's own, 1 in most TextArena games).
     An env error, a failed generation, more than `max_turns` turns or `timeout_s` seconds end the game
     as failed (`info.failed`, `info.error`). Raises UnstableError before playing when the arguments do not
     fit the spec; re-raises InferenceUnavailable and cancellation.
     """
-    players = _check_arguments(spec, lora_paths, policy_versions, templates, max_turns, timeout_s)
+    players = _check_arguments(
+        spec, lora_paths, policy_versions, templates, max_turns, timeout_s, error_allowance
+    )
     generate = _per_seat(generate, players, "generate", callable)
     tokenizer = _per_seat(tokenizer, players, "tokenizer", lambda t: not isinstance(t, Mapping))
     game = _Game(
@@ -281,6 +284,7 @@ def _check_arguments(
     templates: Mapping[str, Template] | None,
     max_turns: int,
     timeout_s: float | None,
+    error_allowance: int | None = 0,
 ) -> dict[int, PlayerSpec]:
     """The seats of `spec` by pid, after checking that the arguments cover them (else UnstableError)."""
     players = {p.pid: p for p in spec.players}
@@ -302,5 +306,12 @@ def _check_arguments(
     if timeout_s is not None and not timeout_s > 0:
         raise UnstableError(
             f"timeout_s must be > 0 or None, got {timeout_s}; use None for no per-game timeout"
+        )
+    if error_allowance is not None and (
+        isinstance(error_allowance, bool) or not isinstance(error_allowance, int) or error_allowance < 0
+    ):
+        raise UnstableError(
+            f"error_allowance must be an int >= 0 or None, got {error_allowance!r}; 0 ends the game at the "
+            "first invalid move"
         )
     return players

@@ -73,7 +73,7 @@ class Collector:
         params: SamplingParams,
         max_turns: int = 200,
         game_timeout_s: float | None = None,
-        error_allowance: int | None = None,
+        error_allowance: int | None = 0,
         max_retries: int = 3,
         restart_timeout_s: float = 300.0,
     ) -> None:
