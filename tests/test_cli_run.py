@@ -57,8 +57,13 @@ A2C_HIDDEN = {"UNSTABLE_LOAD_PLUGINS": "unstable-samplers,unstable-rewards,unsta
         (["--learner", "nope"], {}, "unknown learner 'nope'; installed learners: a2c, reinforce"),
         (["--learner", "a2c"], A2C_HIDDEN, "installed learners: reinforce; 'a2c' is provided by unstable-a2c: pip install unstable-a2c"),
         (["--batch-size", "0"], {}, "batch_size must be >= 1, got 0"),
+        (["--error-allowance", "-1"], {}, "error_allowance must be >= 0, got -1"),
+        (["--vllm-config", '{"bogus": 1}'], {}, "vllm_config: unknown key 'bogus'; allowed: the reference's keys"),
+        (["--vllm-config", '{"temperature": 0.6}', "--temperature", "0.7"], {}, "vllm_config.temperature = 0.6 disagrees"),
+        (["--fixed-opponent", "google/gemini-2.0-flash-lite-001"], {}, "is an API model"),
     ],
-    ids=["unknown-learner", "uninstalled-a2c", "zero-batch-size"],
+    ids=["unknown-learner", "uninstalled-a2c", "zero-batch-size", "negative-error-allowance", "unknown-vllm-key",
+         "vllm-temperature-conflict", "api-opponent"],
 )  # fmt: skip
 def test_run_errors_are_one_line_without_traceback(tiny_model, tmp_path, args, env, expected):
     proc = unstable("run", "--model", tiny_model, "--runs-dir", str(tmp_path), *args, env=env, timeout=120)

@@ -1,8 +1,17 @@
 """RunConfig: defaults, TOML + overrides, clear errors for bad values."""
 
+from pathlib import Path
+
 import pytest
 
-from unstable_core.config import RunConfig, config_from_dict, load_config, parse_env, parse_transform
+from unstable_core.config import (
+    DEFAULT_LORA_CFG,
+    RunConfig,
+    config_from_dict,
+    load_config,
+    parse_env,
+    parse_transform,
+)
 from unstable_core.errors import ConfigError
 
 
@@ -120,24 +129,160 @@ def test_semantics_defaults_are_the_references():
     assert cfg.final_transforms == ["role-advantage-by-env"]
 
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
 @pytest.mark.parametrize("name", ["reference.toml", "spiral-kuhn-poker.toml"])
 def test_example_configs_load_and_resolve(name, tmp_path):
-    from pathlib import Path
-
     from unstable_core.runtime.run import Components
 
-    path = Path(__file__).resolve().parents[1] / "examples" / name
-    cfg = load_config(path, {"runs_dir": str(tmp_path)})
-    comp = Components.resolve(cfg, tmp_path / "run")
+    cfg = load_config(EXAMPLES / name, {"runs_dir": str(tmp_path)})
+    comp = Components.resolve(cfg, tmp_path / "run")  # every component it names exists; Ray is not started
     assert comp.learner is not None and comp.model_sampler is not None
+    assert (cfg.backend, cfg.learner, cfg.sampler, cfg.error_allowance) == ("vllm", "reinforce", "mirror", 0)
+    assert cfg.prompt_template == "qwen3-zs" and cfg.vllm_config == {}
     if name == "reference.toml":
-        assert (cfg.batch_size, cfg.learning_rate, cfg.temperature, cfg.max_model_len) == (
-            384,
-            1e-5,
-            0.6,
-            8192,
-        )
-        assert cfg.sampler == "mirror" and cfg.backend == "vllm" and len(cfg.eval_specs()) == 2
+        assert cfg.model_name == "Qwen/Qwen3-1.7B-Base"
+        assert (cfg.batch_size, cfg.mini_batch_size, cfg.learning_rate, cfg.gradient_clipping) == (
+            384, 1, 1e-5, 0.2
+        )  # fmt: skip
+        assert (cfg.temperature, cfg.max_generation_len, cfg.max_batch_size, cfg.max_model_len) == (
+            0.6, 4096, 128, 8192
+        )  # fmt: skip
+        assert (cfg.learning_steps, cfg.num_train_workers, cfg.num_eval_workers) == (200, 256, 16)
+        assert cfg.effective_buffer_size == 768 and cfg.lora_config == DEFAULT_LORA_CFG
+        assert [s.env_id for s in cfg.train_specs()] == ["SimpleTak-v0-train"]
+        assert [s.env_id for s in cfg.eval_specs()] == ["SimpleTak-v0-train", "KuhnPoker-v0-train"]
+        defaults = RunConfig()  # the reference's semantics are the defaults
+        for stage in ("final", "step", "sampling"):
+            assert getattr(cfg, f"{stage}_transforms") == getattr(defaults, f"{stage}_transforms")
+        assert comp.final[0].ema_alpha == 0.999 and comp.sampling[0].z_score is True
+        assert [(t.reward, t.penalty) for t in comp.step] == [(1.5, 0.0), (1.0, -1.0)]
     else:
-        assert cfg.train_specs()[0].env_id == "KuhnPoker-v0-train" and cfg.temperature == 1.0
+        assert cfg.model_name == "Qwen/Qwen3-4B-Base"
+        assert [(s.env_id, s.num_actors) for s in cfg.train_specs()] == [("KuhnPoker-v0-train", 2)]
+        assert (cfg.batch_size, cfg.learning_rate, cfg.temperature, cfg.learning_steps) == (
+            128,
+            1e-6,
+            1.0,
+            400,
+        )
         assert [type(t).__name__ for t in comp.final] == ["SpiralRAE"] and comp.final[0].ema_alpha == 0.95
+        assert comp.step == [] and comp.sampling == []
+
+
+def test_example_values_yield_to_the_command_line():
+    cfg = load_config(
+        EXAMPLES / "reference.toml", {"temperature": 0.9, "batch_size": 8, "mini_batch_size": 2}
+    )
+    assert (cfg.temperature, cfg.batch_size, cfg.max_batch_size) == (0.9, 8, 128)
+
+
+def test_every_reference_build_parameter_with_its_reference_value(tmp_path):
+    """The table of the reference's build(): each parameter at its default is accepted (fixed_opponents
+    aside: the reference's API opponent gets a clear error, see below)."""
+    from unstable_core.runtime.run import build
+    from unstable_core.types import EvalEnvSpec, TrainEnvSpec
+
+    run = build(
+        model_name="smollm2-135m",
+        train_envs=[TrainEnvSpec("SimpleTak-v0-train", 2, 2, "qwen3-zs")],
+        eval_envs=None,
+        env_sampling_strategy="random",
+        opponent_sampling_strategy="none",
+        fixed_opponents=None,
+        algorithm="reinforce",
+        max_train_len=None,
+        max_generation_len=4096,
+        batch_size=384,
+        mini_batch_size=1,
+        learning_rate=1e-5,
+        gradient_clipping=0.2,
+        activation_checkpointing=True,
+        gradient_checkpointing=True,
+        use_trainer_cache=False,
+        buffer_size=None,
+        lora_config=None,
+        vllm_config=None,
+        wandb_project="UnstableBaselines",
+        runs_dir=str(tmp_path),
+    )
+    cfg = run.cfg
+    assert (cfg.sampler, cfg.learner, cfg.env_sampler, cfg.eval_envs, cfg.fixed_opponents) == (
+        "mirror", "reinforce", "random", [], []
+    )  # fmt: skip
+    assert cfg.lora_config == DEFAULT_LORA_CFG and cfg.vllm_config == {} and cfg.effective_buffer_size == 768
+    assert [s.num_actors for s in cfg.train_specs()] == [2]
+    for strategy in ("mirror", "fixed"):
+        assert config_from_dict({"opponent_sampling_strategy": strategy, "fixed_opponents": ["base"]})
+    evals = config_from_dict({"eval_envs": [EvalEnvSpec("KuhnPoker-v0-train", 2, "qwen3-zs")]})
+    assert evals.eval_specs()[0].env_id == "KuhnPoker-v0-train"
+
+
+def test_none_values_and_strategy_none_also_work_on_runconfig_itself():
+    cfg = RunConfig(sampler="none", lora_config=None, eval_envs=None, fixed_opponents=None, vllm_config=None)
+    assert (cfg.sampler, cfg.eval_envs, cfg.fixed_opponents, cfg.vllm_config) == ("mirror", [], [], {})
+    assert cfg.lora_config == DEFAULT_LORA_CFG
+
+
+def test_the_references_api_opponent_is_refused_before_ray_starts():
+    with pytest.raises(ConfigError, match="'google/gemini-2.0-flash-lite-001' is an API model"):
+        config_from_dict({"fixed_opponents": ["google/gemini-2.0-flash-lite-001"]})
+
+
+def test_every_reference_vllm_config_key_is_mapped():
+    from unstable_core.config import VLLM_REFERENCE_FIELDS
+    from unstable_core.inference.vllm import VLLM_CONFIG_KEYS
+
+    assert set(VLLM_REFERENCE_FIELDS) == set(VLLM_CONFIG_KEYS)
+    cfg = config_from_dict({"model_name": "m", "vllm_config": {"max_tokens": None, "max_model_len": 2048}})
+    assert cfg.max_generation_len == 2048  # the reference's None: as long as the context allows
+
+
+def test_vllm_config_on_the_vllm_backend_keeps_backend_options_and_maps_the_rest():
+    cfg = config_from_dict(
+        {"backend": "vllm", "vllm_config": {"temperature": 0.6, "gpu_memory_utilization": 0.5}}
+    )
+    assert cfg.temperature == 0.6 and cfg.vllm_config == {"gpu_memory_utilization": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"backend": "vllm", "vllm_config": {"bogus": 1}}, "vllm_config: unknown key 'bogus'; allowed"),
+        ({"vllm_config": {"gpu_memory_utilization": 0.5}}, "option of the vllm backend, but backend is"),
+        ({"vllm_config": {"temperature": "hot"}}, "vllm_config: could not convert"),
+        ({"vllm_config": {"lora_config": {"rank": 4}}}, "unknown vllm_config.lora_config keys"),
+        ({"temperature": 0.7, "vllm_config": {"temperature": 0.6}}, "vllm_config.temperature = 0.6 disagrees"),
+        ({"lora_config": {"lora_rank": 8}, "vllm_config": {"lora_config": {"lora_rank": 16}}}, "disagrees"),
+        ({"backend": "vllm", "vllm_config": {"max_lora_rank": 8}}, "max_lora_rank \\(8\\) is below"),
+        ({"vllm_config": "x"}, "vllm_config must be a table"),
+    ],
+)  # fmt: skip
+def test_bad_vllm_config_names_the_key(data, message):
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict(data)
+
+
+def test_later_layers_beat_a_vllm_config_key_of_earlier_ones(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text("[vllm_config]\ntemperature = 0.6\nmax_tokens = 100\n")
+    cfg = load_config(path, {"temperature": 0.9})  # the command line wins over the file's vllm_config
+    assert (cfg.temperature, cfg.max_generation_len) == (0.9, 100)
+    assert load_config(path, {"vllm_config": {"max_loras": 2}}).temperature == 0.7  # a new table replaces it
+    from unstable_core.runtime.run import build
+
+    run = build(RunConfig(runs_dir=str(tmp_path)), vllm_config={"temperature": 0.6})
+    assert run.cfg.temperature == 0.6
+
+
+def test_saved_vllm_config_loads_again(tmp_path):
+    cfg = config_from_dict({"backend": "vllm", "vllm_config": {"temperature": 0.6, "max_cpu_loras": 4}})
+    cfg.save(tmp_path / "config.toml")
+    assert load_config(tmp_path / "config.toml") == cfg
+
+
+def test_error_allowance_is_an_option_that_must_not_be_negative():
+    assert load_config(None, {"error_allowance": 1}).error_allowance == 1
+    with pytest.raises(ConfigError, match="error_allowance must be >= 0, got -1"):
+        config_from_dict({"error_allowance": -1})

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from unstable_core.errors import ConfigError
+from unstable_core.errors import ConfigError, UnstableError
 from unstable_core.models import DEFAULT_MODEL
 from unstable_core.types import EvalEnvSpec, TrainEnvSpec
 
@@ -61,6 +62,24 @@ def _choice(*allowed: str):
             raise ConfigError(f"{attribute.name} must be one of {', '.join(allowed)}; got {value!r}")
 
     return check
+
+
+def _none_is(factory: Any) -> Any:
+    """A converter: None (the reference's "not given") becomes the field's default, `factory()`."""
+
+    def convert(value: Any) -> Any:
+        return factory() if value is None else value
+
+    return convert
+
+
+def _sampler_name(value: Any) -> Any:
+    """The reference's opponent_sampling_strategy "none" (its default) is self-play: our `mirror`."""
+    return "mirror" if value == "none" else value
+
+
+# Fixed opponents the reference played through an API (OpenRouter); unstable plays local models only.
+API_ONLY_MODELS = ("google/gemini-", "anthropic/claude", "openai/gpt-4", "openai/gpt-3.5", "x-ai/grok")
 
 
 def parse_env(value: str | dict | TrainEnvSpec, default_template: str, mirror: bool) -> TrainEnvSpec:
@@ -146,6 +165,7 @@ class RunConfig:
     )
     eval_envs: list[Any] = attrs.field(
         factory=list,
+        converter=_none_is(list),
         metadata=_help("evaluation env ENV_ID[:PLAYERS[:OPPONENT]] (repeatable)", cli="--eval-env"),
     )
     env_sampler: str = attrs.field(
@@ -156,6 +176,7 @@ class RunConfig:
     )
     sampler: str = attrs.field(
         default="mirror",
+        converter=_sampler_name,
         metadata=_help(
             "opponent sampling strategy (mirror, fixed, lagged, trueskill, ...)",
             alias="opponent_sampling_strategy",
@@ -166,6 +187,7 @@ class RunConfig:
     )
     fixed_opponents: list[str] = attrs.field(
         factory=list,
+        converter=_none_is(list),
         metadata=_help(
             "fixed opponent: 'base' (the untrained base model) or a LoRA folder (repeatable)",
             cli="--fixed-opponent",
@@ -221,7 +243,9 @@ class RunConfig:
         metadata=_help("drop steps more than this many policy versions old"),
     )
     lora_config: dict[str, Any] = attrs.field(
-        factory=lambda: dict(DEFAULT_LORA_CFG), metadata=_help("LoRA settings as JSON")
+        factory=lambda: dict(DEFAULT_LORA_CFG),
+        converter=_none_is(lambda: dict(DEFAULT_LORA_CFG)),
+        metadata=_help("LoRA settings as JSON"),
     )
     algorithm_config: dict[str, Any] = attrs.field(
         factory=dict, metadata=_help("learner initialize_algorithm kwargs as JSON")
@@ -276,7 +300,12 @@ class RunConfig:
         default=8, validator=_positive, metadata=_help("adapters kept loaded per inference actor")
     )
     vllm_config: dict[str, Any] = attrs.field(
-        factory=dict, metadata=_help("extra vLLM settings as JSON (backend vllm)")
+        factory=dict,
+        converter=_none_is(dict),
+        metadata=_help(
+            "the reference's vllm_config (its keys set temperature, max_generation_len, ...) and options of "
+            "the vllm backend (e.g. gpu_memory_utilization), as JSON"
+        ),
     )
     game_timeout_s: float = attrs.field(
         default=600.0, validator=_in_range(1.0, 1e9), metadata=_help("a game running longer fails")
@@ -321,17 +350,56 @@ class RunConfig:
             raise ConfigError(
                 "sampler 'fixed' needs at least one --fixed-opponent (e.g. --fixed-opponent base)"
             )
+        for name in self.fixed_opponents:
+            if str(name).startswith(API_ONLY_MODELS):
+                raise ConfigError(
+                    f"fixed_opponents: {name!r} is an API model (the reference played it through OpenRouter); "
+                    "unstable plays local models only: use 'base', a LoRA folder or a hub model id"
+                )
+        self._check_vllm_config()
         unknown = set(self.lora_config) - set(DEFAULT_LORA_CFG)
         if unknown:
             raise ConfigError(
                 f"lora_config: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(DEFAULT_LORA_CFG)}"
             )
         self.lora_config = {**DEFAULT_LORA_CFG, **self.lora_config}
+        max_rank = self.vllm_config.get("max_lora_rank")
+        if max_rank is not None and max_rank < self.lora_config["lora_rank"]:
+            raise ConfigError(
+                f"vllm_config.max_lora_rank ({max_rank}) is below lora_config.lora_rank "
+                f"({self.lora_config['lora_rank']}): vLLM could not load the adapters; drop it or raise it"
+            )
         self.train_specs()  # validate env strings early
         self.eval_specs()
         for stage in ("final", "step", "sampling"):
             for t in getattr(self, f"{stage}_transforms"):
                 parse_transform(t)
+
+    def _check_vllm_config(self) -> None:
+        """What is left in vllm_config after the reference's keys were mapped must be vllm backend options."""
+        if not isinstance(self.vllm_config, dict):
+            raise ConfigError(f"vllm_config must be a table (a JSON object), got {self.vllm_config!r}")
+        for key in self.vllm_config:
+            if key in VLLM_REFERENCE_FIELDS:
+                raise ConfigError(
+                    f"vllm_config.{key}: the reference's vllm_config keys are read by load_config() and "
+                    f"build(); with RunConfig itself set {VLLM_REFERENCE_FIELDS[key]} instead"
+                )
+        if not self.vllm_config:
+            return
+        allowed = vllm_backend_options()
+        for key in self.vllm_config:
+            if key not in allowed:
+                raise ConfigError(
+                    f"vllm_config: unknown key {key!r}; allowed: the reference's keys "
+                    f"({', '.join(VLLM_REFERENCE_FIELDS)}) and the vllm backend's options "
+                    f"({', '.join(sorted(allowed))})"
+                )
+        if self.backend != "vllm":
+            raise ConfigError(
+                f"vllm_config.{next(iter(self.vllm_config))} is an option of the vllm backend, but backend is "
+                f'{self.backend!r}: set backend = "vllm" (GPU) or drop it'
+            )
 
     # ---- derived values
     @property
@@ -363,53 +431,115 @@ class RunConfig:
 
 FIELD_ALIASES = {f.metadata["alias"]: f.name for f in attrs.fields(RunConfig) if "alias" in f.metadata}
 
-# the reference's vllm_config keys -> our run fields (its `lora_config` there repeats the run's LoRA)
-REFERENCE_VLLM_KEYS = {
+# the reference's vllm_config keys (unstable_core.inference.vllm.VLLM_CONFIG_KEYS) -> the run field each sets
+VLLM_REFERENCE_FIELDS = {
+    "model_name": "model_name",
     "temperature": "temperature",
     "max_tokens": "max_generation_len",
     "max_parallel_seq": "max_batch_size",
     "max_loras": "max_loras",
     "max_model_len": "max_model_len",
+    "lora_config": "lora_config",
 }
+# options of the vllm backend that the run sets from its own fields
+_RUN_SET_VLLM_OPTIONS = {"self", "model", "max_batch_size", "max_loras", "max_model_len", "device", "api"}
 
 
-def _reference_values(clean: dict[str, Any]) -> dict[str, Any]:
-    """The reference build()'s spellings in our terms: None for 'use the default', strategy "none"
-    (self-play), and its vllm_config keys moved onto the run fields they set."""
-    clean = {k: v for k, v in clean.items() if v is not None}
-    if clean.get("sampler") == "none":
-        clean["sampler"] = "mirror"
-    vllm = dict(clean.get("vllm_config") or {})
-    if "model_name" in vllm:
-        model = vllm.pop("model_name")
-        if model != clean.get("model_name", model):
+def vllm_backend_options() -> set[str]:
+    """The vllm backend's own options that vllm_config passes through (gpu_memory_utilization, ...)."""
+    import inspect
+
+    from unstable_core.inference.vllm import VLLMBackend
+
+    return set(inspect.signature(VLLMBackend.__init__).parameters) - _RUN_SET_VLLM_OPTIONS
+
+
+def _fields_set_by(layer: Mapping[str, Any]) -> set[str]:
+    """The run fields a config dict sets, directly or through the reference's vllm_config keys."""
+    names = {FIELD_ALIASES.get(k, k) for k, v in layer.items() if v is not None}
+    vllm = layer.get("vllm_config")
+    if isinstance(vllm, Mapping):
+        names |= {VLLM_REFERENCE_FIELDS[k] for k in vllm if k in VLLM_REFERENCE_FIELDS}
+    return names
+
+
+def merge_layers(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """Config dicts merged, later ones winning (None: not given), also over a field that an earlier one set
+    through the reference's vllm_config: `--temperature` beats a file's vllm_config.temperature."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        names = _fields_set_by(layer)
+        earlier = out.get("vllm_config")
+        if isinstance(earlier, Mapping) and layer.get("vllm_config") is None:
+            out["vllm_config"] = {
+                k: v for k, v in earlier.items() if VLLM_REFERENCE_FIELDS.get(k) not in names
+            }
+        for key in [k for k in out if FIELD_ALIASES.get(k, k) in names]:
+            del out[key]
+        out.update({k: v for k, v in layer.items() if v is not None})
+    return out
+
+
+def _map_reference_vllm(clean: dict[str, Any]) -> dict[str, Any]:
+    """The reference's vllm_config keys, translated by `map_vllm_config`, moved onto the run fields they set;
+    a field given beside its vllm_config key must agree with it. The rest of vllm_config stays."""
+    vllm = clean.get("vllm_config")
+    if not isinstance(vllm, Mapping):
+        return clean
+    vllm = dict(vllm)
+    given = {k: vllm.pop(k) for k in VLLM_REFERENCE_FIELDS if k in vllm}
+    clean = {**clean, "vllm_config": vllm}
+    if not given:
+        return clean
+    from unstable_core.inference.vllm import map_vllm_config
+
+    run = {f.name: f.default for f in attrs.fields(RunConfig) if not isinstance(f.default, attrs.Factory)}
+    context = {
+        k: clean.get(VLLM_REFERENCE_FIELDS[k], run[VLLM_REFERENCE_FIELDS[k]])
+        for k in ("model_name", "max_model_len")
+    }
+    try:
+        mapped = map_vllm_config({**context, **given})
+    except UnstableError as exc:
+        raise ConfigError(str(exc)) from exc
+    except (TypeError, ValueError) as exc:  # e.g. a temperature that is not a number
+        raise ConfigError(f"vllm_config: {exc}; give the reference's keys numbers") from exc
+    values = {
+        "model_name": mapped.backend_kwargs["model"],
+        "temperature": mapped.sampling.temperature,
+        "max_tokens": mapped.sampling.max_tokens,  # None in the reference: as long as the context allows
+        "max_parallel_seq": mapped.backend_kwargs["max_batch_size"],
+        "max_loras": mapped.backend_kwargs["max_loras"],
+        "max_model_len": mapped.backend_kwargs["max_model_len"],
+    }
+    lora = given.pop("lora_config", None)
+    if lora is not None:  # the reference handed vLLM the learner's LoRA settings: they must be the run's
+        values["lora_config"] = {**DEFAULT_LORA_CFG, **lora}
+        if clean.get("lora_config") is not None:
+            clean["lora_config"] = {**DEFAULT_LORA_CFG, **clean["lora_config"]}
+        given["lora_config"] = lora
+    for key in given:
+        field, value = VLLM_REFERENCE_FIELDS[key], values[key]
+        if clean.get(field) is not None and clean[field] != value:
             raise ConfigError(
-                f"vllm_config.model_name {model!r} differs from model_name {clean['model_name']!r}; "
-                "drop it from vllm_config (the run's model is used)"
+                f"vllm_config.{key} = {given[key]!r} disagrees with {field} = {clean[field]!r}; give only one"
             )
-        clean["model_name"] = model
-    lora = vllm.pop("lora_config", None)
-    if lora is not None and "lora_config" not in clean:
-        clean["lora_config"] = lora
-    for key, field in REFERENCE_VLLM_KEYS.items():
-        if key in vllm:
-            clean[field] = vllm.pop(key)
-    if "vllm_config" in clean:
-        clean["vllm_config"] = vllm  # what is left goes to vLLM's engine as is
+        clean[field] = value
     return clean
 
 
 def config_from_dict(data: dict[str, Any]) -> RunConfig:
-    """A RunConfig from a dict of field names or the reference's build() names and values; unknown keys
-    are errors."""
+    """A RunConfig from a dict of field names or the reference's build() names and values (None: the
+    default; strategy "none"; its vllm_config keys); unknown keys are errors."""
     fields = {f.name for f in attrs.fields(RunConfig)}
     clean: dict[str, Any] = {}
     for key, value in data.items():
         name = FIELD_ALIASES.get(key, key)
         if name not in fields:
             raise ConfigError(f"unknown config key {key!r}; see `unstable run --help` for the keys")
-        clean[name] = value
-    clean = _reference_values(clean)
+        if value is not None:
+            clean[name] = value
+    clean = _map_reference_vllm(clean)
     try:
         return RunConfig(**clean)
     except TypeError as exc:
@@ -427,5 +557,4 @@ def load_config(path: str | os.PathLike | None, overrides: dict[str, Any] | None
             data = tomllib.loads(p.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {str(p)!r} is not valid TOML: {exc}") from exc
-    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    return config_from_dict(data)
+    return config_from_dict(merge_layers(data, overrides or {}))

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from unstable_core.config import RunConfig, config_from_dict, parse_transform
+from unstable_core.config import RunConfig, config_from_dict, merge_layers, parse_transform
 from unstable_core.errors import ConfigError, UnstableError
 from unstable_core.plugins import get_registry
 from unstable_core.rewards import check_stage
@@ -199,6 +199,8 @@ class Run:
             "max_model_len": cfg.max_model_len,
         }
         if cfg.backend == "vllm":
+            # vLLM must be able to load the learner's adapters
+            backend_kwargs["max_lora_rank"] = cfg.lora_config["lora_rank"]
             backend_kwargs.update(cfg.vllm_config)
         else:
             backend_kwargs["device"] = cfg.device
@@ -403,10 +405,7 @@ def _eval_like(spec, opponent: str):
 
 
 def build(config: RunConfig | None = None, **overrides: Any) -> Run:
-    """A training run from a `RunConfig` and/or keyword overrides (the reference's build() names work too)."""
-    if config is not None:
-        data = {**config.to_dict(), **overrides}
-        config = config_from_dict(data)
-    else:
-        config = config_from_dict(overrides)
-    return Run(config)
+    """A training run from a `RunConfig` and/or keyword overrides: the reference's build() names and values
+    work too (None for its defaults, opponent_sampling_strategy="none", its vllm_config keys)."""
+    base = config.to_dict() if config is not None else {}
+    return Run(config_from_dict(merge_layers(base, overrides)))
