@@ -20,11 +20,11 @@ TRANSFORMS: dict[str, tuple[str, str]] = {
     ),
     "reward-for-format": (
         "unstable_rewards.step:RewardForFormat",
-        "step: add `reward` to well-formatted answers, else `penalty` (reward=0.0, penalty=0.0)",
+        "step: add `reward` to well-formatted answers, else `penalty` (reward=0.0, penalty=0.0; run default reward=1.5 as the reference's build())",
     ),
     "penalty-for-invalid-move": (
         "unstable_rewards.step:PenaltyForInvalidMove",
-        "step: add `penalty` to invalid moves, else `reward` (reward=0.0, penalty=-1.0)",
+        "step: add `penalty` to invalid moves, else `reward` (reward=0.0, penalty=-1.0; run default reward=1.0, penalty=-1.0 as the reference's build())",
     ),
     "normalize": (
         "unstable_rewards.sampling:NormalizeRewards",
@@ -32,7 +32,7 @@ TRANSFORMS: dict[str, tuple[str, str]] = {
     ),
     "normalize-by-env": (
         "unstable_rewards.sampling:NormalizeRewardsByEnv",
-        "sampling: mean-centre (or z-score) rewards per env id (z_score=false)",
+        "sampling: mean-centre (or z-score) rewards per env id (z_score=false; run default z_score=true as the reference's build())",
     ),
 }
 

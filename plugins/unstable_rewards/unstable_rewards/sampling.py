@@ -61,6 +61,7 @@ class NormalizeRewards(SamplingRewardTransform):
 class NormalizeRewardsByEnv(SamplingRewardTransform):
     """Like `NormalizeRewards`, computed separately over the steps of each env id."""
 
+    # the reference's class default; its build(), and our run default, z-score
     z_score: bool = attrs.field(default=False, validator=bool_arg)
 
     def __call__(self, steps: list[Step]) -> list[Step]:
