@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -109,6 +111,74 @@ def test_a_positive_advantage_raises_the_sampled_tokens_probability(tiny_model, 
     for _ in range(3):
         lrn.update(good)
     assert seq_logprob() > start
+
+
+def sampled_steps(model_path, temperature, seed=0):
+    """Steps whose completions and behaviour log-probs come from the real transformers backend."""
+    from unstable_core.inference.base import GenerationRequest, SamplingParams
+    from unstable_core.inference.hf import TransformersBackend
+
+    backend = TransformersBackend(model_path, device="cpu")
+    prompts = [tuple(backend.tokenizer.encode(t)) for t in ("play a move", "hello there", "x o x")]
+    params = SamplingParams(temperature=temperature, max_tokens=6, seed=seed)
+    outs = backend.generate_batch([GenerationRequest(p, params=params) for p in prompts])
+    return [
+        Step(
+            pid=0,
+            env_id="t",
+            obs="",
+            act="",
+            prompt_ids=list(p),
+            completion_ids=list(o.token_ids),
+            logprobs=list(o.logprobs),
+            reward=1.0,
+            game_idx=i,
+        )
+        for i, (p, o) in enumerate(zip(prompts, outs, strict=True))
+    ]
+
+
+def test_on_policy_data_has_an_importance_ratio_of_one(tiny_model, tmp_path):
+    """Zero lag, fp32, sampled at T = 0.7: the learner's tempered log-probs are the backend's."""
+    steps = sampled_steps(tiny_model, temperature=0.7)
+    lrn = REINFORCELearner(tiny_model, device="cpu", run_dir=tmp_path, temperature=0.7)
+    lrn.initialize_algorithm()
+    tokens = lrn.collate(steps)
+    with torch.no_grad():
+        logp = lrn.policy_logprobs(tokens)  # [B, T-1]
+    assert torch.allclose(
+        logp[tokens.behaviour_mask], tokens.behaviour_logprobs[tokens.behaviour_mask], atol=1e-4
+    )
+    metrics = lrn.update(steps)
+    assert abs(metrics["off_policy/log_ratio_mean"]) < 1e-4
+    assert metrics["off_policy/max_abs_log_ratio"] < 1e-4
+    assert metrics["off_policy/kl"] < 1e-8
+    assert metrics["off_policy/tokens"] == sum(len(s.completion_ids) for s in steps)
+
+
+@pytest.mark.parametrize("shift", [3.0, -3.0])
+def test_importance_cap_weights_the_loss_by_min_ratio_cap(tiny_model, tmp_path, shift):
+    """mu = pi * e^-shift: with cap 2 every weight is min(e^shift, 2), and the loss is that times the plain one."""
+    steps = sampled_steps(tiny_model, temperature=1.0)
+    for s in steps:
+        s.logprobs = [lp - shift for lp in s.logprobs]
+    losses = {}
+    for cap in (None, 2.0):
+        lrn = REINFORCELearner(
+            tiny_model, device="cpu", run_dir=tmp_path, importance_cap=cap, max_generation_len=8, seed=1
+        )
+        lrn.initialize_algorithm()
+        if cap is not None:
+            tokens = lrn.collate(steps)
+            with torch.no_grad():
+                weights = lrn.importance_weights(lrn.policy_logprobs(tokens), tokens)  # [B, T-1]
+            assert weights.max().item() <= cap + 1e-6
+        metrics = lrn.update(steps)
+        losses[cap] = metrics["loss"]
+        assert metrics["off_policy/log_ratio_mean"] == pytest.approx(shift, abs=1e-4)
+    expected_weight = min(math.exp(shift), 2.0)
+    assert losses[2.0] == pytest.approx(expected_weight * losses[None], rel=1e-4)
+    assert metrics["off_policy/capped_fraction"] == (1.0 if shift > 0 else 0.0)
 
 
 def test_plugin_registers_reinforce():
