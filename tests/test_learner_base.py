@@ -289,6 +289,26 @@ def vars_of(cfg):
     return attrs.asdict(cfg)
 
 
+def test_a_lora_on_the_lm_head_is_not_bypassed(tiny_model, tmp_path):
+    """A LoRA-wrapped head is not a plain Linear: policy_logprobs then runs the model's own head."""
+    lrn = SumLogprobLearner(
+        tiny_model,
+        device="cpu",
+        run_dir=tmp_path,
+        lora_cfg={"lora_rank": 4, "target_modules": ["q_proj", "lm_head"]},
+        temperature=0.7,
+    )
+    lrn.initialize_algorithm()
+    with torch.no_grad():
+        for name, param in lrn.model.named_parameters():
+            if "lora_B" in name and "lm_head" in name:
+                param.normal_(0, 1.0)
+        tokens = lrn.collate(BATCH)
+        got = lrn.policy_logprobs(tokens)
+        full = lrn.completion_logprobs(lrn.policy_logits(tokens), tokens)
+    assert torch.allclose(got, full, atol=1e-5)
+
+
 def test_bf16_logprobs_agree_with_an_fp32_head(tiny_model, tmp_path):
     """Backend and learner both in bf16: with the LM head and log-softmax in fp32 they agree closely."""
     from unstable_core.learners.batch import completion_logprobs as from_logits

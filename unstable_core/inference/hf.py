@@ -80,9 +80,15 @@ class TransformersBackend(InferenceBackend):
         )
         head = base_model.get_output_embeddings()
         self.vocab_size = head.weight.shape[0]
-        # the LM head in float32 (the same tensor when the model is float32 already)
-        self._head_weight = head.weight.detach().float()
-        self._head_bias = head.bias.detach().float() if getattr(head, "bias", None) is not None else None
+        # A float32 model's own logits are the fp32 head already; any other dtype gets a float32 copy of
+        # the head (V x H x 4 bytes), applied to the last hidden state instead of the model's logits.
+        self._fp32_head = head.weight.dtype != torch.float32
+        self._head_weight = head.weight.detach().float() if self._fp32_head else None
+        self._head_bias = (
+            head.bias.detach().float()
+            if self._fp32_head and getattr(head, "bias", None) is not None
+            else None
+        )
         self._lock = threading.Lock()  # one batch at a time: the model and its adapters are shared state
 
     @property
@@ -140,6 +146,8 @@ class TransformersBackend(InferenceBackend):
     def _decode(self, rows: list[_Row]) -> list[_Row]:
         """Sample every row to EOS or its budget, in one left-padded batch over a shared KV cache."""
         model = self._pool.model
+        # an adapter with a LoRA on lm_head wraps the head: then the model's own logits, cast to float32
+        fp32_head = self._fp32_head and type(self._pool.base_model.get_output_embeddings()) is torch.nn.Linear
         longest = max(len(r.request.prompt_ids) for r in rows)
         input_ids = torch.full((len(rows), longest), self.pad_id, dtype=torch.long)  # [B, T]
         attention = torch.zeros((len(rows), longest), dtype=torch.long)  # [B, T], 0 on the left padding
@@ -162,12 +170,15 @@ class TransformersBackend(InferenceBackend):
                 past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
-                output_hidden_states=True,
+                output_hidden_states=fp32_head,
                 **extra,
             )
             cache = out.past_key_values
-            hidden = out.hidden_states[-1][:, -1, :].float()  # [B, H] after the final norm
-            logits = F.linear(hidden, self._head_weight, self._head_bias)  # [B, V] fp32 next-token logits
+            if fp32_head:
+                hidden = out.hidden_states[-1][:, -1, :].float()  # [B, H] after the final norm
+                logits = F.linear(hidden, self._head_weight, self._head_bias)  # [B, V] fp32 next-token logits
+            else:
+                logits = out.logits[:, -1, :].float()  # [B, V]
             params = [r.request.params for r in active]
             temperature = torch.tensor(
                 [p.temperature if p.temperature > 0 else 1.0 for p in params], device=logits.device

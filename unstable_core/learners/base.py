@@ -246,12 +246,18 @@ class BaseLearner:
 
     def policy_logprobs(self, batch: TokenBatch) -> Any:
         """[B, T-1] log pi_T(y_t | x, y_<t) of the sampled completion tokens, 0 elsewhere: the policy tempered
-        like the sampler (logits / T), its LM head and log-softmax in float32, only at completion positions."""
+        like the sampler (logits / T), its LM head and log-softmax in float32, only at completion positions.
+        A head that is more than a plain Linear (a LoRA on lm_head) runs as the model runs it, on all positions."""
+        import torch
+
         base = self.model.get_base_model()
+        head = base.get_output_embeddings()
+        if type(head) is not torch.nn.Linear:
+            return self.completion_logprobs(self.policy_logits(batch), batch)
         hidden = base.get_decoder()(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
         ).last_hidden_state  # [B, T, H]
-        return head_logprobs(hidden, base.get_output_embeddings(), batch, self.config.temperature)
+        return head_logprobs(hidden, head, batch, self.config.temperature)
 
     def importance_weights(self, logp: Any, batch: TokenBatch) -> Any:
         """[B, T-1] truncated importance weights min(pi/mu, importance_cap) (all 1 without a cap); also
