@@ -14,7 +14,8 @@ from unstable_core.types import Step
 def reinforce_loss(token_logprobs: Any, advantages: Any, max_generation_len: int) -> Any:
     """Batch mean of -A_i * sum_t log pi(y_t|x, y_<t) / max_generation_len (Dr. GRPO's constant normaliser).
 
-    token_logprobs: [B, T-1], already 0 on prompt and padding; advantages: [B].
+    token_logprobs: [B, T-1], already 0 on prompt and padding (the learner passes w_t * log pi_T(y_t), w_t
+    the detached truncated importance weight); advantages: [B].
     """
     seq_logprob = token_logprobs.sum(dim=-1)  # [B]: sum over completion tokens
     loss_i = -advantages * seq_logprob / max_generation_len  # [B]
