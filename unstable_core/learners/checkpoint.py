@@ -3,9 +3,11 @@ and folders that appear complete or not at all."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,27 +47,86 @@ def write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True))
 
 
+def fsync_path(path: Path) -> None:
+    """Flush a file's or a folder's data and metadata to disk (a folder: its entries, e.g. a rename)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(folder: Path) -> None:
+    """fsync every file under `folder`, then every folder, deepest first."""
+    folders = []
+    for root, _, files in os.walk(folder):
+        folders.append(Path(root))
+        for name in files:
+            fsync_path(Path(root) / name)
+    for f in reversed(folders):
+        fsync_path(f)
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two existing paths (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    rc = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    return rc == 0
+
+
 def write_folder_atomically(final: Path, fill: Callable[[Path], None]) -> Path:
-    """Call `fill(tmp)` on `<final>.tmp`, then rename it to `final`: readers never see half a checkpoint."""
+    """Call `fill(tmp)` on `<final>.tmp`, fsync it, then rename it to `final`: readers never see half a
+    checkpoint, and after a crash the folder is either the old one or the new one, on disk.
+
+    Re-saving a step swaps the new folder and the old one in one atomic exchange (Linux), so the step is
+    never missing; elsewhere the old folder is moved to `<final>.old` first, and `recover_folder` puts it
+    back if a crash falls between the two renames."""
     final = Path(final)
     tmp = final.with_name(final.name + ".tmp")
+    old = final.with_name(final.name + ".old")
     if tmp.exists():
         shutil.rmtree(tmp)  # left over from a crash mid-save
     tmp.mkdir(parents=True)
     fill(tmp)
-    if final.exists():  # re-saving the same step (after a resume): swap the old folder out first
-        old = final.with_name(final.name + ".old")
+    _fsync_tree(tmp)
+    if final.exists():  # re-saving the same step (after a resume)
+        if exchange(tmp, final):
+            fsync_path(final.parent)
+            shutil.rmtree(tmp)  # now holds the old folder
+            return final
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final, old)
         os.replace(tmp, final)
+        fsync_path(final.parent)
         shutil.rmtree(old)
     else:
         os.replace(tmp, final)
+        fsync_path(final.parent)
     return final
+
+
+def recover_folder(final: Path) -> None:
+    """After a crash between the two renames of a re-save without atomic exchange: `<final>.old` is
+    the last complete folder, so it is put back."""
+    final = Path(final)
+    old = final.with_name(final.name + ".old")
+    if not final.exists() and old.is_dir():
+        os.replace(old, final)
 
 
 def read_json(path: Path) -> Any:
     """Read a JSON file of a checkpoint, or say which file is missing."""
+    recover_folder(path.parent)
     if not path.is_file():
         raise UnstableError(f"checkpoint file {path} is missing; pass a folder written by save_checkpoint()")
     return json.loads(path.read_text())
