@@ -269,7 +269,7 @@ def test_later_layers_beat_a_vllm_config_key_of_earlier_ones(tmp_path):
     path.write_text("[vllm_config]\ntemperature = 0.6\nmax_tokens = 100\n")
     cfg = load_config(path, {"temperature": 0.9})  # the command line wins over the file's vllm_config
     assert (cfg.temperature, cfg.max_generation_len) == (0.9, 100)
-    assert load_config(path, {"vllm_config": {"max_loras": 2}}).temperature == 0.7  # a new table replaces it
+    assert load_config(path, {"vllm_config": {"max_loras": 2}}).temperature == 1.0  # a new table replaces it
     from unstable_core.runtime.run import build
 
     run = build(RunConfig(runs_dir=str(tmp_path)), vllm_config={"temperature": 0.6})

@@ -224,12 +224,14 @@ def run(config_path: str | None, **options: Any) -> None:
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1), help="Games in flight.")
 @click.option(
     "--max-generation-len",
-    default=64,
+    default=attrs.fields(RunConfig).max_generation_len.default,
     show_default=True,
     type=click.IntRange(1),
     help="Max new tokens per turn.",
 )
-@click.option("--temperature", default=0.7, show_default=True, type=float)
+@click.option(
+    "--temperature", default=attrs.fields(RunConfig).temperature.default, show_default=True, type=float
+)
 @click.option("--run-name", default=None, help="Run directory name.")
 @click.option("--runs-dir", default="runs", show_default=True)
 @click.option("--seed", default=0, show_default=True, type=int)
