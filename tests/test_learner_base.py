@@ -14,6 +14,7 @@ from unstable_core.errors import ConfigError, UnstableError  # noqa: E402
 from unstable_core.learners import BaseLearner, collate, completion_logprobs  # noqa: E402
 from unstable_core.learners.batch import too_long  # noqa: E402
 from unstable_core.learners.checkpoint import optimizer_state_from_flat, optimizer_state_to_flat  # noqa: E402
+from unstable_core.testing import sampled_steps  # noqa: E402
 from unstable_core.types import Step  # noqa: E402
 
 torch.set_num_threads(1)
@@ -240,22 +241,6 @@ def test_grad_norm_is_clipped_to_grad_clip(tiny_model, tmp_path):
 
 
 # ---- the learner trains the policy that sampled ------------------------------------------------
-
-
-def sampled_steps(model_path, temperature, n=4, dtype=None, seed=0):
-    """Steps whose completions (and behaviour log-probs) come from the real transformers backend."""
-    from unstable_core.inference.base import GenerationRequest, SamplingParams
-    from unstable_core.inference.hf import TransformersBackend
-
-    backend = TransformersBackend(model_path, device="cpu", dtype=dtype)
-    tok = backend.tokenizer
-    prompts = [tuple(tok.encode(t)) for t in ["play a move", "hello there", "one two three", "x o x"]][:n]
-    params = SamplingParams(temperature=temperature, max_tokens=6, seed=seed)
-    outs = backend.generate_batch([GenerationRequest(p, params=params) for p in prompts])
-    return [
-        make_step(list(p), list(o.token_ids), logprobs=list(o.logprobs), reward=1.0, game_idx=i)
-        for i, (p, o) in enumerate(zip(prompts, outs, strict=True))
-    ]
 
 
 def test_zero_lag_fp32_log_ratio_is_zero_at_the_sampling_temperature(tiny_model, tmp_path):

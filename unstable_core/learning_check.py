@@ -59,29 +59,16 @@ def make_letter_model(folder: str | os.PathLike, hidden_size: int = 32, seed: in
     carries a large constant in dimension 0, which each letter's head row reads (logit ~ +14, the rest of
     the vocabulary ~ 0), and each letter also reads one dimension of its own, which LoRA can learn to raise."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     from unstable_core.models import DEFAULT_MODEL, load_tokenizer
+    from unstable_core.testing import tiny_llama
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tok = load_tokenizer(DEFAULT_MODEL)
     tok.save_pretrained(folder)
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 2,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=False,
-    )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
+    model = tiny_llama(tok, hidden_size, tie_word_embeddings=False)
     with torch.no_grad():
         model.get_input_embeddings().weight[:, 0] = 10.0  # dominates the RMS norm: h[0] ~ sqrt(H)
         head = model.get_output_embeddings().weight

@@ -1,4 +1,5 @@
-"""Helpers for tests and benchmarks: a tiny random-weight causal LM with the embedded default's tokenizer.
+"""Helpers for tests and benchmarks: a tiny random-weight causal LM with the embedded default's tokenizer,
+and on-policy steps sampled from a model by the real backend.
 
 The model is real (a `LlamaForCausalLM` loaded by `from_pretrained` like any other), only small and
 untrained, so tests exercise the real loading, generation and training code in seconds.
@@ -7,9 +8,37 @@ untrained, so tests exercise the real loading, generation and training code in s
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from unstable_core.types import Step
+
+PROMPTS = ("play a move", "hello there", "one two three", "x o x")
 
 _TOKENIZER_CACHE: dict[str, str] = {}
+
+
+def tiny_llama(
+    tokenizer: Any, hidden_size: int = 32, num_layers: int = 2, tie_word_embeddings: bool = True
+) -> Any:
+    """A random-weight `LlamaForCausalLM` of the tokenizer's vocabulary (seed torch before calling)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=tie_word_embeddings,
+    )
+    return LlamaForCausalLM(config)
 
 
 def make_tiny_model(
@@ -17,7 +46,6 @@ def make_tiny_model(
 ) -> str:
     """Write a tiny random-weight Llama (SmolLM2's tokenizer and chat template) to `folder`; return its path."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     from unstable_core.models import DEFAULT_MODEL, load_tokenizer
 
@@ -25,20 +53,35 @@ def make_tiny_model(
     folder.mkdir(parents=True, exist_ok=True)
     tok = load_tokenizer(DEFAULT_MODEL)
     tok.save_pretrained(folder)
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 2,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=True,
-    )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
+    model = tiny_llama(tok, hidden_size, num_layers)
     model.save_pretrained(folder, safe_serialization=True)
     return str(folder)
+
+
+def sampled_steps(
+    model_path: str, temperature: float, prompts: Sequence[str] = PROMPTS, dtype: Any = None, seed: int = 0
+) -> list[Step]:
+    """Steps whose completions (up to 6 tokens) and behaviour log-probs come from the real transformers
+    backend sampling `prompts` at `temperature`: on-policy data for a learner of the same model."""
+    from unstable_core.inference.base import GenerationRequest, SamplingParams
+    from unstable_core.inference.hf import TransformersBackend
+
+    backend = TransformersBackend(model_path, device="cpu", dtype=dtype)
+    ids = [tuple(backend.tokenizer.encode(t)) for t in prompts]
+    params = SamplingParams(temperature=temperature, max_tokens=6, seed=seed)
+    outs = backend.generate_batch([GenerationRequest(p, params=params) for p in ids])
+    return [
+        Step(
+            pid=0,
+            env_id="test",
+            obs="",
+            act="",
+            prompt_ids=list(p),
+            completion_ids=list(o.token_ids),
+            logprobs=list(o.logprobs),
+            reward=1.0,
+            game_idx=i,
+        )
+        for i, (p, o) in enumerate(zip(ids, outs, strict=True))
+    ]

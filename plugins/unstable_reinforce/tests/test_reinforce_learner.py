@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 
 from unstable_reinforce.learner import REINFORCELearner, reinforce_loss  # noqa: E402
 
+from unstable_core.testing import sampled_steps  # noqa: E402
 from unstable_core.types import Step  # noqa: E402
 
 torch.set_num_threads(1)
@@ -111,31 +112,6 @@ def test_a_positive_advantage_raises_the_sampled_tokens_probability(tiny_model, 
     for _ in range(3):
         lrn.update(good)
     assert seq_logprob() > start
-
-
-def sampled_steps(model_path, temperature, seed=0):
-    """Steps whose completions and behaviour log-probs come from the real transformers backend."""
-    from unstable_core.inference.base import GenerationRequest, SamplingParams
-    from unstable_core.inference.hf import TransformersBackend
-
-    backend = TransformersBackend(model_path, device="cpu")
-    prompts = [tuple(backend.tokenizer.encode(t)) for t in ("play a move", "hello there", "x o x")]
-    params = SamplingParams(temperature=temperature, max_tokens=6, seed=seed)
-    outs = backend.generate_batch([GenerationRequest(p, params=params) for p in prompts])
-    return [
-        Step(
-            pid=0,
-            env_id="t",
-            obs="",
-            act="",
-            prompt_ids=list(p),
-            completion_ids=list(o.token_ids),
-            logprobs=list(o.logprobs),
-            reward=1.0,
-            game_idx=i,
-        )
-        for i, (p, o) in enumerate(zip(prompts, outs, strict=True))
-    ]
 
 
 def test_on_policy_data_has_an_importance_ratio_of_one(tiny_model, tmp_path):
