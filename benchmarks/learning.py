@@ -81,14 +81,17 @@ def train(args: argparse.Namespace, learner: str) -> Path:
         seed=args.seed,
     )
     deadline = time.time() + 60 * args.minutes
+    shown = [-1]
 
     def check(snap: dict) -> None:
-        print(
-            f"\r{learner}: step {snap.get('learner_step', 0)}, {snap.get('counts', {}).get('train_games', 0)} games, "
-            f"{snap.get('elapsed_s', 0):.0f} s",
-            end="",
-            flush=True,
-        )
+        step = snap.get("learner_step", 0)
+        if step != shown[0]:  # one line per learner step
+            shown[0] = step
+            games = snap.get("counts", {}).get("train_games", 0)
+            print(
+                f"{learner}: step {step}, {games} training games, {snap.get('elapsed_s', 0):.0f} s",
+                flush=True,
+            )
         if time.time() > deadline:
             raise _Budget
 
