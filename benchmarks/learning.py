@@ -47,7 +47,7 @@ def report(run_dir: Path, title: str) -> dict:
         ok = improved(name, test.z) and test.p_value < TARGET_P
         met += [name] if ok else []
         print(
-            f"{name:<26} {str(test.first):<38} {str(test.second):<38} {test.z:>6.2f} {test.p_value:>9.2g}{'  *' if ok else ''}"
+            f"{name:<26} {str(test.first):<38} {str(test.second):<38} {test.z:>6.2f} {test.p_value:>9.2g}{' (Fisher)' if test.method == 'fisher' else ''}{'  *' if ok else ''}"
         )
     verdict = (
         f"target p < {TARGET_P} on at least one rate: {'met (' + ', '.join(met) + ')' if met else 'missed'}"

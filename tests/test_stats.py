@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from unstable_core.stats import Rate, two_proportion_test, wilson_interval
+from unstable_core.stats import Rate, fisher_exact, two_proportion_test, wilson_interval
 
 
 def test_wilson_interval_known_values():
@@ -36,3 +36,27 @@ def test_two_proportion_test_without_spread_or_data():
     assert two_proportion_test(Rate(0, 10), Rate(0, 20)).p_value == 1.0
     assert two_proportion_test(Rate(0, 0), Rate(3, 20)).p_value == 1.0
     assert two_proportion_test(Rate(5, 10), Rate(5, 10)).z == 0.0
+
+
+def test_fisher_exact_known_values():
+    # Fisher's tea tasting: 3 of 4 against 1 of 4 -> two-sided p = 34/70
+    assert fisher_exact(3, 4, 1, 4) == pytest.approx(34 / 70)
+    # 0 of 10 against 10 of 10: only the two extreme tables, each 1 / C(20, 10)
+    assert fisher_exact(0, 10, 10, 10) == pytest.approx(2 / math.comb(20, 10))
+    assert fisher_exact(2, 5, 2, 5) == pytest.approx(1.0)
+
+
+def test_small_counts_use_fisher_not_the_normal():
+    # a run summary's last version had 3 steps: 1 formatted of 55 -> 1 of 3 gave z = 2.91, "p = 0.0036"
+    cmp = two_proportion_test(Rate(1, 55), Rate(1, 3))
+    assert cmp.z == pytest.approx(2.91, abs=0.01)
+    assert cmp.method == "fisher"
+    # by hand: 2 successes in 58, 3 drawn in the second group; tables x = 0, 1, 2 of the first group's 55
+    probs = {x: math.comb(55, x) * math.comb(3, 2 - x) / math.comb(58, 2) for x in (0, 1, 2)}
+    assert cmp.p_value == pytest.approx(sum(p for p in probs.values() if p <= probs[1] * (1 + 1e-9)))
+    assert cmp.p_value > 0.05 and "Fisher" in cmp.p_text
+    # half counts (draws) cannot go through Fisher: no p-value is claimed
+    halves = two_proportion_test(Rate(7.5, 9), Rate(2.5, 3))
+    assert halves.method == "none" and halves.p_text == "too few to test"
+    # large counts keep the z-test
+    assert two_proportion_test(Rate(105, 148), Rate(27, 63)).method == "z"

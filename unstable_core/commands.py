@@ -146,7 +146,7 @@ def rates_table(run_dir: Any) -> tuple[Any, list[str]] | None:
         for name, test in cmp.tests.items():
             lines.append(
                 f"{name}: versions {cmp.first.versions} {test.first.rate:.3f} -> versions {cmp.last.versions} "
-                f"{test.second.rate:.3f} (z = {test.z:.2f}, p = {test.p_value:.2g})"
+                f"{test.second.rate:.3f} (z = {test.z:.2f}, {test.p_text})"
             )
     return table, lines
 

@@ -1,4 +1,4 @@
-"""Rates with their uncertainty: Wilson 95% intervals and the two-proportion z-test.
+"""Rates with their uncertainty: Wilson 95% intervals, the two-proportion z-test and Fisher's exact test.
 
 Every rate the project reports (invalid moves, format, wins) comes with its count and an interval, and a
 claim that a rate changed comes with a test, so that 2 games never read as "win rate 1.000".
@@ -59,6 +59,14 @@ class Comparison:
     second: Rate
     z: float
     p_value: float
+    method: str = "z"  # "z", "fisher" (small counts) or "none" (too few to test)
+
+    @property
+    def p_text(self) -> str:
+        """The p-value as people read it, with the test when it is not the z-test."""
+        if self.method == "none":
+            return "too few to test"
+        return f"p = {self.p_value:.2g}" + (" (Fisher exact)" if self.method == "fisher" else "")
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -66,13 +74,32 @@ class Comparison:
             "second": self.second.to_dict(),
             "z": self.z,
             "p_value": self.p_value,
+            "method": self.method,
         }
+
+
+MIN_EXPECTED = 5  # the usual rule: the normal approximation needs >= 5 expected in every cell
+
+
+def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Two-sided p-value of Fisher's exact test of k1/n1 against k2/n2: the probability, under the
+    hypergeometric law with both margins fixed, of a table no more likely than the observed one."""
+    total, n = k1 + k2, n1 + n2
+
+    def prob(x: int) -> float:
+        return math.comb(n1, x) * math.comb(n2, total - x) / math.comb(n, total)
+
+    observed = prob(k1)
+    tables = range(max(0, total - n2), min(n1, total) + 1)
+    return min(1.0, sum(p for x in tables if (p := prob(x)) <= observed * (1 + 1e-9)))
 
 
 def two_proportion_test(first: Rate, second: Rate) -> Comparison:
     """z = (p2 - p1) / sqrt(p (1 - p) (1/n1 + 1/n2)) with the pooled p; two-sided p-value from the normal.
 
-    z is NaN (p = 1) when either count is 0 or every trial has the same outcome (no spread to test)."""
+    z is NaN (p = 1) when either count is 0 or every trial has the same outcome (no spread to test).
+    When a cell expects fewer than 5, the normal p-value is not trusted: Fisher's exact test gives it for
+    whole counts, and half counts (draws as 1/2) are reported as too few to test."""
     n1, n2 = first.n, second.n
     if n1 == 0 or n2 == 0:
         return Comparison(first, second, float("nan"), 1.0)
@@ -81,4 +108,9 @@ def two_proportion_test(first: Rate, second: Rate) -> Comparison:
     if se == 0:
         return Comparison(first, second, float("nan"), 1.0)
     z = (second.k / n2 - first.k / n1) / se
-    return Comparison(first, second, z, math.erfc(abs(z) / math.sqrt(2)))
+    if min(n1, n2) * min(pooled, 1 - pooled) >= MIN_EXPECTED:
+        return Comparison(first, second, z, math.erfc(abs(z) / math.sqrt(2)))
+    if float(first.k).is_integer() and float(second.k).is_integer():
+        p = fisher_exact(int(first.k), n1, int(second.k), n2)
+        return Comparison(first, second, z, p, method="fisher")
+    return Comparison(first, second, z, float("nan"), method="none")
