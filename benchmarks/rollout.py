@@ -465,7 +465,7 @@ def init_ray() -> None:
     import ray
     from ray import cloudpickle
 
-    from unstable_core.runtime.run import LOCAL_CPUS
+    from unstable_core.runtime.cluster import LOCAL_CPUS
 
     instant_backend.register_instant_backend()
     # shipped by value: Ray workers cannot import this folder, it is no package

@@ -12,12 +12,9 @@ import tomllib
 from safetensors import safe_open
 
 from unstable_core.io import read_jsonl
+from unstable_core.testing import TINY_RUN_ARGS
 
-SMALL = [
-    "--learning-steps", "2", "--batch-size", "4", "--mini-batch-size", "2",
-    "--max-generation-len", "8", "--num-train-workers", "4", "--device", "cpu",
-    "--lora-config", '{"lora_rank": 4, "lora_alpha": 8}',
-]  # fmt: skip
+SMALL = TINY_RUN_ARGS
 
 
 def unstable_run(tiny_model: str, runs_dir: Path, *args: str) -> subprocess.CompletedProcess:

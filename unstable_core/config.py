@@ -286,8 +286,13 @@ class RunConfig:
     num_collectors: int = attrs.field(
         default=1, validator=_positive, metadata=_help("collector actors sharing the games")
     )
-    num_inference_actors: int = attrs.field(
-        default=1, validator=_positive, metadata=_help("inference actors (one per GPU)")
+    num_inference_actors: int | None = attrs.field(
+        default=None,
+        validator=_positive,
+        metadata=_help(
+            "inference actors of the trained model (default: 1 on a CPU or one GPU, where it shares the GPU "
+            "with the learner; N - 1 on N GPUs, the learner has one)"
+        ),
     )
     backend: str = attrs.field(default="transformers", metadata=_help("inference backend"))
     temperature: float = attrs.field(
@@ -302,15 +307,23 @@ class RunConfig:
     max_batch_size: int = attrs.field(
         default=32, validator=_positive, metadata=_help("max requests per inference batch")
     )
-    max_loras: int = attrs.field(
-        default=8, validator=_positive, metadata=_help("adapters kept loaded per inference actor")
+    max_loras: int | None = attrs.field(
+        default=None,
+        validator=_positive,
+        metadata=_help(
+            "adapters kept loaded per inference actor (vLLM's max_loras; default: those the opponent "
+            "sampler's games use at once plus one for the version change, 8 if the sampler cannot say)"
+        ),
     )
     vllm_config: dict[str, Any] = attrs.field(
         factory=dict,
         converter=_none_is(dict),
         metadata=_help(
             "the reference's vllm_config (its keys set temperature, max_generation_len, ...) and options of "
-            "the vllm backend (e.g. gpu_memory_utilization), as JSON"
+            "the vllm backend, as JSON. Set for you: max_lora_rank (lora_rank rounded up to a rank vLLM "
+            "accepts), max_loras, max_model_len, max_num_seqs (max_batch_size), logprobs_mode "
+            "(processed_logprobs: the tempered policy's) and gpu_memory_utilization (0.45 over all engines "
+            "on a GPU shared with the learner, 0.9 on their own); a key given here wins"
         ),
     )
     game_timeout_s: float = attrs.field(

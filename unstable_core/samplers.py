@@ -78,5 +78,10 @@ class BaseModelSampler:
         """The uid (in `registry`) of the opponent for the next game."""
         raise NotImplementedError
 
+    def adapters_in_play(self) -> int | None:
+        """How many checkpoints (LoRA adapters) this sampler's games use at once, the current one included;
+        None if any number (the run then keeps `max_loras` adapters loaded per inference actor)."""
+        return None
+
     def update(self, info: GameInformation) -> None:
         """Learn from a finished game; nothing by default (ratings live in the registry)."""

@@ -85,3 +85,11 @@ def sampled_steps(
         )
         for i, (p, o) in enumerate(zip(ids, outs, strict=True))
     ]
+
+
+# `unstable run` options for a run of seconds on the tiny model (2 learner steps of 4 steps, 8 tokens a turn)
+TINY_RUN_ARGS = [
+    "--learning-steps", "2", "--batch-size", "4", "--mini-batch-size", "2",
+    "--max-generation-len", "8", "--num-train-workers", "4", "--device", "cpu",
+    "--lora-config", '{"lora_rank": 4, "lora_alpha": 8}',
+]  # fmt: skip

@@ -42,6 +42,17 @@ VLLM_CONFIG_KEYS = (
     "max_model_len",
 )
 LORA_CONFIG_KEYS = ("lora_rank", "lora_alpha", "lora_dropout", "target_modules")
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's LoRAConfig.max_lora_rank accepts only these
+
+
+def vllm_max_lora_rank(lora_rank: int) -> int:
+    """The smallest max_lora_rank vLLM accepts that loads adapters of `lora_rank` (rank 4 -> 8, 48 -> 64)."""
+    for allowed in VLLM_LORA_RANKS:
+        if allowed >= lora_rank:
+            return allowed
+    raise UnstableError(
+        f"lora_rank {lora_rank} is above vLLM's largest max_lora_rank ({VLLM_LORA_RANKS[-1]}): lower it"
+    )
 
 
 @attrs.frozen
@@ -93,7 +104,7 @@ def map_vllm_config(cfg: Mapping[str, Any]) -> VLLMConfig:
         "max_batch_size": int(cfg.get("max_parallel_seq", 128)),
         "max_loras": int(cfg.get("max_loras", 8)),
         "max_model_len": max_model_len,
-        "max_lora_rank": int(lora.get("lora_rank", 32)),
+        "max_lora_rank": vllm_max_lora_rank(int(lora.get("lora_rank", 32))),
     }
     max_tokens = cfg.get("max_tokens")  # None: as many as the context allows (clamped per request)
     sampling = SamplingParams(
@@ -195,7 +206,7 @@ class VLLMBackend(InferenceBackend):
             "model": model,
             "enable_lora": True,
             "max_loras": self.max_loras,
-            "max_lora_rank": max_lora_rank,
+            "max_lora_rank": vllm_max_lora_rank(max_lora_rank),
             "max_model_len": self.max_model_len,
             "max_num_seqs": self.max_batch_size,
             "gpu_memory_utilization": gpu_memory_utilization,

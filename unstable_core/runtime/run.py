@@ -6,6 +6,7 @@ actors; games are coroutines inside the collectors.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -16,10 +17,21 @@ import attrs
 
 from unstable_core.config import RunConfig, config_from_dict, merge_layers, parse_transform
 from unstable_core.errors import ConfigError, UnstableError
+from unstable_core.inference.vllm import vllm_max_lora_rank
 from unstable_core.plugins import get_registry
 from unstable_core.rewards import check_stage
+from unstable_core.runtime.cluster import start_ray
+from unstable_core.runtime.placement import (
+    Placement,
+    PlacementError,
+    check_backend_available,
+    check_resources,
+    plan_placement,
+)
 
-LOCAL_CPUS = 64  # logical CPUs Ray may hand out locally: every actor asks for 0, so this only bounds tasks
+DEFAULT_MAX_LORAS = (
+    8  # adapters per inference actor when the opponent sampler cannot say how many are in play
+)
 
 
 def instantiate(kind: str, spec: Any, **extra: Any) -> Any:
@@ -94,6 +106,7 @@ class Run:
         self.learn = learn
         self.run_dir = run_dir_of(cfg)
         self.components = Components.resolve(cfg, self.run_dir, learner=learn)
+        check_backend_available(cfg.backend, cfg.device, cfg.ray_address)
         self.run_dir.mkdir(
             parents=True, exist_ok=True
         )  # only once the config resolved: no empty dir on errors
@@ -111,11 +124,7 @@ class Run:
         if ray.is_initialized():
             return
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "namespace": "unstable"}
-        if self.cfg.ray_address:
-            ray.init(address=self.cfg.ray_address, **kwargs)
-        else:
-            ray.init(num_cpus=LOCAL_CPUS, **kwargs)
+        start_ray(self.cfg.ray_address, include_dashboard=False, log_to_driver=False, namespace="unstable")
         self._owns_ray = True
 
     def _engines(self) -> dict[str, str]:
@@ -142,6 +151,61 @@ class Run:
         ]
         return names
 
+    def placement(self) -> Placement:
+        """Where the actors go, fitted to the (started) Ray cluster's GPUs; raises PlacementError if they cannot."""
+        import ray
+
+        cluster = ray.cluster_resources()
+        gpus = float(cluster.get("GPU", 0.0))
+        use_gpu = self.cfg.device.startswith("cuda") if self.cfg.device else gpus >= 1
+        if self.cfg.backend == "vllm" and not use_gpu:
+            raise PlacementError(
+                "backend vllm needs a GPU, but the run is placed on the CPU "
+                f"(device {self.cfg.device or 'auto'}, the Ray cluster has {gpus:g} GPUs): use --backend transformers"
+            )
+        others = len(self._engines()) - 1
+        plan = plan_placement(
+            gpus,
+            use_gpu=use_gpu,
+            learn=self.learn,
+            num_inference_actors=self.cfg.num_inference_actors,
+            extra_engines=others,
+            tensor_parallel=int(
+                (self.cfg.vllm_config.get("engine_kwargs") or {}).get("tensor_parallel_size", 1)
+            ),
+        )
+        check_resources(plan, cluster, others)
+        return plan
+
+    def max_loras(self) -> int:
+        """Adapters each inference actor keeps loaded: those the opponent sampler's games use at once, the
+        fixed opponents that are adapter folders, and one more for the version change; `--max-loras` wins."""
+        if self.cfg.max_loras is not None:
+            return self.cfg.max_loras
+        in_play = self.components.model_sampler(seed=0, **self.cfg.sampler_config).adapters_in_play()
+        if in_play is None:
+            return DEFAULT_MAX_LORAS
+        return in_play + 1 + sum(is_adapter_dir(name) for name in self.fixed_opponents())
+
+    def backend_kwargs(self, placement: Placement) -> dict[str, Any]:
+        """The inference backend's options from the run (for vLLM: LoRA rank, adapters, memory fraction)."""
+        kwargs: dict[str, Any] = {
+            "max_batch_size": self.cfg.max_batch_size,
+            "max_loras": self.max_loras(),
+            "max_model_len": self.cfg.max_model_len,
+        }
+        if self.cfg.backend != "vllm":
+            return {**kwargs, "device": self.cfg.device}
+        kwargs["max_lora_rank"] = vllm_max_lora_rank(self.cfg.lora_config["lora_rank"])
+        if placement.gpu_memory_utilization is not None:
+            kwargs["gpu_memory_utilization"] = placement.gpu_memory_utilization
+        return {**kwargs, **self.cfg.vllm_config}  # what the user set in vllm_config wins
+
+    def _drop_empty_run_dir(self) -> None:
+        """A run that failed before writing anything leaves no folder behind."""
+        with contextlib.suppress(OSError):
+            self.run_dir.rmdir()  # only an empty directory
+
     def start(
         self,
         learning_steps: int | None = None,
@@ -153,7 +217,6 @@ class Run:
         import ray
 
         from unstable_core.inference.base import SamplingParams
-        from unstable_core.models import default_device
         from unstable_core.runtime.buffer import BUFFERS
         from unstable_core.runtime.collector import Collector
         from unstable_core.runtime.inference_actor import create_inference_actor
@@ -165,11 +228,14 @@ class Run:
         learning_steps = learning_steps or cfg.learning_steps
         num_train = num_collection_workers or cfg.num_train_workers
         num_eval = cfg.num_eval_workers if num_eval_workers is None else num_eval_workers
+        try:
+            self._init_ray()
+            placement = self.placement()
+        except BaseException:
+            self._drop_empty_run_dir()
+            raise
         cfg.save(self.run_dir / "config.toml")
-        self._init_ray()
         self.started_at = time.time()
-        device = cfg.device or default_device()
-        gpu = 1 if device.startswith("cuda") else 0
         threads = max(1, os.cpu_count() or 1)
 
         remote = lambda cls, **opts: ray.remote(cls).options(num_cpus=0, **opts)  # noqa: E731
@@ -193,17 +259,8 @@ class Run:
             self.actors["buffer"] = buffer
 
         engines: dict[str, list[Any]] = {}
-        backend_kwargs = {
-            "max_batch_size": cfg.max_batch_size,
-            "max_loras": cfg.max_loras,
-            "max_model_len": cfg.max_model_len,
-        }
-        if cfg.backend == "vllm":
-            # vLLM must be able to load the learner's adapters
-            backend_kwargs["max_lora_rank"] = cfg.lora_config["lora_rank"]
-            backend_kwargs.update(cfg.vllm_config)
-        else:
-            backend_kwargs["device"] = cfg.device
+        backend_kwargs = self.backend_kwargs(placement)
+        gpu = placement.inference_gpus
         for key, model in self._engines().items():
             engines[key] = [
                 create_inference_actor(
@@ -212,7 +269,7 @@ class Run:
                     num_gpus=gpu,
                     torch_threads=None if gpu else threads,
                 )
-                for _ in range(cfg.num_inference_actors if key == "main" else 1)
+                for _ in range(placement.num_inference_actors if key == "main" else 1)
             ]
         self.actors["engines"] = engines
         params = SamplingParams(
@@ -270,7 +327,7 @@ class Run:
                 device=cfg.device,
                 seed=cfg.seed,
             )
-            host = remote(LearnerHost, num_gpus=gpu, max_concurrency=2).remote(
+            host = remote(LearnerHost, num_gpus=placement.learner_gpus, max_concurrency=2).remote(
                 comp.learner,
                 learner_kwargs,
                 cfg.algorithm_config,

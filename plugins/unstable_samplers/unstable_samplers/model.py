@@ -31,6 +31,9 @@ class MirrorModelSampler(BaseModelSampler):
         """The uid of the current checkpoint."""
         return current_ckpt(registry, type(self).__name__)
 
+    def adapters_in_play(self) -> int:
+        return 1
+
 
 class FixedOpponentModelSampler(BaseModelSampler):
     """Uniform over the registry's fixed opponents, plus the current checkpoint if `include_current_ckpt`."""
@@ -53,6 +56,9 @@ class FixedOpponentModelSampler(BaseModelSampler):
     def sample_opponent(self, registry: ModelRegistry) -> str:
         """A uniformly drawn candidate."""
         return self.rng.choice(self.candidates(registry))
+
+    def adapters_in_play(self) -> int:
+        return 1  # the current checkpoint; the run counts fixed opponents that are adapter folders
 
 
 class AsynchronousModelSampler(BaseModelSampler):
@@ -78,6 +84,9 @@ class AsynchronousModelSampler(BaseModelSampler):
     def sample_opponent(self, registry: ModelRegistry) -> str:
         """A uniformly drawn recent checkpoint."""
         return self.rng.choice(self.candidates(registry))
+
+    def adapters_in_play(self) -> int:
+        return self.k
 
 
 class TrueSkillModelSampler(BaseModelSampler):

@@ -1,0 +1,204 @@
+"""Placement by resources: the plan for a CPU, one GPU, N GPUs; Ray places every actor of a plan on
+declared GPUs (Ray accepts GPUs that do not exist: `ray.init(num_gpus=N)`); impossible requests fail at once."""
+
+import os
+
+import pytest
+import ray
+
+from unstable_core.config import RunConfig
+from unstable_core.errors import UnstableError
+from unstable_core.runtime.placement import PlacementError, check_backend_available, plan_placement
+from unstable_core.runtime.run import Run
+
+
+def test_cpu_places_everything_on_the_cpu():
+    plan = plan_placement(0, use_gpu=False)
+    assert (plan.mode, plan.learner_gpus, plan.inference_gpus, plan.num_inference_actors) == ("cpu", 0, 0, 1)
+    assert plan.gpu_memory_utilization is None
+
+
+def test_one_gpu_is_shared_by_the_learner_and_inference():
+    plan = plan_placement(1, use_gpu=True)
+    assert (plan.mode, plan.learner_gpus, plan.inference_gpus, plan.num_inference_actors) == (
+        "shared",
+        0.5,
+        0.5,
+        1,
+    )
+    assert plan.gpu_memory_utilization == 0.45  # vLLM leaves the learner more than half of the memory
+    two = plan_placement(1, use_gpu=True, extra_engines=1)  # a fixed opponent of another model
+    assert two.inference_gpus == 0.25 and two.gpu_memory_utilization == 0.225
+    assert two.learner_gpus + 2 * two.inference_gpus <= 1
+
+
+def test_n_gpus_give_the_learner_one_and_inference_the_rest():
+    plan = plan_placement(4, use_gpu=True)
+    assert (plan.mode, plan.learner_gpus, plan.inference_gpus, plan.num_inference_actors) == (
+        "separate",
+        1,
+        1,
+        3,
+    )
+    assert plan.gpu_memory_utilization == 0.9
+    with_opponent = plan_placement(4, use_gpu=True, extra_engines=1)
+    assert with_opponent.num_inference_actors == 2 and with_opponent.inference_gpus == 1
+    packed = plan_placement(4, use_gpu=True, num_inference_actors=6)  # 6 on 3 GPUs: two per GPU
+    assert packed.inference_gpus == 0.5 and packed.gpu_memory_utilization == 0.45
+    thirds = plan_placement(2, use_gpu=True, num_inference_actors=3)
+    assert thirds.inference_gpus == 0.3333 and 3 * thirds.inference_gpus <= 1
+    play = plan_placement(2, use_gpu=True, learn=False)  # `unstable play`: no learner, every GPU serves
+    assert (play.learner_gpus, play.num_inference_actors, play.inference_gpus) == (0, 2, 1)
+
+
+def test_impossible_requests_fail_with_what_was_asked_and_what_there_is():
+    with pytest.raises(
+        PlacementError, match="asks for a GPU .* the Ray cluster has 0: run with --device cpu"
+    ):
+        plan_placement(0, use_gpu=True)
+    with pytest.raises(PlacementError, match="tensor_parallel_size 2 .* 3 GPUs, but the Ray cluster has 2"):
+        plan_placement(2, use_gpu=True, tensor_parallel=2)
+    assert plan_placement(3, use_gpu=True, tensor_parallel=2).inference_gpus == 2
+    with pytest.raises(PlacementError, match="at most 8"):
+        plan_placement(1, use_gpu=True, num_inference_actors=9)
+    with pytest.raises(PlacementError, match="at most 8 per GPU"):
+        plan_placement(2, use_gpu=True, num_inference_actors=9)
+
+
+@ray.remote
+class Probe:
+    """Stands where an actor of the plan would: reports the GPUs Ray gave it."""
+
+    def devices(self):
+        return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def place(run: Run):
+    """Start a probe with each actor's Ray options from the run's plan; their (gpu ids, CUDA_VISIBLE_DEVICES)."""
+    plan = run.placement()
+    learner = Probe.options(num_gpus=plan.learner_gpus, num_cpus=0).remote()
+    inference = [
+        Probe.options(num_gpus=plan.inference_gpus, num_cpus=0).remote()
+        for _ in range(plan.num_inference_actors + len(run._engines()) - 1)
+    ]
+    # a plan Ray cannot fit would leave a probe pending: the timeout turns that into a failure
+    return (
+        plan,
+        ray.get(learner.devices.remote(), timeout=60),
+        ray.get([p.devices.remote() for p in inference], timeout=60),
+    )
+
+
+@pytest.fixture
+def declared_gpus(request):
+    ray.init(num_cpus=2, num_gpus=request.param, include_dashboard=False, log_to_driver=False)
+    yield request.param
+    ray.shutdown()
+
+
+@pytest.mark.parametrize("declared_gpus", [1], indirect=True)
+def test_one_declared_gpu_places_every_actor_on_it(declared_gpus, tmp_path):
+    run = Run(
+        RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), fixed_opponents=["HuggingFaceTB/x"])
+    )
+    plan, learner, inference = place(run)
+    assert plan.mode == "shared" and len(inference) == 2  # the main model and the opponent's model
+    assert learner == ([0], "0") and all(devices == ([0], "0") for devices in inference)
+
+
+@pytest.mark.parametrize("declared_gpus", [4], indirect=True)
+def test_four_declared_gpus_give_the_learner_its_own(declared_gpus, tmp_path):
+    run = Run(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path)))
+    plan, learner, inference = place(run)
+    assert plan.mode == "separate" and len(inference) == 3
+    used = [learner[0][0]] + [ids[0] for ids, _ in inference]
+    assert sorted(used) == [0, 1, 2, 3]  # one GPU each, none shared
+    assert all(visible == str(ids[0]) for ids, visible in [learner, *inference])
+
+
+@pytest.mark.parametrize("declared_gpus", [1], indirect=True)
+def test_an_impossible_request_fails_fast_and_leaves_no_run_folder(declared_gpus, tmp_path):
+    cfg = RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), run_name="r", num_inference_actors=9)
+    run = Run(cfg)
+    with pytest.raises(PlacementError, match="9 inference actors beside the learner"):
+        run.start()
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("declared_gpus", [2], indirect=True)
+def test_vllm_settings_come_from_the_run(declared_gpus, tmp_path):
+    cfg = RunConfig(
+        model_name="smollm2-135m",
+        runs_dir=str(tmp_path),
+        backend="transformers",
+        lora_config={"lora_rank": 48},
+        sampler="lagged",
+        sampler_config={"k": 3},
+    )
+    run = Run(cfg)
+    assert run.max_loras() == 4  # the last 3 checkpoints, and one for the version change
+    run.cfg.backend = "vllm"
+    kwargs = run.backend_kwargs(run.placement())
+    assert kwargs["max_lora_rank"] == 64  # rank 48 rounded up to a rank vLLM accepts
+    assert kwargs["max_loras"] == 4 and kwargs["gpu_memory_utilization"] == 0.9
+    run.cfg.vllm_config = {"gpu_memory_utilization": 0.7}
+    assert run.backend_kwargs(run.placement())["gpu_memory_utilization"] == 0.7  # the user's value wins
+    run.cfg.max_loras = 2
+    assert run.backend_kwargs(run.placement())["max_loras"] == 2
+
+
+def test_mirror_self_play_keeps_two_adapters_loaded(tmp_path):
+    run = Run(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path)))
+    assert run.max_loras() == 2
+    assert (
+        Run(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), sampler="trueskill")).max_loras()
+        == 8
+    )
+
+
+def test_vllm_lora_rank_is_rounded_up_to_an_accepted_value():
+    from unstable_core.inference.vllm import map_vllm_config, vllm_max_lora_rank
+
+    assert [vllm_max_lora_rank(r) for r in (1, 4, 8, 9, 32, 48, 300, 512)] == [1, 8, 8, 16, 32, 64, 320, 512]
+    with pytest.raises(UnstableError, match="above vLLM's largest"):
+        vllm_max_lora_rank(1024)
+    assert (
+        map_vllm_config({"model_name": "m", "lora_config": {"lora_rank": 24}}).backend_kwargs["max_lora_rank"]
+        == 32
+    )
+
+
+def test_vllm_without_vllm_or_cuda_fails_before_ray(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
+    with pytest.raises(
+        UnstableError, match=r"needs vLLM, which is not installed: `pip install vllm`.*--backend transformers"
+    ):
+        check_backend_available("vllm", None, None)
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real(name, *a)
+    )
+    with pytest.raises(UnstableError, match="backend vllm needs a CUDA GPU, and torch sees none"):
+        check_backend_available("vllm", None, None)
+    with pytest.raises(UnstableError, match="--device cuda needs a CUDA GPU"):
+        check_backend_available("transformers", "cuda", None)
+    check_backend_available(
+        "transformers", "cuda", "10.0.0.1:6379"
+    )  # the cluster's GPUs: checked at placement
+    check_backend_available("transformers", None, None)
+
+
+def test_unstable_run_with_vllm_missing_says_so_before_ray(tmp_path):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "unstable_core", "run", "--backend", "vllm", "--runs-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "needs vLLM" in proc.stderr and "--backend transformers" in proc.stderr
+    assert "Ray" not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no run folder

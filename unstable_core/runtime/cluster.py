@@ -1,0 +1,71 @@
+"""Starting Ray, or joining a running cluster by address with Ray's token authentication.
+
+Ray 2.60 enables token authentication by default, but a driver joining by an explicit address
+(`--ray-address IP:PORT`) does not turn it on by itself, even when it has the token: it then fails with
+"InvalidAuthToken". Here a driver that has a token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or
+~/.ray/auth_token) and has not chosen a mode (RAY_AUTH_MODE) uses it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from unstable_core.errors import UnstableError
+
+AUTH_MODE = "RAY_AUTH_MODE"
+LOCAL_CPUS = 64  # logical CPUs Ray may hand out locally: every actor asks for 0, so this only bounds tasks
+
+
+def has_auth_token() -> bool:
+    """Whether this process can present a Ray token (the places Ray's own loader reads)."""
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    return bool(
+        os.environ.get("RAY_AUTH_TOKEN")
+        or (path and Path(path).is_file())
+        or (Path.home() / ".ray" / "auth_token").is_file()
+    )
+
+
+def use_token_auth() -> None:
+    """Turn on token authentication for this process (and what it starts), as Ray does for `auto`."""
+    os.environ[AUTH_MODE] = "token"
+    try:  # Ray caches its config: refresh it as its own enabling code does
+        from ray._raylet import Config
+
+        Config.initialize("")
+    except ImportError:
+        pass
+
+
+def join_error(address: str, exc: BaseException) -> UnstableError:
+    """One line for a failed connection: what failed and the fix (Ray reports a refused token only in its
+    log lines, as a failure to connect, so the token is always named)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    token = (
+        "that its token is the one this machine presents (RAY_AUTH_TOKEN or ~/.ray/auth_token)"
+        if has_auth_token()
+        else "its token: set RAY_AUTH_TOKEN"
+    )
+    return UnstableError(
+        f"could not join the Ray cluster at {address}: {text}; check the address (`ray status` on the head "
+        f"node prints it) and {token} (`ray get-auth-token` on the head node prints it)"
+    )
+
+
+def start_ray(address: str | None, **kwargs: Any) -> None:
+    """`ray.init`: a local cluster (address None) or the cluster at `address` ("auto" or "IP:PORT")."""
+    import ray
+
+    if not address:
+        ray.init(num_cpus=LOCAL_CPUS, **kwargs)
+        return
+    if address != "auto" and AUTH_MODE not in os.environ and has_auth_token():
+        use_token_auth()
+    try:
+        ray.init(address=address, **kwargs)
+    except Exception as exc:  # ConnectionError, AuthenticationError, RuntimeError from the GCS client
+        if ray.is_initialized():
+            ray.shutdown()
+        raise join_error(address, exc) from exc

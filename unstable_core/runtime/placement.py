@@ -1,0 +1,149 @@
+"""Where a run's actors go: GPU shares of the inference actors and the learner, fitted to the cluster.
+
+- no GPU (or `--device cpu`): every actor on the CPU;
+- one GPU: the learner and the inference actors share it (fractional Ray GPUs; vLLM gets a memory
+  fraction that leaves the learner room) - SPIRAL's collocated mode sleeps vLLM during updates instead,
+  which frees more memory but stalls every game for the update;
+- N GPUs: the learner has one, the inference actors split the other N - 1 (by default one actor each);
+- a Ray cluster: the same over every node's GPUs.
+A request that cannot be met fails here, with what was asked and what the cluster has, before an actor
+starts: Ray would otherwise wait for the resources forever.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+
+from unstable_core.errors import UnstableError
+
+SHARED_LEARNER_SHARE = 0.5  # of the one GPU, for Ray's bookkeeping: the learner and the inference share it
+SHARED_VLLM_MEMORY = 0.45  # of the one GPU's memory for every vLLM engine together; the learner has the rest
+VLLM_MEMORY = 0.9  # vLLM's own default, for a GPU the inference actors have to themselves
+MAX_ACTORS_PER_GPU = 8
+
+
+class PlacementError(UnstableError):
+    """The run asks for resources the Ray cluster does not have."""
+
+
+@attrs.frozen
+class Placement:
+    """GPU shares per actor (Ray's `num_gpus`), the main engine's actor count and vLLM's memory fraction."""
+
+    mode: str  # "cpu", "shared" (one GPU for all) or "separate" (the learner has its own GPUs)
+    learner_gpus: float
+    inference_gpus: float  # per inference actor (tensor_parallel whole GPUs for a vLLM with TP > 1)
+    num_inference_actors: int  # of the main model; every other engine has one
+    gpu_memory_utilization: float | None  # per vLLM engine; None on the CPU
+
+    def describe(self) -> str:
+        if self.mode == "cpu":
+            return f"placement: CPU, {self.num_inference_actors} inference actor(s)"
+        return (
+            f"placement: {self.mode} GPU(s): learner {self.learner_gpus:g} GPU, "
+            f"{self.num_inference_actors} main inference actor(s) with {self.inference_gpus:g} GPU each"
+            + (f", vLLM memory {self.gpu_memory_utilization:.2f} each" if self.gpu_memory_utilization else "")
+        )
+
+
+def _share(actors: int, gpus: int) -> tuple[float, int]:
+    """Equal GPU shares that Ray can pack: m actors per GPU get 1/m each (rounded down to Ray's 1e-4)."""
+    per_gpu = math.ceil(actors / gpus)
+    return math.floor(1e4 / per_gpu) / 1e4, per_gpu
+
+
+def plan_placement(
+    cluster_gpus: float,
+    *,
+    use_gpu: bool,
+    learn: bool = True,
+    num_inference_actors: int | None = None,
+    extra_engines: int = 0,
+    tensor_parallel: int = 1,
+) -> Placement:
+    """Fit the run to `cluster_gpus` (Ray's GPU count); `extra_engines` are other models (fixed opponents)
+    with one inference actor each; `num_inference_actors` None means one per GPU left to inference."""
+    if not use_gpu:
+        return Placement("cpu", 0.0, 0.0, num_inference_actors or 1, None)
+    gpus = int(cluster_gpus)
+    asked = f"{num_inference_actors or 'auto'} inference actor(s) + {extra_engines} other model(s)" + (
+        " + a learner" if learn else ""
+    )
+    if gpus < 1:
+        raise PlacementError(
+            f"the run asks for a GPU ({asked}) but the Ray cluster has {cluster_gpus:g}: "
+            "run with --device cpu, or join a cluster with GPUs (--ray-address)"
+        )
+    if tensor_parallel > 1:
+        inference_gpus = gpus - (1 if learn else 0)
+        actors = (
+            num_inference_actors or max(1, inference_gpus // tensor_parallel - extra_engines)
+        ) + extra_engines
+        if actors * tensor_parallel > inference_gpus:
+            raise PlacementError(
+                f"the run asks for {actors} vLLM engine(s) of tensor_parallel_size {tensor_parallel}"
+                + (" and a GPU for the learner" if learn else "")
+                + f", {actors * tensor_parallel + (1 if learn else 0)} GPUs, but the Ray cluster has {gpus}: "
+                "lower tensor_parallel_size or --num-inference-actors, or add GPUs"
+            )
+        return Placement(
+            "separate", 1.0 if learn else 0.0, float(tensor_parallel), actors - extra_engines, VLLM_MEMORY
+        )
+    if learn and gpus == 1:
+        main = num_inference_actors or 1
+        actors = main + extra_engines
+        if actors > MAX_ACTORS_PER_GPU:
+            raise PlacementError(
+                f"the run asks for {actors} inference actors beside the learner on the cluster's one GPU; "
+                f"at most {MAX_ACTORS_PER_GPU}: lower --num-inference-actors"
+            )
+        share = math.floor(1e4 * (1 - SHARED_LEARNER_SHARE) / actors) / 1e4
+        return Placement("shared", SHARED_LEARNER_SHARE, share, main, round(SHARED_VLLM_MEMORY / actors, 4))
+    pool = gpus - 1 if learn else gpus
+    main = num_inference_actors or max(1, pool - extra_engines)
+    share, per_gpu = _share(main + extra_engines, pool)
+    if per_gpu > MAX_ACTORS_PER_GPU:
+        raise PlacementError(
+            f"the run asks for {main + extra_engines} inference actors on {pool} GPU(s) (the cluster has {gpus}"
+            + (", one for the learner" if learn else "")
+            + f"): at most {MAX_ACTORS_PER_GPU} per GPU: lower --num-inference-actors or add GPUs"
+        )
+    return Placement("separate", 1.0 if learn else 0.0, share, main, round(VLLM_MEMORY / per_gpu, 4))
+
+
+def check_resources(placement: Placement, cluster: dict[str, Any], num_other_engines: int) -> None:
+    """The plan's total against Ray's resources (a last check: plan_placement already fits the count)."""
+    need = placement.learner_gpus + placement.inference_gpus * (
+        placement.num_inference_actors + num_other_engines
+    )
+    have = float(cluster.get("GPU", 0.0))
+    if need > have + 1e-6:
+        raise PlacementError(
+            f"the run needs {need:g} GPUs ({placement.describe()}) but the Ray cluster has {have:g}"
+        )
+
+
+def check_backend_available(backend: str, device: str | None, ray_address: str | None) -> None:
+    """Before Ray starts: a GPU backend or device this machine cannot run fails with one line and the fix.
+    (On a cluster joined by address the GPUs are the cluster's: only vLLM's presence is checked here.)"""
+    import importlib.util
+
+    if backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise UnstableError(
+            "backend vllm needs vLLM, which is not installed: `pip install vllm` (Linux with a CUDA GPU), "
+            "or use --backend transformers"
+        )
+    wants_cuda = backend == "vllm" or (device or "").startswith("cuda")
+    if wants_cuda and not ray_address:
+        import torch
+
+        if not torch.cuda.is_available():
+            what = "backend vllm" if backend == "vllm" else f"--device {device}"
+            build = "a CPU build of torch" if torch.version.cuda is None else "no CUDA device visible"
+            raise UnstableError(
+                f"{what} needs a CUDA GPU, and torch sees none ({build}): run on a machine with a CUDA GPU, "
+                "or use --backend transformers --device cpu"
+            )
