@@ -29,6 +29,7 @@ class VersionRates:
     formatted: int = 0
     wins: dict[str, float] = attrs.field(factory=dict)  # opponent -> wins (draws as 0.5)
     games: dict[str, int] = attrs.field(factory=dict)  # opponent -> games
+    draws: dict[str, int] = attrs.field(factory=dict)  # opponent -> draws
 
     @property
     def invalid_rate(self) -> Rate:
@@ -41,6 +42,12 @@ class VersionRates:
     def win_rate(self, opponent: str) -> Rate:
         return Rate(self.wins.get(opponent, 0.0), self.games.get(opponent, 0))
 
+    def wdl(self, opponent: str) -> tuple[int, int, int]:
+        """Wins, draws and losses against `opponent`."""
+        draws = self.draws.get(opponent, 0)
+        wins = round(self.wins.get(opponent, 0.0) - draws / 2)
+        return wins, draws, self.games.get(opponent, 0) - wins - draws
+
     def add(self, other: VersionRates) -> None:
         self.versions += other.versions
         self.steps += other.steps
@@ -49,6 +56,7 @@ class VersionRates:
         for opp, n in other.games.items():
             self.games[opp] = self.games.get(opp, 0) + n
             self.wins[opp] = self.wins.get(opp, 0.0) + other.wins.get(opp, 0.0)
+            self.draws[opp] = self.draws.get(opp, 0) + other.draws.get(opp, 0)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,14 +75,29 @@ def _version_of(uid: str) -> int | None:
     )
 
 
+def run_games(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every game record of a run: `games/games.jsonl` (training and evaluation games of the run) and the
+    `games.jsonl` files under `eval/` (games of `unstable eval`), in that order."""
+    run_dir = Path(run_dir)
+    records = read_jsonl(run_dir / "games" / "games.jsonl")
+    for path in sorted((run_dir / "eval").rglob("games.jsonl")) if (run_dir / "eval").is_dir() else []:
+        records += [r for r in read_jsonl(path) if isinstance(r, dict) and "info" in r]
+    return records
+
+
 def rates_by_version(run_dir: str | Path) -> dict[int, VersionRates]:
     """Counts per policy version from the run's finished games (failed games are left out)."""
+    return rates_from_games(run_games(run_dir))
+
+
+def rates_from_games(games: list[dict[str, Any]]) -> dict[int, VersionRates]:
+    """Counts per policy version from game records (as in games.jsonl; failed games are left out)."""
     out: dict[int, VersionRates] = {}
 
     def at(version: int) -> VersionRates:
         return out.setdefault(version, VersionRates(versions=[version]))
 
-    for game in read_jsonl(Path(run_dir) / "games" / "games.jsonl"):
+    for game in games:
         info = game["info"]
         if info.get("failed"):
             continue
@@ -102,6 +125,7 @@ def rates_by_version(run_dir: str | Path) -> dict[int, VersionRates]:
         v.wins[opponent] = v.wins.get(opponent, 0.0) + (
             1.0 if mine > theirs else 0.5 if mine == theirs else 0.0
         )
+        v.draws[opponent] = v.draws.get(opponent, 0) + (mine == theirs)
     return dict(sorted(out.items()))
 
 

@@ -64,8 +64,9 @@ def plugins(as_json: bool, show_all: bool) -> None:
 
 def _add_core_commands() -> None:
     from unstable_core.commands import envs, play, run
+    from unstable_core.leaderboard import leaderboard_command
 
-    for command in (run, play, envs):
+    for command in (run, play, envs, leaderboard_command):
         cli.add_command(command)
 
 
