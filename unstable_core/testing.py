@@ -60,14 +60,20 @@ def make_tiny_model(
 
 
 def sampled_steps(
-    model_path: str, temperature: float, prompts: Sequence[str] = PROMPTS, dtype: Any = None, seed: int = 0
+    model_path: str,
+    temperature: float,
+    prompts: Sequence[str] = PROMPTS,
+    dtype: Any = None,
+    seed: int = 0,
+    backend: Any = None,
 ) -> list[Step]:
     """Steps whose completions (up to 6 tokens) and behaviour log-probs come from the real transformers
-    backend sampling `prompts` at `temperature`: on-policy data for a learner of the same model."""
+    backend (or the `backend` given) sampling `prompts` at `temperature`: on-policy data for a learner of
+    the same model."""
     from unstable_core.inference.base import GenerationRequest, SamplingParams
     from unstable_core.inference.hf import TransformersBackend
 
-    backend = TransformersBackend(model_path, device="cpu", dtype=dtype)
+    backend = backend or TransformersBackend(model_path, device="cpu", dtype=dtype)
     ids = [tuple(backend.tokenizer.encode(t)) for t in prompts]
     params = SamplingParams(temperature=temperature, max_tokens=6, seed=seed)
     outs = backend.generate_batch([GenerationRequest(p, params=params) for p in ids])

@@ -1,0 +1,149 @@
+"""GPU smoke check: what the GPU path does on this machine, and what could not be checked.
+
+    python3 benchmarks/gpu_smoke.py [--model smollm2-135m]
+
+- transformers backend in bf16: generated tokens/s at batch 1, 8 and 32;
+- one REINFORCE update on the GPU (bf16 body, fp32 LM head) on steps the backend just sampled;
+- backend-vs-learner log-prob difference at zero policy lag (the update's off_policy/ metrics);
+- the vLLM backend, if vLLM imports: tokens/s at batch 32 and the same log-prob difference.
+Every check that cannot run here (no CUDA GPU, no vLLM) is printed as "not checked" with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from typing import Any
+
+PROMPT = "You are playing TicTacToe. The board is empty. Think briefly, then give your move as [4]."
+TEMPERATURE = 1.0
+
+
+def rows_print(rows: list[tuple[str, str]]) -> None:
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+
+
+def sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def tokens_per_s(backend: Any, batch: int, max_tokens: int, device: str) -> float:
+    """Generated tokens per second for `batch` copies of the prompt (after one warm-up call)."""
+    from unstable_core.inference.base import GenerationRequest, SamplingParams
+
+    ids = tuple(backend.tokenizer.encode(PROMPT))
+    params = SamplingParams(temperature=TEMPERATURE, max_tokens=max_tokens)
+    requests = [GenerationRequest(ids, params=params) for _ in range(batch)]
+    backend.generate_batch(requests[:1])
+    sync(device)
+    start = time.perf_counter()
+    outs = backend.generate_batch(requests)
+    sync(device)
+    return sum(len(o.token_ids) for o in outs) / (time.perf_counter() - start)
+
+
+def one_update(model: str, backend: Any, tmp: str, device: str) -> dict[str, float]:
+    """A REINFORCE update on the GPU on steps `backend` sampled: its metrics and wall time."""
+    from unstable_core import plugins
+    from unstable_core.testing import sampled_steps
+
+    steps = sampled_steps(model, TEMPERATURE, backend=backend)
+    learner = plugins.load("learner", "reinforce")(
+        model,
+        run_dir=f"{tmp}/run",
+        batch_size=len(steps),
+        mini_batch_size=len(steps),
+        temperature=TEMPERATURE,
+    )
+    learner.initialize_algorithm()
+    start = time.perf_counter()
+    metrics = learner.update(steps)
+    return {**metrics, "update_s": time.perf_counter() - start}
+
+
+def check_transformers(model: str, max_tokens: int, tmp: str, device: str) -> list[tuple[str, str]]:
+    import torch
+
+    from unstable_core.inference.hf import TransformersBackend
+
+    backend = TransformersBackend(model, device=device, dtype=torch.bfloat16, max_batch_size=32)
+    rows = [
+        (f"transformers bf16 tokens/s, batch {b}", f"{tokens_per_s(backend, b, max_tokens, device):.1f}")
+        for b in (1, 8, 32)
+    ]
+    m = one_update(model, backend, tmp, device)
+    rows += [
+        (
+            "learner update (reinforce, 4 steps)",
+            f"{m['update_s']:.2f} s, loss {m.get('learner/loss', m.get('loss', float('nan'))):.4f}",
+        ),
+        (
+            "transformers vs learner max |log ratio|",
+            f"{m.get('off_policy/max_abs_log_ratio', float('nan')):.3g} nats",
+        ),
+        ("transformers vs learner KL (k3, per token)", f"{m.get('off_policy/kl', float('nan')):.3g}"),
+    ]
+    del backend
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return rows
+
+
+def check_vllm(model: str, max_tokens: int, tmp: str) -> list[tuple[str, str]]:
+    from unstable_core.inference.vllm import VLLMBackend
+
+    backend = VLLMBackend(model, max_batch_size=32, gpu_memory_utilization=0.45)
+    rows = [("vLLM tokens/s, batch 32", f"{tokens_per_s(backend, 32, max_tokens, 'cuda'):.1f}")]
+    m = one_update(model, backend, tmp, "cuda")
+    rows.append(
+        ("vLLM vs learner max |log ratio|", f"{m.get('off_policy/max_abs_log_ratio', float('nan')):.3g} nats")
+    )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2-135m", help="alias, hub id or folder")
+    parser.add_argument("--max-tokens", type=int, default=64, help="tokens generated per request")
+    parser.add_argument(
+        "--device", default="cuda", help="cpu: run the same checks on the CPU (a dry run of the script)"
+    )
+    args = parser.parse_args()
+
+    import importlib.util
+
+    import torch
+
+    rows: list[tuple[str, str]] = [("torch", f"{torch.__version__} (CUDA {torch.version.cuda})")]
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        reason = "not checked: no CUDA GPU visible to torch"
+        names = [
+            "transformers bf16 tokens/s (batch 1/8/32)",
+            "learner update",
+            "backend vs learner log-probs",
+            "vLLM",
+        ]
+        rows_print(rows + [(name, reason) for name in names])
+        return
+    if args.device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(0)
+        rows.append(("GPU", f"{props.name}, {props.total_memory / 2**30:.0f} GiB"))
+    with tempfile.TemporaryDirectory() as tmp:
+        rows += check_transformers(args.model, args.max_tokens, tmp, args.device)
+        if not args.device.startswith("cuda"):
+            rows.append(("vLLM", "not checked: vLLM runs on CUDA GPUs only"))
+        elif importlib.util.find_spec("vllm") is None:
+            rows.append(("vLLM", "not checked: vllm is not installed (pip install vllm)"))
+        else:
+            rows += check_vllm(args.model, args.max_tokens, tmp)
+    rows_print(rows)
+
+
+if __name__ == "__main__":
+    main()
