@@ -1,0 +1,253 @@
+"""`unstable export RUN_DIR`: a run's trajectories as JSON lines, for supervised fine-tuning.
+
+`--format chat` (default): one line per turn, `{"messages": [system/user turns of the prompt, {"role":
+"assistant", "content": completion}], "metadata": {...}}`; the messages are read back from the exact
+prompt the model saw (ChatML, Gemma and Llama 3 chat formats), and re-rendering them gives that prompt.
+`--format raw`: one line per step with token ids, log-probabilities and rewards.
+
+By default only the seats played by the run's own checkpoints are exported: a fixed opponent's turns
+(base, another model, an API model, random) become training targets only when `--model` names it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import click
+
+from unstable_core.checkpoint_rates import CKPT_PREFIX, run_games
+from unstable_core.errors import UnstableError
+
+OUTCOMES = ("win", "draw", "loss")
+
+
+@attrs.frozen
+class ChatFormat:
+    """A chat format: what opens the text, one turn (a regex with groups role and content) and the opened
+    assistant turns a prompt may end with."""
+
+    name: str
+    prefix: str
+    turn: str
+    generations: tuple[str, ...]
+    roles: dict[str, str] = attrs.field(factory=dict)  # the format's role name -> the messages' one
+
+
+CHAT_FORMATS = (
+    ChatFormat("chatml", "", r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>\n", ("<|im_start|>assistant\n",)),
+    ChatFormat(
+        "gemma",
+        "<bos>",
+        r"<start_of_turn>(\w+)\n(.*?)<end_of_turn>\n",
+        ("<start_of_turn>model\n",),
+        {"model": "assistant"},
+    ),
+    ChatFormat(
+        "llama3",
+        "<|begin_of_text|>",
+        r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n\n(.*?)<\|eot_id\|>\n?",
+        (
+            "<|start_header_id|>assistant<|end_header_id|>\n\n",
+            "<|start_header_id|>assistant<|end_header_id|>",
+        ),
+    ),
+)
+
+
+def prompt_messages(prompt: str) -> list[dict[str, str]] | None:
+    """The system/user messages of a chat-formatted prompt that ends with an opened assistant turn, or None
+    when the prompt is in no known chat format (or ends otherwise, e.g. inside a <think> block). The turns
+    must cover the prompt exactly, so the messages rendered in the same format give the prompt back."""
+    for fmt in CHAT_FORMATS:
+        gen = next((g for g in fmt.generations if prompt.endswith(g)), None)
+        if gen is None or not prompt.startswith(fmt.prefix):
+            continue
+        turns = prompt[len(fmt.prefix) : len(prompt) - len(gen)]
+        matches = list(re.finditer(fmt.turn, turns, flags=re.DOTALL))
+        if not matches or "".join(m.group(0) for m in matches) != turns:
+            continue
+        return [{"role": fmt.roles.get(m.group(1), m.group(1)), "content": m.group(2)} for m in matches]
+    return None
+
+
+def seat_outcome(pid: int, rewards: dict[int, float]) -> str:
+    """win / draw / loss of seat `pid` against the best other seat (alone: the sign of its reward)."""
+    mine = rewards[pid]
+    others = [r for p, r in rewards.items() if p != pid]
+    theirs = max(others) if others else 0.0
+    return "win" if mine > theirs else "draw" if mine == theirs else "loss"
+
+
+def is_checkpoint(uid: str) -> bool:
+    return uid.startswith(CKPT_PREFIX) and uid[len(CKPT_PREFIX) :].isdigit()
+
+
+@attrs.frozen
+class ExportFilter:
+    """Which turns to export; an empty tuple means any."""
+
+    outcomes: tuple[str, ...] = ()
+    envs: tuple[str, ...] = ()
+    checkpoints: tuple[str, ...] = ()  # checkpoint uids (ckpt-N)
+    kinds: tuple[str, ...] = ()  # train / eval
+    models: tuple[str, ...] = ()  # seat players; empty: the run's checkpoints; "all": every seat
+
+    def wants_seat(self, uid: str) -> bool:
+        if self.models and "all" not in self.models and uid not in self.models:
+            return False
+        if not self.models and not is_checkpoint(uid):
+            return False
+        return not self.checkpoints or uid in self.checkpoints
+
+
+def checkpoint_uid(value: str) -> str:
+    """`3`, `step-3` or `ckpt-3` -> `ckpt-3`."""
+    tail = value.rsplit("-", 1)[-1]
+    if not tail.isdigit():
+        raise UnstableError(f"--checkpoint {value!r}: expected a learner step such as 3 or ckpt-3")
+    return f"{CKPT_PREFIX}{int(tail)}"
+
+
+def export_records(games: list[dict[str, Any]], flt: ExportFilter, fmt: str = "chat") -> Iterator[dict]:
+    """One record per turn of the chosen seats of the finished games that pass the filter."""
+    for game in games:
+        info = game["info"]
+        kind = "eval" if info.get("eval") else "train"
+        if info.get("failed") or (flt.kinds and kind not in flt.kinds):
+            continue
+        if flt.envs and info["env_id"] not in flt.envs:
+            continue
+        rewards = {int(p): r for p, r in info.get("final_rewards", {}).items()}
+        for traj in game.get("trajectories", []):
+            pid, uid = traj["pid"], traj["model_uid"]
+            if not flt.wants_seat(uid) or pid not in rewards:
+                continue
+            outcome = seat_outcome(pid, rewards)
+            if flt.outcomes and outcome not in flt.outcomes:
+                continue
+            for step in traj["steps"]:
+                meta = {
+                    "game_idx": info["game_idx"],
+                    "env_id": info["env_id"],
+                    "kind": kind,
+                    "model": uid,
+                    "policy_version": step.get("policy_version"),
+                    "seat": pid,
+                    "turn": step.get("turn"),
+                    "outcome": outcome,
+                    "final_reward": rewards[pid],
+                    "opponents": {str(p): m for p, m in info["models"].items() if int(p) != pid},
+                }
+                yield _raw(step, meta) if fmt == "raw" else _chat(step, meta)
+
+
+def _chat(step: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    messages = prompt_messages(step["obs"])
+    if messages is None:
+        raise UnstableError(
+            f"game {meta['game_idx']}, seat {meta['seat']}: its prompt is in no chat format export knows "
+            f"(ChatML, Gemma, Llama 3; it starts {step['obs'][:40]!r}); use --format raw"
+        )
+    return {
+        "messages": [*messages, {"role": "assistant", "content": step["act"]}],
+        "metadata": {**meta, "action": step["action"], "invalid_move": step["invalid_move"]},
+    }
+
+
+def _raw(step: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **meta,
+        "prompt": step["obs"],
+        "completion": step["act"],
+        "action": step["action"],
+        "prompt_ids": step["prompt_ids"],
+        "completion_ids": step["completion_ids"],
+        "logprobs": step["logprobs"],
+        "reward": step["reward"],
+        "step_final_reward": step["final_reward"],
+        "shaping": step["shaping"],
+        "format_ok": step["format_ok"],
+        "invalid_move": step["invalid_move"],
+    }
+
+
+@click.command(name="export")
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["chat", "raw"]),
+    default="chat",
+    show_default=True,
+    help="chat: messages for supervised fine-tuning; raw: steps with token ids, logprobs, rewards.",
+)
+@click.option(
+    "--outcome",
+    multiple=True,
+    type=click.Choice(OUTCOMES),
+    help="Only seats that won/drew/lost (repeatable).",
+)
+@click.option("--env", "envs", multiple=True, help="Only games of this env id (repeatable).")
+@click.option(
+    "--checkpoint",
+    "checkpoints",
+    multiple=True,
+    help="Only turns of this checkpoint: 3 or ckpt-3 (repeatable).",
+)
+@click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    type=click.Choice(["train", "eval"]),
+    help="Training or evaluation games (repeatable).",
+)
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    help="Seats of this player (a registry uid such as ckpt-3 or base; 'all' for every seat). "
+    "Default: the run's own checkpoints only.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="File to write [default: stdout].",
+)
+def export_command(run_dir: Path, fmt: str, outcome, envs, checkpoints, kinds, models, out: Path | None) -> None:  # fmt: skip
+    """The run's trajectories as JSON lines: chat messages for fine-tuning, or raw steps."""
+    if not (run_dir / "games" / "games.jsonl").is_file():
+        raise UnstableError(
+            f"{run_dir} has no games/games.jsonl: give the directory of a run (runs/<name>) that finished games"
+        )
+    flt = ExportFilter(
+        outcomes=tuple(outcome),
+        envs=tuple(envs),
+        checkpoints=tuple(checkpoint_uid(c) for c in checkpoints),
+        kinds=tuple(kinds),
+        models=tuple(models),
+    )
+    records = export_records(run_games(run_dir), flt, fmt)
+    count = 0
+    if out is None:
+        for record in records:
+            sys.stdout.write(json.dumps(record) + "\n")
+            count += 1
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        try:
+            with open(tmp, "w") as f:
+                for record in records:
+                    f.write(json.dumps(record) + "\n")
+                    count += 1
+            tmp.replace(out)
+        finally:
+            tmp.unlink(missing_ok=True)
+    click.echo(f"exported {count} turns ({fmt})" + (f" to {out}" if out else ""), err=True)
