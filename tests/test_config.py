@@ -139,7 +139,8 @@ def test_example_configs_load_and_resolve(name, tmp_path):
     cfg = load_config(EXAMPLES / name, {"runs_dir": str(tmp_path)})
     comp = Components.resolve(cfg, tmp_path / "run")  # every component it names exists; Ray is not started
     assert comp.learner is not None and comp.model_sampler is not None
-    assert (cfg.backend, cfg.learner, cfg.sampler, cfg.error_allowance) == ("vllm", "reinforce", "mirror", 0)
+    learner = "reinforce" if name == "reference.toml" else "ppo"
+    assert (cfg.backend, cfg.learner, cfg.sampler, cfg.error_allowance) == ("vllm", learner, "mirror", 0)
     assert cfg.prompt_template == "qwen3-zs" and cfg.vllm_config == {}
     if name == "reference.toml":
         assert cfg.model_name == "Qwen/Qwen3-1.7B-Base"
@@ -169,6 +170,13 @@ def test_example_configs_load_and_resolve(name, tmp_path):
         )
         assert [type(t).__name__ for t in comp.final] == ["SpiralRAE"] and comp.final[0].ema_alpha == 0.95
         assert comp.step == [] and comp.sampling == []
+        assert cfg.algorithm_config == {
+            "clip_low": 0.2, "clip_high": 0.2, "epochs": 2, "mini_batches": 1,
+            "kl_coef": 0.0, "entropy_coef": 0.0, "filter_zero_advantage": True,
+        }  # fmt: skip
+        from unstable_ppo.learner import PPOConfig  # SPIRAL's settings are valid ppo options
+
+        assert PPOConfig(**cfg.algorithm_config).epochs == 2
 
 
 def test_example_values_yield_to_the_command_line():

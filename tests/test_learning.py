@@ -11,7 +11,7 @@ LEARNERS = get_registry().names("learner")
 
 
 def test_every_shipped_learner_is_installed():
-    assert {"reinforce", "a2c"} <= set(LEARNERS)
+    assert {"reinforce", "a2c", "ppo"} <= set(LEARNERS)
 
 
 @pytest.mark.parametrize("name", LEARNERS)

@@ -30,7 +30,7 @@ KINDS: dict[str, str] = {
 # Names our own plugin distributions provide, so that asking for one that is not installed says
 # which package to install.
 KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
-    "learner": {"reinforce": "unstable-reinforce", "a2c": "unstable-a2c"},
+    "learner": {"reinforce": "unstable-reinforce", "a2c": "unstable-a2c", "ppo": "unstable-ppo"},
     "env_sampler": {"random": "unstable-samplers", "adaptive": "unstable-samplers"},
     "model_sampler": {name: "unstable-samplers" for name in ("mirror", "fixed", "lagged", "trueskill")},
     "reward_transform": {
@@ -51,6 +51,7 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
 _LOCAL_PLUGIN_DIRS = {
     "unstable-reinforce": "plugins/unstable_reinforce",
     "unstable-a2c": "plugins/unstable_a2c",
+    "unstable-ppo": "plugins/unstable_ppo",
     "unstable-samplers": "plugins/unstable_samplers",
     "unstable-rewards": "plugins/unstable_rewards",
 }

@@ -156,7 +156,7 @@ class BaseLearner:
         self.optimizers: dict[str, Any] = {
             "policy": torch.optim.AdamW(self.adapter_parameters(POLICY_ADAPTER), lr=learning_rate)
         }
-        self.step = 0  # the policy version: number of optimizer updates so far
+        self.step = 0  # the policy version: number of update() calls so far
         self.algorithm_cfg: dict[str, Any] = {}
         self._algorithm_ready = False
         self._off_policy = OffPolicyStats()
@@ -234,9 +234,10 @@ class BaseLearner:
         """Right-padded tensors of the steps' exact token ids on the learner's device (see `batch.collate`)."""
         return collate(batch, pad_token_id=self.pad_token_id, device=self.device)
 
-    def completion_logprobs(self, logits: Any, batch: TokenBatch) -> Any:
-        """[B, T-1] tempered log-probs of the sampled completion tokens from full logits; 0 elsewhere."""
-        return completion_logprobs(logits, batch, self.config.temperature)
+    def completion_logprobs(self, logits: Any, batch: TokenBatch, entropy: bool = False) -> Any:
+        """[B, T-1] tempered log-probs of the sampled completion tokens from full logits; 0 elsewhere
+        (with `entropy`, also the tempered entropy there: a pair)."""
+        return completion_logprobs(logits, batch, self.config.temperature, entropy)
 
     def policy_logits(self, batch: TokenBatch) -> Any:
         """[B, T, V] logits of the policy (base model + policy adapter, which is active outside `use_adapter`)."""
@@ -244,27 +245,32 @@ class BaseLearner:
             input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
         ).logits
 
-    def policy_logprobs(self, batch: TokenBatch) -> Any:
+    def policy_logprobs(self, batch: TokenBatch, entropy: bool = False) -> Any:
         """[B, T-1] log pi_T(y_t | x, y_<t) of the sampled completion tokens, 0 elsewhere: the policy tempered
         like the sampler (logits / T), its LM head and log-softmax in float32, only at completion positions.
-        A head that is more than a plain Linear (a LoRA on lm_head) runs as the model runs it, on all positions."""
+        A head that is more than a plain Linear (a LoRA on lm_head) runs as the model runs it, on all positions.
+        With `entropy`, also the tempered policy's entropy at those positions: a pair of [B, T-1] tensors."""
         import torch
 
         base = self.model.get_base_model()
         head = base.get_output_embeddings()
         if type(head) is not torch.nn.Linear:
-            return self.completion_logprobs(self.policy_logits(batch), batch)
+            return self.completion_logprobs(self.policy_logits(batch), batch, entropy)
         hidden = base.get_decoder()(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
         ).last_hidden_state  # [B, T, H]
-        return head_logprobs(hidden, head, batch, self.config.temperature)
+        return head_logprobs(hidden, head, batch, self.config.temperature, entropy)
 
     def importance_weights(self, logp: Any, batch: TokenBatch) -> Any:
         """[B, T-1] truncated importance weights min(pi/mu, importance_cap) (all 1 without a cap); also
         records this micro-batch's ratio and KL statistics for the update's `off_policy/...` metrics."""
         cap = self.config.importance_cap
-        self._off_policy.add(logp, batch.behaviour_logprobs, batch.behaviour_mask, cap)
+        self.record_off_policy(logp, batch)
         return importance_weights(logp, batch.behaviour_logprobs, batch.behaviour_mask, cap)
+
+    def record_off_policy(self, logp: Any, batch: TokenBatch) -> None:
+        """Add this micro-batch's ratio pi/mu and KL statistics to the update's `off_policy/...` metrics."""
+        self._off_policy.add(logp, batch.behaviour_logprobs, batch.behaviour_mask, self.config.importance_cap)
 
     def drop_too_long(self, batch: list[Step]) -> list[Step]:
         """The batch without steps longer than max_train_len (whole episodes for an episode learner)."""
@@ -279,10 +285,8 @@ class BaseLearner:
     # ---- the update ------------------------------------------------------------------------------
 
     def update(self, batch: list[Step]) -> dict[str, float]:
-        """One optimizer step on `batch`: prepare, accumulate gradients over micro-batches (so the loss is
-        the batch mean), clip each optimizer's grad norm to grad_clip, step. Returns averaged metrics."""
-        import torch
-
+        """One update on `batch` (one new policy version): drop over-long steps, prepare, `optimize` (one
+        optimizer step for most algorithms). Returns averaged metrics."""
         if not self._algorithm_ready:
             raise UnstableError(f"call {type(self).__name__}.initialize_algorithm() before update()")
         if not batch:
@@ -298,18 +302,42 @@ class BaseLearner:
         self._off_policy = OffPolicyStats()
         samples = self.prepare_batch(kept)
         prepared = time.perf_counter()
+        metrics = self.optimize(samples)
+        metrics.update(self._off_policy.metrics())
+        self.step += 1
+        end = time.perf_counter()
+        metrics.update(
+            {
+                "step": float(self.step),
+                "batch_size": float(len(kept)),
+                "steps_too_long": float(len(batch) - len(kept)),
+                "policy_lag": sum(self.step - 1 - s.policy_version for s in kept) / len(kept),
+                "time/prepare_s": prepared - start,
+                "time/update_s": end - start,
+            }
+        )
+        return metrics
+
+    def optimize(self, samples: list[Any]) -> dict[str, float]:
+        """Train on the prepared samples of one update: one `optimizer_step` for the base; an algorithm that
+        takes several steps per batch (PPO's epochs and mini-batches) overrides this."""
+        return self.optimizer_step(samples)
+
+    def optimizer_step(self, samples: list[Any]) -> dict[str, float]:
+        """Accumulate gradients over micro-batches of `samples` (so the loss is their mean), clip each
+        optimizer's grad norm to grad_clip, step (skipped if a norm is not finite). Returns the metrics."""
+        import torch
 
         for opt in self.optimizers.values():
             opt.zero_grad(set_to_none=True)
         n, mbs = len(samples), self.config.mini_batch_size
-        totals: dict[str, float] = {}
+        metrics: dict[str, float] = {}
         for lo in range(0, n, mbs):
             micro = samples[lo : lo + mbs]
             scale = len(micro) / n
             for key, value in self._update(micro, scale).items():
-                totals[key] = totals.get(key, 0.0) + float(value) * scale
+                metrics[key] = metrics.get(key, 0.0) + float(value) * scale
 
-        metrics = {**totals, **self._off_policy.metrics()}
         finite = True
         for name, opt in self.optimizers.items():
             params = [p for group in opt.param_groups for p in group["params"]]
@@ -321,19 +349,7 @@ class BaseLearner:
                 opt.step()
         for opt in self.optimizers.values():
             opt.zero_grad(set_to_none=True)
-        self.step += 1
-        end = time.perf_counter()
-        metrics.update(
-            {
-                "step": float(self.step),
-                "batch_size": float(len(kept)),
-                "steps_too_long": float(len(batch) - len(kept)),
-                "policy_lag": sum(self.step - 1 - s.policy_version for s in kept) / len(kept),
-                "skipped_nonfinite": float(not finite),
-                "time/prepare_s": prepared - start,
-                "time/update_s": end - start,
-            }
-        )
+        metrics["skipped_nonfinite"] = float(not finite)
         return metrics
 
     # ---- checkpoints -----------------------------------------------------------------------------

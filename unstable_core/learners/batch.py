@@ -81,21 +81,38 @@ def _scatter(mask: Any, picked: Any) -> Any:
     return zeros.masked_scatter(mask, picked)
 
 
-def tempered_logprobs(logits: Any, targets: Any, temperature: float) -> Any:
-    """log softmax(logits / T)[target] in float32, per row: [N, V], [N] -> [N]. T = 0 (greedy) counts as 1."""
+def tempered_logprobs(logits: Any, targets: Any, temperature: float, entropy: bool = False) -> Any:
+    """log softmax(logits / T)[target] in float32, per row: [N, V], [N] -> [N]. T = 0 (greedy) counts as 1.
+    With `entropy`, also the entropy of each row's tempered distribution: a pair of [N] tensors."""
     t = temperature if temperature > 0 else 1.0
-    return (logits.float() / t).log_softmax(dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    log_probs = (logits.float() / t).log_softmax(dim=-1)  # [N, V]
+    picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    if not entropy:
+        return picked
+    return picked, -(log_probs.exp() * log_probs).sum(dim=-1)
 
 
-def completion_logprobs(logits: Any, batch: TokenBatch, temperature: float = 1.0) -> Any:
+def _scattered(mask: Any, result: Any) -> Any:
+    """`_scatter` of a tensor or of each tensor of a pair."""
+    if isinstance(result, tuple):
+        return tuple(_scatter(mask, r) for r in result)
+    return _scatter(mask, result)
+
+
+def completion_logprobs(
+    logits: Any, batch: TokenBatch, temperature: float = 1.0, entropy: bool = False
+) -> Any:
     """log pi_T(y_t | x, y_<t) of every sampled token from full logits [B, T, V] -> [B, T-1], aligned with
-    `input_ids[:, 1:]`; exactly 0 (and gradient-free) where `batch.target_mask` is False."""
+    `input_ids[:, 1:]`; exactly 0 (and gradient-free) where `batch.target_mask` is False. With `entropy`,
+    also the tempered policy's entropy at the same positions: a pair of [B, T-1] tensors."""
     mask = batch.target_mask  # [B, T-1]
     rows = logits[:, :-1][mask]  # [N, V]: position t predicts token t+1
-    return _scatter(mask, tempered_logprobs(rows, batch.input_ids[:, 1:][mask], temperature))
+    return _scattered(mask, tempered_logprobs(rows, batch.input_ids[:, 1:][mask], temperature, entropy))
 
 
-def head_logprobs(hidden: Any, head: Any, batch: TokenBatch, temperature: float = 1.0) -> Any:
+def head_logprobs(
+    hidden: Any, head: Any, batch: TokenBatch, temperature: float = 1.0, entropy: bool = False
+) -> Any:
     """Like `completion_logprobs`, from the final hidden states [B, T, H] and the LM head (a Linear).
 
     The head runs only at the N positions that predict a completion token (prompts are most of a game's
@@ -108,4 +125,4 @@ def head_logprobs(hidden: Any, head: Any, batch: TokenBatch, temperature: float 
     h = hidden[:, :-1][mask].float()  # [N, H]
     bias = head.bias.float() if getattr(head, "bias", None) is not None else None
     logits = F.linear(h, head.weight.float(), bias)  # [N, V] in fp32
-    return _scatter(mask, tempered_logprobs(logits, batch.input_ids[:, 1:][mask], temperature))
+    return _scattered(mask, tempered_logprobs(logits, batch.input_ids[:, 1:][mask], temperature, entropy))

@@ -1,0 +1,174 @@
+"""The PPO learner: one epoch on on-policy data is REINFORCE's gradient, the clip binds on both sides in a
+real update, epochs and mini-batches, the zero-advantage filter, the KL to the adapter-disabled base,
+options and registration."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from unstable_ppo.learner import PPOLearner  # noqa: E402
+
+from unstable_core.errors import ConfigError, UnstableError  # noqa: E402
+from unstable_core.types import Step  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def _batch(rewards=(1.0, -1.0, 0.5)) -> list[Step]:
+    shapes = [([1, 2, 3, 4], [5, 6, 7]), ([1, 2], [8, 9, 10, 11, 12]), ([1, 2, 3, 4, 5], [8])]
+    return [
+        Step(pid=0, env_id="t", obs="", act="", prompt_ids=p, completion_ids=c, reward=r, game_idx=i)
+        for i, ((p, c), r) in enumerate(zip(shapes, rewards, strict=True))
+    ]
+
+
+def _make(cls, tiny_model, tmp_path, **algo):
+    lrn = cls(
+        tiny_model, device="cpu", run_dir=tmp_path, lora_cfg={"lora_rank": 4}, max_generation_len=8,
+        learning_rate=1e-2, mini_batch_size=2, seed=0,
+    )  # fmt: skip
+    lrn.initialize_algorithm(**algo)
+    torch.manual_seed(0)  # random LoRA B (peft starts it at 0) so the policy differs from the base model
+    with torch.no_grad():
+        for name, param in lrn.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.1)
+    return lrn
+
+
+def _on_policy(lrn, steps: list[Step]) -> list[Step]:
+    """The steps with behaviour log-probs set to the learner's own: ratio 1 up to float rounding."""
+    tokens = lrn.collate(steps)
+    with torch.no_grad():
+        logp = lrn.policy_logprobs(tokens)
+    out = []
+    for b, s in enumerate(steps):
+        n_p, n = len(s.prompt_ids), len(s.prompt_ids) + len(s.completion_ids)
+        out.append(attrs.evolve(s, logprobs=logp[b, n_p - 1 : n - 1].tolist()))
+    return out
+
+
+def _grads(lrn, steps: list[Step]) -> dict[str, torch.Tensor]:
+    lrn.model.zero_grad(set_to_none=True)
+    lrn._update(lrn.prepare_batch(steps), 1.0)
+    return {n: p.grad.clone() for n, p in lrn.model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_one_epoch_on_policy_gradient_equals_reinforces(tiny_model, tmp_path, recorded):
+    reinforce = pytest.importorskip("unstable_reinforce.learner")
+    ppo = _make(PPOLearner, tiny_model, tmp_path / "ppo", epochs=1)
+    ref = _make(reinforce.REINFORCELearner, tiny_model, tmp_path / "reinforce")
+    for (n, p), (m, q) in zip(ppo.model.named_parameters(), ref.model.named_parameters(), strict=True):
+        assert n == m and torch.equal(p, q)  # the same policy
+    steps = (
+        _on_policy(ppo, _batch()) if recorded else _batch()
+    )  # unrecorded: ratio = exp(logp - logp.detach())
+    g_ppo, g_ref = _grads(ppo, steps), _grads(ref, steps)
+    assert g_ppo.keys() == g_ref.keys() and all("lora_" in n for n in g_ppo)
+    assert any(g.abs().sum() > 0 for g in g_ref.values())
+    for name in g_ref:
+        assert torch.allclose(g_ppo[name], g_ref[name], rtol=1e-5, atol=1e-8), name
+
+
+@pytest.mark.parametrize(("reward", "shift", "side"), [(1.0, 1.0, "high"), (-1.0, -1.0, "low")])
+def test_a_binding_clip_stops_the_gradient(tiny_model, tmp_path, reward, shift, side):
+    """mu = pi * e^-shift: ratio e (> 1.2) with A > 0, or e^-1 (< 0.8) with A < 0: every token is clipped."""
+    lrn = _make(PPOLearner, tiny_model, tmp_path, epochs=1)
+    steps = _on_policy(lrn, _batch((reward,) * 3))
+    for s in steps:
+        s.logprobs = [lp - shift for lp in s.logprobs]
+    metrics = lrn.update(steps)
+    assert metrics[f"ppo/clip_fraction_{side}"] == 1.0 and metrics["ppo/clip_fraction"] == 1.0
+    assert metrics["grad_norm"] == 0.0
+    assert metrics["ppo/ratio_mean"] == pytest.approx(torch.e**shift, rel=1e-4)
+    assert metrics["off_policy/log_ratio_mean"] == pytest.approx(shift, abs=1e-4)
+
+
+def test_epochs_and_mini_batches_are_optimizer_steps_of_one_policy_version(tiny_model, tmp_path):
+    lrn = _make(PPOLearner, tiny_model, tmp_path, epochs=2, mini_batches=2)
+    steps = _on_policy(lrn, _batch())
+    before = {n: p.detach().clone() for n, p in lrn.model.named_parameters()}
+    metrics = lrn.update(steps)
+    assert lrn.step == 1 and metrics["step"] == 1.0
+    assert metrics["ppo/optimizer_steps"] == 4.0  # 2 epochs x 2 mini-batches
+    changed = {n for n, p in lrn.model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all("lora_" in n for n in changed)
+    assert (
+        metrics["off_policy/tokens"] == 9.0
+    )  # the batch's completion tokens, counted in the first epoch only
+    assert metrics["ppo/ratio_max"] > 1.0  # later optimizer steps see a moved policy
+    for key in ("ppo/approx_kl", "ppo/entropy", "ppo/clip_fraction_low", "ppo/clip_fraction_high", "loss"):
+        assert key in metrics
+    assert metrics["ppo/entropy"] > 0
+    path = lrn.save_checkpoint()
+    again = _make(PPOLearner, tiny_model, tmp_path / "again", epochs=2, mini_batches=2)
+    again.load_checkpoint(path)
+    assert again.step == 1
+
+
+def test_zero_advantage_steps_are_filtered(tiny_model, tmp_path):
+    lrn = _make(PPOLearner, tiny_model, tmp_path, epochs=1, filter_zero_advantage=True)
+    metrics = lrn.update(_batch((1.0, 0.0, 0.0)))
+    assert metrics["ppo/zero_advantage_filtered"] == 2.0 and metrics["ppo/optimizer_steps"] == 1.0
+    assert metrics["completion_tokens"] == 3.0  # only the first step (3 completion tokens) was trained on
+    before = {n: p.detach().clone() for n, p in lrn.model.named_parameters()}
+    metrics = lrn.update(_batch((0.0, 0.0, 0.0)))  # nothing left: no optimizer step, still a version
+    assert metrics["ppo/optimizer_steps"] == 0.0 and lrn.step == 2
+    assert all(torch.equal(p, before[n]) for n, p in lrn.model.named_parameters())
+
+
+def test_kl_to_the_base_uses_the_adapter_disabled_backbone(tiny_model, tmp_path):
+    fresh = PPOLearner(tiny_model, device="cpu", run_dir=tmp_path / "fresh", lora_cfg={"lora_rank": 4})
+    fresh.initialize_algorithm()
+    lrn = _make(PPOLearner, tiny_model, tmp_path, epochs=1, kl_coef=0.5)
+    tokens = lrn.collate(_batch())
+    with torch.no_grad():
+        base = fresh.policy_logprobs(tokens)  # a zero LoRA B: the base model itself
+        policy = lrn.policy_logprobs(tokens)
+    assert torch.allclose(lrn.base_logprobs(tokens), base, atol=1e-6)
+    assert not torch.allclose(policy, base, atol=1e-3)  # the adapter is back on after the context
+    mask = tokens.target_mask
+    d = base - policy
+    expected = float(((d.exp() - d - 1)[mask]).mean())
+    metrics = lrn.update(_batch())
+    assert metrics["ppo/kl_to_base"] == pytest.approx(expected, rel=1e-4)
+    assert sum(1 for n, _ in lrn.model.named_parameters() if "lora_" in n) == sum(
+        1 for n, _ in fresh.model.named_parameters() if "lora_" in n
+    )  # no second adapter or model copy
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"clip_low": 1.0}, "clip_low must be in (0, 1)"),
+        ({"clip_high": 0}, "clip_high must be > 0"),
+        ({"epochs": 0}, "epochs must be an integer >= 1"),
+        ({"mini_batches": 1.5}, "mini_batches must be an integer >= 1"),
+        ({"kl_coef": -0.1}, "kl_coef must be >= 0"),
+    ],
+)
+def test_bad_options_name_the_key(tiny_model, tmp_path, kwargs, message):
+    lrn = PPOLearner(tiny_model, device="cpu", run_dir=tmp_path)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        lrn.initialize_algorithm(**kwargs)
+
+
+def test_unknown_option_and_importance_cap_are_refused(tiny_model, tmp_path):
+    with pytest.raises(UnstableError, match="unknown PPOLearner option.*clip_range.*allowed: clip_low"):
+        PPOLearner(tiny_model, device="cpu", run_dir=tmp_path).initialize_algorithm(clip_range=0.2)
+    capped = PPOLearner(tiny_model, device="cpu", run_dir=tmp_path, importance_cap=2.0)
+    with pytest.raises(ConfigError, match="drop --importance-cap"):
+        capped.initialize_algorithm()
+
+
+def test_plugin_registers_ppo():
+    from unstable_core import plugins
+
+    component = plugins.get_registry().get("learner", "ppo")
+    assert component.dist == "unstable-ppo"
+    assert component.load() is PPOLearner
+    assert PPOLearner.buffer_kind == "step"
