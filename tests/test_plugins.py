@@ -91,7 +91,7 @@ def test_builtins_are_registered_through_the_hooks(monkeypatch):
     (core,) = plugins.list_plugins(include_builtins=True)
     assert (core.name, core.version, core.builtin, core.error) == ("unstable-core", __version__, True, None)
     assert {"register_backends", "register_trackers"} <= set(core.hooks)
-    assert core.provides["backend"] == ["transformers", "vllm"]
+    assert core.provides["backend"] == ["transformers", "vllm", "openai"]
     jsonl = plugins.get_registry().get("tracker", "jsonl")
     assert (jsonl.dist, jsonl.plugin) == ("unstable-core", "builtins")
     assert plugins.get_plugin_manager().has_plugin("unstable-core:builtins")

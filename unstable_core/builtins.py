@@ -15,6 +15,11 @@ def register_backends(register):
     register(
         "vllm", "unstable_core.inference.vllm:VLLMBackend", "vLLM's async engine with LoRA requests (GPU)"
     )
+    register(
+        "openai",
+        "unstable_core.inference.openai_api:OpenAIBackend",
+        "openai:MODEL on an OpenAI-compatible server (OpenRouter, llama.cpp, vLLM serve); opponents only",
+    )
 
 
 @hookimpl

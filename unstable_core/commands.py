@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import time
 from typing import Any
 
 import attrs
@@ -151,6 +152,40 @@ def rates_table(run_dir: Any) -> tuple[Any, list[str]] | None:
     return table, lines
 
 
+def progress_line(snap: dict[str, Any], learning_steps: int | None) -> str:
+    """One plain line of progress (for output that is not a terminal: nohup, CI, a pipe)."""
+    counts, means = snap.get("counts", {}), snap.get("means", {})
+    parts = [f"[{snap.get('elapsed_s', 0):6.0f} s]"]
+    if learning_steps:
+        parts.append(f"step {snap.get('learner_step', 0)}/{learning_steps}")
+    parts.append(
+        f"games train {counts.get('train_games', 0)} (failed {counts.get('train_failed', 0)}) "
+        f"eval {counts.get('eval_games', 0)} (failed {counts.get('eval_failed', 0)})"
+    )
+    for key in sorted(means):
+        if key.endswith(("invalid_move_rate", "format_rate", "win_rate")):
+            parts.append(f"{key} {means[key]:.3f}")
+    if "loss" in snap.get("learner", {}):
+        parts.append(f"loss {snap['learner']['loss']:.4g}")
+    if "tokens_per_s" in snap.get("inference", {}):
+        parts.append(f"tokens/s {snap['inference']['tokens_per_s']:.1f}")
+    return " | ".join(parts)
+
+
+class _PlainProgress:
+    """Prints `progress_line` at most every `every_s` seconds (the first at once), flushed."""
+
+    def __init__(self, learning_steps: int | None, every_s: float, clock: Any = time.monotonic) -> None:
+        self.learning_steps, self.every_s, self.clock = learning_steps, every_s, clock
+        self._last = -float("inf")
+
+    def __call__(self, snap: dict[str, Any]) -> None:
+        now = self.clock()
+        if now - self._last >= self.every_s:
+            self._last = now
+            print(progress_line(snap, self.learning_steps), flush=True)
+
+
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -167,10 +202,14 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
     try:
         run.start(**start_kwargs)
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # after ray.init, which sets its own
-        with Live(console=console, refresh_per_second=1, transient=True) as live:
-            summary = run.wait(
-                on_progress=lambda snap: live.update(_progress_table(snap, learning_steps, title))
-            )
+        if console.is_terminal:
+            with Live(console=console, refresh_per_second=1, transient=True) as live:
+                summary = run.wait(
+                    on_progress=lambda snap: live.update(_progress_table(snap, learning_steps, title))
+                )
+        else:  # nohup, CI, a pipe: a plain line every few seconds shows that the run is alive
+            every_s = getattr(getattr(run, "cfg", None), "progress_every_s", 10.0)
+            summary = run.wait(on_progress=_PlainProgress(learning_steps, every_s), poll_s=min(2.0, every_s))
     except KeyboardInterrupt:
         console.print(
             "[yellow]interrupted: finishing the update in progress and shutting down "
@@ -217,7 +256,9 @@ def run(config_path: str | None, **options: Any) -> None:
 @click.option("--games", default=8, show_default=True, type=click.IntRange(1), help="Games to play.")
 @click.option("--model", default=None, help="Model (alias, hub id, folder). Default: the embedded default.")
 @click.option(
-    "--opponent", default=None, help="Opponent: 'base', a LoRA folder or another model. Default: self-play."
+    "--opponent",
+    default=None,
+    help="Opponent: 'base', a LoRA folder, another model or openai:MODEL. Default: self-play.",
 )
 @click.option("--template", default="default", show_default=True, help="Prompt template.")
 @click.option("--players", default=2, show_default=True, type=click.IntRange(1), help="Seats of the env.")
@@ -235,6 +276,14 @@ def run(config_path: str | None, **options: Any) -> None:
 @click.option("--run-name", default=None, help="Run directory name.")
 @click.option("--runs-dir", default="runs", show_default=True)
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--base-url", default=None, help=attrs.fields(RunConfig).base_url.metadata["help"])
+@click.option("--api-key-env", default=None, help=attrs.fields(RunConfig).api_key_env.metadata["help"])
+@click.option(
+    "--progress-every-s",
+    default=None,
+    type=float,
+    help=attrs.fields(RunConfig).progress_every_s.metadata["help"],
+)
 def play(
     env_id,
     games,
@@ -248,6 +297,9 @@ def play(
     run_name,
     runs_dir,
     seed,
+    base_url,
+    api_key_env,
+    progress_every_s,
 ) -> None:
     """Play games without learning and report outcomes, format and invalid-move rates and ratings."""
     from unstable_core.models import DEFAULT_MODEL
@@ -266,6 +318,9 @@ def play(
         "run_name": run_name,
         "runs_dir": runs_dir,
         "seed": seed,
+        "base_url": base_url,
+        "api_key_env": api_key_env,
+        "progress_every_s": progress_every_s,
         "final_transforms": [],
         "step_transforms": [],
         "sampling_transforms": [],

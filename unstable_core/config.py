@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 import attrs
 
 from unstable_core.errors import ConfigError, UnstableError
-from unstable_core.models import DEFAULT_MODEL
+from unstable_core.models import API_PREFIX, DEFAULT_MODEL, is_api_model
 from unstable_core.types import EvalEnvSpec, TrainEnvSpec
 
 if sys.version_info >= (3, 11):
@@ -78,8 +79,10 @@ def _sampler_name(value: Any) -> Any:
     return "mirror" if value == "none" else value
 
 
-# Fixed opponents the reference played through an API (OpenRouter); unstable plays local models only.
+# Fixed opponents the reference played through OpenRouter; here they are `openai:NAME` with --base-url.
 API_ONLY_MODELS = ("google/gemini-", "anthropic/claude", "openai/gpt-4", "openai/gpt-3.5", "x-ai/grok")
+OPENROUTER_URL = "https://openrouter.ai/api/v1"
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def parse_env(value: str | dict | TrainEnvSpec, default_template: str, mirror: bool) -> TrainEnvSpec:
@@ -189,7 +192,8 @@ class RunConfig:
         factory=list,
         converter=_none_is(list),
         metadata=_help(
-            "fixed opponent: 'base' (the untrained base model) or a LoRA folder (repeatable)",
+            "fixed opponent: 'base' (the untrained base model), a LoRA folder, another model, or openai:MODEL "
+            "on an OpenAI-compatible server (repeatable)",
             cli="--fixed-opponent",
         ),
     )
@@ -357,6 +361,39 @@ class RunConfig:
     device: str | None = attrs.field(
         default=None, metadata=_help("learner/inference device (default: cuda if present, else cpu)")
     )
+    progress_every_s: float = attrs.field(
+        default=10.0,
+        validator=_in_range(0.1, 1e6),
+        metadata=_help("seconds between plain progress lines when the output is not a terminal"),
+    )
+    # API opponents (openai:MODEL): never trained; the key stays in the environment
+    base_url: str | None = attrs.field(
+        default=None,
+        metadata=_help(
+            "OpenAI-compatible server of openai:MODEL opponents (default: $OPENAI_BASE_URL, else "
+            "https://api.openai.com/v1)"
+        ),
+    )
+    api_key_env: str = attrs.field(
+        default="OPENAI_API_KEY",
+        metadata=_help("NAME of the environment variable holding the API key (the key is never written)"),
+    )
+    api_concurrency: int = attrs.field(
+        default=8, validator=_positive, metadata=_help("requests in flight per API opponent")
+    )
+    api_timeout_s: float = attrs.field(
+        default=60.0, validator=_in_range(0.1, 1e6), metadata=_help("seconds to wait for an API answer")
+    )
+    api_max_retries: int = attrs.field(
+        default=5,
+        validator=_non_negative,
+        metadata=_help("retries of an API request on 429, 5xx, timeouts (exponential backoff, Retry-After)"),
+    )
+    api_max_tokens: int | None = attrs.field(
+        default=None,
+        validator=_positive,
+        metadata=_help("max new tokens per turn of API opponents (default: max_generation_len)"),
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.mini_batch_size > self.batch_size:
@@ -372,9 +409,11 @@ class RunConfig:
         for name in self.fixed_opponents:
             if str(name).startswith(API_ONLY_MODELS):
                 raise ConfigError(
-                    f"fixed_opponents: {name!r} is an API model (the reference played it through OpenRouter); "
-                    "unstable plays local models only: use 'base', a LoRA folder or a hub model id"
+                    f"fixed_opponents: {name!r} is an API model (the reference played it through OpenRouter): "
+                    f"use --fixed-opponent {API_PREFIX}{name} --base-url {OPENROUTER_URL} "
+                    "--api-key-env OPENROUTER_API_KEY"
                 )
+        self._check_api_settings()
         self._check_vllm_config()
         unknown = set(self.lora_config) - set(DEFAULT_LORA_CFG)
         if unknown:
@@ -393,6 +432,33 @@ class RunConfig:
         for stage in ("final", "step", "sampling"):
             for t in getattr(self, f"{stage}_transforms"):
                 parse_transform(t)
+
+    def _check_api_settings(self) -> None:
+        """The trained model is local; API opponents get a base URL (from $OPENAI_BASE_URL when not given)."""
+        from unstable_core.inference.openai_api import check_base_url, default_base_url
+
+        if is_api_model(self.model_name):
+            raise ConfigError(
+                f"model_name {self.model_name!r} is an API model: it cannot be trained (no weights, no token "
+                "log-probs); train a local model and play it as --fixed-opponent"
+            )
+        if not ENV_NAME.fullmatch(str(self.api_key_env)):
+            # never repeat the value: it may be the key itself, given by mistake
+            raise ConfigError(
+                "api_key_env takes the NAME of an environment variable (such as OPENAI_API_KEY), not a key; "
+                "export the key in that variable"
+            )
+        if self.base_url is None and any(is_api_model(n) for n in self.api_models()):
+            self.base_url = default_base_url()
+        if self.base_url is not None:
+            problem = check_base_url(self.base_url)
+            if problem:
+                raise ConfigError(problem)
+
+    def api_models(self) -> list[str]:
+        """The openai:MODEL opponents of the run (fixed opponents and eval envs' opponents)."""
+        names = list(self.fixed_opponents) + [e.fixed_opponent for e in self.eval_specs()]
+        return list(dict.fromkeys(n for n in names if is_api_model(n)))
 
     def _check_vllm_config(self) -> None:
         """What is left in vllm_config after the reference's keys were mapped must be vllm backend options."""

@@ -13,6 +13,12 @@ import attrs
 from unstable_core.errors import UnstableError
 
 DEFAULT_MODEL = "smollm2-135m"
+API_PREFIX = "openai:"  # `openai:MODEL`: a model served by an OpenAI-compatible HTTP server
+
+
+def is_api_model(name: object) -> bool:
+    """True for `openai:MODEL`, a model played through an OpenAI-compatible API (never trained)."""
+    return isinstance(name, str) and name.startswith(API_PREFIX)
 
 
 @attrs.frozen
@@ -53,6 +59,11 @@ def resolve_model(name: str) -> ResolvedModel:
     """Resolve an alias, a local folder (or GGUF file) or a hub id, without loading anything."""
     if not name:
         raise UnstableError(f"no model given; use a hub id, a local folder, or the alias {DEFAULT_MODEL!r}")
+    if is_api_model(name):
+        raise UnstableError(
+            f"{name!r} is served over HTTP and has no local weights: it can be an opponent, not a model "
+            "to load or train"
+        )
     alias = ALIASES.get(name)
     if alias is not None:
         spec = importlib.util.find_spec(
@@ -77,7 +88,12 @@ def resolve_model(name: str) -> ResolvedModel:
 
 
 def load_tokenizer(name: str) -> Any:
-    """The tokenizer of a model, with a pad token (the EOS token when the model has none)."""
+    """The tokenizer of a model, with a pad token (the EOS token when the model has none); for an API model
+    (`openai:MODEL`) the byte-level `MessagesTokenizer`, which keeps chat messages for the API."""
+    if is_api_model(name):
+        from unstable_core.inference.chat_prompt import MessagesTokenizer
+
+        return MessagesTokenizer(name)
     from transformers import AutoTokenizer
 
     resolved = resolve_model(name)

@@ -171,6 +171,11 @@ class _Game:
             prompt_ids=tuple(prompt_ids), lora_path=self.lora_paths[pid], params=self.params
         )
         output = await _generate(self.generate[pid], request, pid)
+        if player.collect_data and not output.token_ids:
+            raise GameFailed(
+                f"seat {pid} ({player.model_uid}) collects training data but its backend returned no token "
+                "ids: a text-only (API) model can be an opponent, never a trained seat"
+            )
         action, format_ok = extract_action(output.text)
         return Step(
             pid=pid,

@@ -18,6 +18,7 @@ import attrs
 from unstable_core.config import RunConfig, config_from_dict, merge_layers, parse_transform
 from unstable_core.errors import ConfigError, UnstableError
 from unstable_core.inference.vllm import vllm_max_lora_rank
+from unstable_core.models import is_api_model
 from unstable_core.plugins import get_registry
 from unstable_core.rewards import check_stage
 from unstable_core.runtime.cluster import start_ray
@@ -107,6 +108,10 @@ class Run:
         self.run_dir = run_dir_of(cfg)
         self.components = Components.resolve(cfg, self.run_dir, learner=learn)
         check_backend_available(cfg.backend, cfg.device, cfg.ray_address)
+        if cfg.api_models():
+            from unstable_core.inference.engines import check_api_models
+
+            check_api_models(cfg)  # a bad key, URL or model name stops the run before Ray starts
         self.run_dir.mkdir(
             parents=True, exist_ok=True
         )  # only once the config resolved: no empty dir on errors
@@ -163,7 +168,7 @@ class Run:
                 "backend vllm needs a GPU, but the run is placed on the CPU "
                 f"(device {self.cfg.device or 'auto'}, the Ray cluster has {gpus:g} GPUs): use --backend transformers"
             )
-        others = len(self._engines()) - 1
+        others = sum(not is_api_model(m) for m in self._engines().values()) - 1  # API engines need no GPU
         plan = plan_placement(
             gpus,
             use_gpu=use_gpu,
@@ -217,6 +222,7 @@ class Run:
         import ray
 
         from unstable_core.inference.base import SamplingParams
+        from unstable_core.inference.engines import engine_spec
         from unstable_core.runtime.buffer import BUFFERS
         from unstable_core.runtime.collector import Collector
         from unstable_core.runtime.inference_actor import create_inference_actor
@@ -262,12 +268,13 @@ class Run:
         backend_kwargs = self.backend_kwargs(placement)
         gpu = placement.inference_gpus
         for key, model in self._engines().items():
+            spec = engine_spec(model, cfg, backend_kwargs)
             engines[key] = [
                 create_inference_actor(
-                    cfg.backend,
-                    {"model": model, **backend_kwargs},
-                    num_gpus=gpu,
-                    torch_threads=None if gpu else threads,
+                    spec.backend,
+                    spec.kwargs,
+                    num_gpus=0 if spec.remote else gpu,
+                    torch_threads=None if gpu or spec.remote else threads,
                 )
                 for _ in range(placement.num_inference_actors if key == "main" else 1)
             ]

@@ -1,0 +1,326 @@
+"""The OpenAI-compatible backend against a real HTTP server on 127.0.0.1 (`FakeOpenAIServer`, a fake of the
+chat-completions boundary): completions, retries on 429/5xx/timeouts, one-line errors, the concurrency limit."""
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import tomllib
+
+from unstable_core.errors import UnstableError
+from unstable_core.games.templates import render_prompt
+from unstable_core.inference.base import GenerationRequest, SamplingParams
+from unstable_core.inference.chat_prompt import MessagesTokenizer, prompt_messages
+from unstable_core.inference.openai_api import ApiError, OpenAIBackend, check_api_model, retry_after_s
+from unstable_core.io import read_jsonl
+from unstable_core.models import load_tokenizer
+from unstable_core.testing_openai import FakeOpenAIServer, Scripted
+
+OBS = "Current Board: ...\nAvailable Moves: '[2]', '[5]'"
+KEY_ENV = "UNSTABLE_TEST_API_KEY"
+SECRET = "sk-test-secret-0123456789"
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAIServer(models=("some-model", "other")) as s:
+        yield s
+
+
+def request(template="default", temperature=0.5, max_tokens=32):
+    _, ids = render_prompt(template, OBS, MessagesTokenizer())
+    return GenerationRequest(ids, params=SamplingParams(temperature=temperature, max_tokens=max_tokens))
+
+
+def generate(backend, requests):
+    async def go():
+        try:
+            return await asyncio.gather(*(backend.generate(r) for r in requests))
+        finally:
+            await backend.close()
+
+    return asyncio.run(go())
+
+
+def backend_for(server, model="openai:some-model", **kw):
+    kw = {"backoff_s": 0.01, "timeout_s": 5.0, "max_retries": 2, "api_key_env": KEY_ENV, **kw}
+    return OpenAIBackend(model, base_url=server.base_url, **kw)
+
+
+def test_a_completion_sends_the_templates_chat_messages_and_the_key(server, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    [out] = generate(backend_for(server), [request()])
+    assert (out.text, out.finish_reason, out.token_ids, out.logprobs) == (
+        "I play \\boxed{[2]}",
+        "stop",
+        [],
+        [],
+    )
+    [sent] = server.chat_requests()
+    body = sent["body"]
+    assert body["model"] == "some-model" and body["temperature"] == 0.5 and body["max_tokens"] == 32
+    assert "top_p" not in body and "seed" not in body  # defaults are the server's
+    # the default template's one user message, as messages (not a string rendered for another model)
+    assert [m["role"] for m in body["messages"]] == ["user"]
+    assert (
+        body["messages"][0]["content"].startswith("You are playing a game.")
+        and OBS in body["messages"][0]["content"]
+    )
+    assert sent["headers"]["Authorization"] == f"Bearer {SECRET}"
+
+
+def test_a_fixed_string_template_is_sent_verbatim_as_one_user_message():
+    text, ids = render_prompt("qwen3-zs", OBS, MessagesTokenizer())
+    assert MessagesTokenizer().decode(ids) == text
+    assert prompt_messages(text) == [{"role": "user", "content": text}]
+    assert load_tokenizer("openai:x").__class__ is MessagesTokenizer
+
+
+def test_429_is_retried_after_the_servers_retry_after(server):
+    server.fail(Scripted(429, headers={"Retry-After": "1"}, body={"error": {"message": "rate limited"}}))
+    backend = backend_for(server)
+    start = time.monotonic()
+    [out] = generate(backend, [request()])
+    assert out.finish_reason == "stop" and out.text.endswith("\\boxed{[2]}")
+    assert time.monotonic() - start >= 1.0  # Retry-After: 1, not the 0.01 s backoff
+    assert len(server.chat_requests()) == 2 and backend.client.retries == 1
+
+
+def test_5xx_retries_exhausted_give_a_clear_error(server):
+    server.fail(*[Scripted(503, body={"error": {"message": "overloaded"}})] * 3)
+    [out] = generate(backend_for(server, max_retries=2), [request()])
+    assert out.finish_reason == "error" and len(server.chat_requests()) == 3
+    assert "HTTP 503 (overloaded) after 3 attempts" in out.error and "\n" not in out.error
+
+
+def test_a_timeout_is_retried_then_a_clear_error(server):
+    server.delay_s = 1.5
+    start = time.monotonic()
+    [out] = generate(backend_for(server, timeout_s=0.3, max_retries=1), [request()])
+    assert out.finish_reason == "error" and len(server.chat_requests()) == 2
+    assert "no answer within 0.3 s after 2 attempts" in out.error and "--api-timeout-s" in out.error
+    assert time.monotonic() - start < 1.5  # the client gave up at its timeout, twice
+
+
+def test_a_refused_key_names_the_variable_not_the_key(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    with FakeOpenAIServer(key="the-right-key") as server:
+        [out] = generate(backend_for(server), [request()])
+        assert len(server.chat_requests()) == 1  # a bad key is not retried
+    assert out.finish_reason == "error" and "\n" not in out.error
+    assert f"refused the API key in ${KEY_ENV} (HTTP 401" in out.error and SECRET not in out.error
+
+
+def test_a_missing_key_says_to_export_it(monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    with FakeOpenAIServer(key="the-right-key") as server:
+        [out] = generate(backend_for(server), [request()])
+        assert "Authorization" not in server.chat_requests()[0]["headers"]
+    assert f"${KEY_ENV} is not set: export {KEY_ENV}=<your key>" in out.error
+
+
+def test_an_unknown_model_names_the_model_and_the_server(server):
+    [out] = generate(backend_for(server, model="openai:nope"), [request()])
+    assert out.finish_reason == "error" and len(server.chat_requests()) == 1
+    assert (
+        f"model 'nope' not found at {server.base_url} (HTTP 404: The model `nope` does not exist)"
+        in out.error
+    )
+
+
+def test_the_concurrency_limit_holds(server):
+    server.delay_s = 0.3
+    backend = backend_for(server, concurrency=3)
+    outs = generate(backend, [request() for _ in range(10)])
+    assert all(o.finish_reason == "stop" for o in outs) and len(server.chat_requests()) == 10
+    assert server.max_in_flight == 3
+    assert backend.stats()["api_completion_tokens"] == 70  # the fake's usage: 7 per completion
+
+
+def test_an_adapter_request_fails_without_calling_the_server(server):
+    _, ids = render_prompt("default", OBS, MessagesTokenizer())
+    [out] = generate(backend_for(server), [GenerationRequest(ids, lora_path="/some/adapter")])
+    assert out.finish_reason == "error" and "cannot load the LoRA adapter" in out.error
+    assert server.chat_requests() == []
+
+
+def test_the_preflight_check_lists_what_is_served(server, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    check_api_model("openai:some-model", server.base_url, api_key_env=KEY_ENV)
+    with pytest.raises(ApiError, match=r"model 'nope' is not served at .* \(it serves some-model, other\)"):
+        check_api_model("openai:nope", server.base_url, api_key_env=KEY_ENV)
+
+
+def test_an_unreachable_server_is_a_clear_error():
+    with FakeOpenAIServer() as server:
+        url = server.base_url  # the port is free again once the server is closed
+    with pytest.raises(
+        ApiError, match=r"cannot connect: .* after 2 attempts; start the server, fix --base-url"
+    ):
+        check_api_model("openai:x", url, max_retries=1, backoff_s=0.01)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["ftp://host/v1", "127.0.0.1:8080/v1", "http://user:pw@host/v1"],
+    ids=["scheme", "no-scheme", "credentials"],
+)
+def test_bad_base_urls_are_refused(url):
+    with pytest.raises(UnstableError, match="base_url must") as info:
+        OpenAIBackend("openai:x", base_url=url)
+    assert "pw" not in str(info.value)
+
+
+def test_retry_after_reads_seconds_and_dates():
+    assert retry_after_s("2.5") == 2.5 and retry_after_s(None) is None and retry_after_s("soon") is None
+    assert 0 <= retry_after_s("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past: at once
+
+
+# ---- the API model in games and runs: an opponent, never training data
+
+
+def test_an_api_seat_plays_with_a_local_model_and_only_the_local_seat_is_training_data(server, tiny_model):
+    from unstable_core.games.loop import play_game
+    from unstable_core.inference.hf import TransformersBackend
+    from unstable_core.runtime.buffer import StepBuffer
+    from unstable_core.types import GameSpec, PlayerSpec
+
+    async def go(collect):
+        local = TransformersBackend(tiny_model, device="cpu")
+        api = backend_for(server)
+        spec = GameSpec(
+            game_idx=0,
+            env_id="TicTacToe-v0-train",
+            seed=3,
+            # the API seat moves first (seat 0), so it plays whatever the random tiny model does
+            players=[PlayerSpec(0, "openai:some-model", collect), PlayerSpec(1, "ckpt-0", collect_data=True)],
+        )
+        try:
+            return await play_game(
+                spec,
+                {0: api.generate, 1: local.generate},
+                {0: api.tokenizer, 1: local.tokenizer},
+                lora_paths={0: None, 1: None},
+                policy_versions={0: -1, 1: 0},
+                params=SamplingParams(temperature=1.0, max_tokens=8),
+                error_allowance=None,  # the random tiny model gets its retries: the API seat gets turns
+            )
+        finally:
+            await asyncio.gather(local.close(), api.close())
+
+    result = asyncio.run(go(False))
+    assert not result.info.failed, result.info.error
+    api_steps = [s for t in result.trajectories if t.pid == 0 for s in t.steps]
+    assert api_steps and all(s.completion_ids == [] and s.act.startswith("I play") for s in api_steps)
+    buffer = StepBuffer(100)
+    buffer.add_result(result)
+    served = buffer.get_batch(buffer.size())
+    assert served and {s.pid for s in served} == {1} and all(s.completion_ids for s in served)
+
+    trained = asyncio.run(go(True))  # an API model at a trained seat: the game fails, saying why
+    assert trained.info.failed and "a text-only (API) model can be an opponent, never a trained seat" in (
+        trained.info.error
+    )
+
+
+def test_unstable_run_against_an_api_opponent(tiny_model, tmp_path):
+    """`unstable run --fixed-opponent openai:some-model --base-url ...` end to end: games against the API
+    complete, its seats never reach the learner, the key stays out of the run directory, and (stdout is a
+    pipe here) plain progress lines show the run's life."""
+    with FakeOpenAIServer(key=SECRET) as server:
+        cmd = [
+            sys.executable, "-m", "unstable_core", "run", "--model", tiny_model, "--runs-dir", str(tmp_path),
+            "--run-name", "api", "--fixed-opponent", "openai:some-model", "--base-url", server.base_url,
+            "--sampler", "fixed", "--api-key-env", KEY_ENV, "--learning-steps", "1", "--batch-size", "4",
+            "--mini-batch-size", "2", "--max-generation-len", "8", "--num-train-workers", "4",
+            "--num-eval-workers", "1", "--device", "cpu", "--lora-config", '{"lora_rank": 4, "lora_alpha": 8}',
+            "--progress-every-s", "1",
+        ]  # fmt: skip
+        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", KEY_ENV: SECRET}
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env=env)
+        chat_calls = len(server.chat_requests())
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    run_dir = tmp_path / "api"
+
+    games = [g for g in read_jsonl(run_dir / "games" / "games.jsonl") if not g["info"]["failed"]]
+    api_turns = 0
+    for g in games:
+        assert sorted(g["info"]["models"].values())[1] == "openai:some-model"
+        for t in g["trajectories"]:
+            if t["model_uid"] == "openai:some-model":
+                assert not t["collect_data"] and all(s["completion_ids"] == [] for s in t["steps"])
+                api_turns += len(t["steps"])
+            else:
+                assert t["collect_data"] and all(s["completion_ids"] for s in t["steps"])
+    assert api_turns >= 1 and chat_calls >= api_turns  # every API turn was a request to the server
+    assert any(g["info"]["eval"] for g in games) or chat_calls > 0
+    [metrics] = read_jsonl(run_dir / "metrics.jsonl")
+    assert metrics["step"] == 1 and metrics["learner/batch_steps"] >= 4
+
+    cfg = tomllib.loads((run_dir / "config.toml").read_text())
+    assert (cfg["base_url"], cfg["api_key_env"]) == (server.base_url, KEY_ENV)
+    for path in run_dir.rglob("*"):  # the key is nowhere in the run directory
+        assert not path.is_file() or SECRET.encode() not in path.read_bytes(), path
+    assert SECRET not in proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("[") and "| games train" in line]
+    assert lines and "step 0/1" in lines[0]
+
+
+# ---- configuration
+
+
+def test_the_base_url_comes_from_the_environment_when_not_given(monkeypatch):
+    from unstable_core.config import RunConfig
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    assert RunConfig(fixed_opponents=["openai:m"], sampler="fixed").base_url == "http://127.0.0.1:9/v1"
+    assert RunConfig(fixed_opponents=["openai:m"], base_url="https://openrouter.ai/api/v1").base_url == (
+        "https://openrouter.ai/api/v1"
+    )
+    assert RunConfig().base_url is None  # no API model: nothing to resolve
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"api_key_env": SECRET + "!"}, "api_key_env takes the NAME of an environment variable"),
+        ({"model_name": "openai:m"}, "is an API model: it cannot be trained"),
+        (
+            {"fixed_opponents": ["google/gemini-2.0-flash-lite-001"]},
+            "use --fixed-opponent openai:google/gemini",
+        ),
+        ({"fixed_opponents": ["openai:m"], "base_url": "localhost:8080"}, "base_url must be an http://"),
+    ],
+    ids=["key-as-variable-name", "train-an-api-model", "reference-api-opponent", "url-without-scheme"],
+)
+def test_api_settings_errors_are_one_line(kwargs, expected):
+    from unstable_core.config import RunConfig
+
+    with pytest.raises(UnstableError) as info:
+        RunConfig(**kwargs)
+    assert expected in str(info.value) and SECRET not in str(info.value) and "\n" not in str(info.value)
+
+
+def test_plain_progress_prints_a_line_every_few_seconds(capsys):
+    from unstable_core.commands import _PlainProgress
+
+    clock = iter([100.0, 101.0, 103.5, 104.0])
+    show = _PlainProgress(learning_steps=3, every_s=2.5, clock=lambda: next(clock))
+    snap = {
+        "elapsed_s": 12,
+        "learner_step": 1,
+        "counts": {"train_games": 9, "train_failed": 1},
+        "means": {"train/TicTacToe-v0-train/invalid_move_rate": 0.25},
+        "inference": {"tokens_per_s": 41.0},
+    }
+    for _ in range(4):
+        show(snap)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2  # at 100 s and 103.5 s
+    assert lines[0] == (
+        "[    12 s] | step 1/3 | games train 9 (failed 1) eval 0 (failed 0) | "
+        "train/TicTacToe-v0-train/invalid_move_rate 0.250 | tokens/s 41.0"
+    )
