@@ -171,7 +171,10 @@ def test_tictactoe_to_the_end_with_an_invalid_retry(tokenizer):
         assert step.policy_version == 3 - step.pid
         assert step.model_uid == ("ckpt-3" if step.pid == 0 else "opponent")
         assert step.game_idx == 7
-        assert step.step_info == {"finish_reason": "stop"}
+        assert step.step_info == {
+            "finish_reason": "stop",
+            "seed": 11,
+        }  # the game seed groups steps (group-relative)
     assert "Player 0 placed their symbol (O) in cell 4." in steps[1].obs
 
     p0, p1 = result.trajectories
@@ -433,7 +436,11 @@ class ExtraInfo(ta.Wrapper):
 def test_env_step_info_is_kept_json_ready(tokenizer):
     replies = ["\\boxed{0}", "\\boxed{3}", "\\boxed{1}", "\\boxed{4}", "\\boxed{2}"]
     result, _ = play(tokenizer, replies, env_factory=lambda env_id: ExtraInfo(ta.make(env_id), {"score": 2}))
-    assert result.trajectories[0].steps[0].step_info == {"finish_reason": "stop", "env": {"score": 2}}
+    assert result.trajectories[0].steps[0].step_info == {
+        "finish_reason": "stop",
+        "seed": 11,
+        "env": {"score": 2},
+    }
     result, _ = play(tokenizer, replies, env_factory=lambda env_id: ExtraInfo(ta.make(env_id), {"s": {1, 2}}))
     assert result.trajectories[0].steps[0].step_info["env"] == "{'s': {1, 2}}"
 

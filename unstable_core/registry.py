@@ -43,6 +43,7 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
             "penalty-for-invalid-move",
             "normalize",
             "normalize-by-env",
+            "group-relative",
         )
     },
 }

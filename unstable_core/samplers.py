@@ -52,6 +52,11 @@ class BaseEnvSampler:
         """The spec of the next training (`kind="train"`) or evaluation (`kind="eval"`) game."""
         raise NotImplementedError
 
+    def game_seed(self, fresh_seed: int) -> int:
+        """The seed of the training game just sampled, given a fresh one from the scheduler (which also
+        seeds the seat assignment); a sampler that replays seeds (GRPO's groups) returns an earlier one."""
+        return fresh_seed
+
     def update(self, info: GameInformation) -> None:
         """Learn from a finished game (for adaptive curricula); nothing by default."""
 

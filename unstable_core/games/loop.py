@@ -191,7 +191,7 @@ class _Game:
             policy_version=self.policy_versions[pid],
             game_idx=self.spec.game_idx,
             turn=turn,
-            step_info={"finish_reason": output.finish_reason},
+            step_info={"finish_reason": output.finish_reason, "seed": self.spec.seed},
         )
 
     def result(self, error: str | None, duration_s: float) -> GameResult:

@@ -12,7 +12,8 @@ from unstable_core.types import GameSpec, PlayerSpec
 
 class GameScheduler:
     """Turns the samplers' choices into concrete games. Game indices are unique across `num_shards`
-    schedulers (one per collector) and each game's seed depends only on the run seed and its index."""
+    schedulers (one per collector) and each game's seed depends only on the run seed and its index
+    (unless the env sampler replays an earlier game's seed: `game_seed`)."""
 
     def __init__(
         self,
@@ -38,7 +39,8 @@ class GameScheduler:
         """A training game: the current checkpoint at `num_actors` random seats, sampled opponents elsewhere."""
         env = self.env_sampler.sample("train")
         idx = self._new_index()
-        rng = random.Random(self._seed_of(idx))
+        seed = self.env_sampler.game_seed(self._seed_of(idx))
+        rng = random.Random(seed)  # a replayed seed also replays the seats
         current = registry.get_current_ckpt()
         if current is None:
             raise UnstableError(
@@ -58,7 +60,7 @@ class GameScheduler:
                     PlayerSpec(pid, opponent, collect_data=False, prompt_template=env.prompt_template)
                 )
         players.sort(key=lambda p: p.pid)
-        return GameSpec(game_idx=idx, env_id=env.env_id, seed=self._seed_of(idx), players=players)
+        return GameSpec(game_idx=idx, env_id=env.env_id, seed=seed, players=players)
 
     def next_eval(self, registry: ModelRegistry) -> GameSpec:
         """An evaluation game: the current checkpoint against the env's fixed opponent (or a sampled one)."""

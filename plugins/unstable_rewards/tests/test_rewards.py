@@ -11,6 +11,7 @@ from unstable_rewards import (
     ComposeFinalRewardTransforms,
     ComposeSamplingRewardTransforms,
     ComposeStepRewardTransforms,
+    GroupRelative,
     NormalizeRewards,
     NormalizeRewardsByEnv,
     PenaltyForInvalidMove,
@@ -206,6 +207,58 @@ def make_steps(rewards: list[float], envs: list[str] | None = None) -> list[Step
     ]
 
 
+def seeded_steps(rows: list[tuple[str, int, int, int, float]]) -> list[Step]:
+    """Steps of (env, seed, seat, turn, reward), the seed recorded by the game loop in step_info."""
+    return [
+        Step(pid=pid, env_id=env, obs="o", act="a", reward=r, prompt_ids=[1, pid, turn], game_idx=i, turn=turn,
+             step_info={"finish_reason": "stop", "seed": seed})
+        for i, (env, seed, pid, turn, r) in enumerate(rows)
+    ]  # fmt: skip
+
+
+def test_group_relative_centres_within_seed_seat_and_turn_groups():
+    steps = seeded_steps(
+        [
+            ("A", 7, 0, 0, 1.0),
+            ("A", 7, 0, 0, -1.0),
+            ("A", 7, 1, 0, 5.0),  # another seat of the same seed: its own group (of one)
+            ("A", 7, 0, 0, 1.0),
+            ("B", 7, 0, 0, 3.0),  # same seed number in another env: another group
+            ("A", 8, 0, 0, 2.0),
+            ("A", 7, 0, 1, 4.0),  # a later turn: another group
+            ("A", 8, 0, 0, 0.0),
+            ("A", 7, 0, 0, 1.0),
+        ]
+    )
+    out = GroupRelative()(steps)
+    # (A, 7, 0, 0): [1, -1, 1, 1], mean 0.5; (A, 8, 0, 0): [2, 0], mean 1; the groups of one: 0
+    assert [s.reward for s in out] == pytest.approx([0.5, -1.5, 0.0, 0.5, 0.0, 1.0, 0.0, -1.0, 0.5])
+    assert [s.reward for s in steps][:2] == [1.0, -1.0] and out[2].pid == 1  # inputs untouched, order kept
+    z = GroupRelative(z_score=True)(steps)
+    sigma = math.sqrt((3 * 0.5**2 + 1.5**2) / 4)  # population std of [1, -1, 1, 1] = sqrt(0.75)
+    assert z[0].reward == pytest.approx(0.5 / sigma) and z[1].reward == pytest.approx(-1.5 / sigma)
+    assert z[5].reward == pytest.approx(1.0) and z[7].reward == pytest.approx(-1.0)  # std of [2, 0] is 1
+
+
+def test_group_relative_by_prompt_groups_identical_prompt_ids():
+    steps = seeded_steps([("A", 1, 0, 0, 1.0), ("A", 2, 0, 0, 0.0), ("A", 3, 0, 1, 5.0)])
+    steps[2].prompt_ids = [9]
+    out = GroupRelative(by="prompt")(steps)  # different seeds, the same prompt [1, 0, 0]
+    assert [s.reward for s in out] == pytest.approx([0.5, -0.5, 0.0])
+    assert [s.reward for s in GroupRelative()(steps)] == [0.0, 0.0, 0.0]  # by seed: three groups of one
+
+
+def test_group_relative_errors_name_the_fix():
+    with pytest.raises(UnstableError, match="has no game seed in step_info; use group-relative:by=prompt"):
+        GroupRelative()(make_steps([1.0, 2.0]))
+    with pytest.raises(ConfigError, match="by must be one of seed, prompt, got 'turn'"):
+        GroupRelative(by="turn")
+    with pytest.raises(ConfigError, match="z_score must be true or false"):
+        GroupRelative(z_score="yes")
+    with pytest.raises(UnstableError, match="reward must be a finite number"):
+        GroupRelative()(seeded_steps([("A", 1, 0, 0, math.nan)]))
+
+
 def test_normalize_mean_centres_the_batch():
     steps = make_steps([2, 4, 4, 4, 5, 5, 7, 9])
     out = NormalizeRewards()(steps)
@@ -333,9 +386,10 @@ def only_this_plugin(monkeypatch):
     plugins.reset()
 
 
-def test_the_installed_plugin_registers_all_seven_transforms(only_this_plugin):
+def test_the_installed_plugin_registers_all_eight_transforms(only_this_plugin):
     registry = only_this_plugin
     names = [
+        "group-relative",
         "normalize",
         "normalize-by-env",
         "penalty-for-invalid-move",
@@ -366,6 +420,7 @@ def test_registered_transforms_have_their_stage_and_build_from_keyword_params(on
         "penalty-for-invalid-move": "step",
         "normalize": "sampling",
         "normalize-by-env": "sampling",
+        "group-relative": "sampling",
     }
     params = {"reward": 1, "penalty": -1}  # as read from TOML
     t = only_this_plugin.load("reward_transform", "reward-for-format")(**params)

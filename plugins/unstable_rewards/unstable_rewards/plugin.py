@@ -34,6 +34,10 @@ TRANSFORMS: dict[str, tuple[str, str]] = {
         "unstable_rewards.sampling:NormalizeRewardsByEnv",
         "sampling: mean-centre (or z-score) rewards per env id (z_score=false; run default z_score=true as the reference's build())",
     ),
+    "group-relative": (
+        "unstable_rewards.sampling:GroupRelative",
+        "sampling: GRPO's group-relative advantage, centred (or z-scored) per (env, seed, seat, turn) or per identical prompt (by=seed, z_score=false)",
+    ),
 }
 
 

@@ -118,3 +118,36 @@ def test_adaptive_state_round_trip_keeps_the_window():
     assert restored.win_rate("A-v0") == 0.0
     with pytest.raises(UnstableError, match="not a saved sampler state"):
         restored.load_state_dict({"outcomes": ["x"]})
+
+
+@pytest.mark.parametrize("cls", [UniformRandomEnvSampler, AdaptiveEnvSampler])
+def test_repeat_plays_each_seed_and_seating_g_times_in_a_row(cls):
+    """With repeat=3 the scheduler's games come in runs of 3 with the same env, seed and seats (GRPO groups)."""
+    from unstable_samplers.model import MirrorModelSampler
+
+    from unstable_core.model_registry import ModelRegistry
+    from unstable_core.runtime.scheduler import GameScheduler
+
+    registry = ModelRegistry()
+    registry.add_checkpoint("ckpt-0", None, 0, inherit=False)
+    two = [
+        TrainEnvSpec("A-v0", num_players=2, num_actors=1),
+        TrainEnvSpec("B-v0", num_players=2, num_actors=1),
+    ]
+    scheduler = GameScheduler(cls(two, seed=1, repeat=3), MirrorModelSampler(seed=1), seed=5)
+    games = [scheduler.next_train(registry) for _ in range(12)]
+    keys = [(g.env_id, g.seed, tuple(p.collect_data for p in g.players)) for g in games]
+    groups = [keys[i : i + 3] for i in range(0, 12, 3)]
+    assert all(len(set(group)) == 1 for group in groups)  # one env, seed and seating per group
+    assert len({group[0][1] for group in groups}) == 4  # a fresh seed for every group
+    assert [g.game_idx for g in games] == list(range(12))  # game indices stay unique
+
+    plain = GameScheduler(cls(two, seed=1), MirrorModelSampler(seed=1), seed=5)
+    seeds = [plain.next_train(registry).seed for _ in range(6)]
+    assert len(set(seeds)) == 6 and seeds[0] == keys[0][1]  # repeat=1: every game its own seed, as before
+
+
+@pytest.mark.parametrize("repeat", [0, -2, 1.5, True, "3"])
+def test_repeat_must_be_a_positive_integer(repeat):
+    with pytest.raises(UnstableError, match="repeat must be an integer >= 1"):
+        UniformRandomEnvSampler(TRAIN, repeat=repeat)

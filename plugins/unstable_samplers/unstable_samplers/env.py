@@ -18,7 +18,35 @@ from unstable_core.types import EvalEnvSpec, GameInformation, TrainEnvSpec
 
 
 class UniformRandomEnvSampler(BaseEnvSampler):
-    """Training games: every training environment equally likely; evaluation games: every eval env likewise."""
+    """Training games: every training environment equally likely; evaluation games: every eval env likewise.
+
+    `repeat` = G > 1 plays each drawn (environment, seed, seat assignment) G times in a row, so that the
+    `group-relative` reward transform finds groups of G games of the same seed (GRPO's G samples per prompt).
+    """
+
+    def __init__(
+        self,
+        train_env_specs: Sequence[TrainEnvSpec],
+        eval_env_specs: Sequence[EvalEnvSpec] = (),
+        seed: int = 0,
+        repeat: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(train_env_specs, eval_env_specs, seed, **kwargs)
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+            raise UnstableError(
+                f"{type(self).__name__}: repeat must be an integer >= 1 (games per seed), got {repeat!r}"
+            )
+        self.repeat = repeat
+        self._current: TrainEnvSpec | None = None
+        self._left = 0  # games still to play with the current environment and seed
+        self._seed: int | None = None
+
+    def game_seed(self, fresh_seed: int) -> int:
+        """The current group's seed: the fresh one for the first of its `repeat` games."""
+        if self._seed is None:
+            self._seed = fresh_seed
+        return self._seed
 
     def probabilities(self) -> list[float]:
         """The probability of each training spec (aligned with `train_env_specs`)."""
@@ -35,7 +63,11 @@ class UniformRandomEnvSampler(BaseEnvSampler):
                     "environment; add one with --eval-env or run no evaluation games"
                 )
             return self.rng.choice(self.eval_env_specs)
-        return self.rng.choices(self.train_env_specs, weights=self.probabilities())[0]
+        if self._left == 0:
+            self._current = self.rng.choices(self.train_env_specs, weights=self.probabilities())[0]
+            self._left, self._seed = self.repeat, None
+        self._left -= 1
+        return self._current
 
 
 def learner_outcome(info: GameInformation) -> float | None:
