@@ -44,7 +44,7 @@ def check_run_dir(run_dir: Path, tiny_model: str, learner: str) -> tuple[list[di
             lora_a = [k for k in f.keys() if "lora_A" in k]  # noqa: SIM118 (not a dict)
             assert lora_a and all(f.get_tensor(k).shape[0] == 4 for k in lora_a)  # --lora-config rank 4
 
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    metrics = [m for m in read_jsonl(run_dir / "metrics.jsonl") if "learner/loss" in m]
     assert [m["step"] for m in metrics] == [1, 2]
     for m in metrics:
         assert m["learner/batch_steps"] >= 4 and math.isfinite(m["learner/grad_norm"])
@@ -69,8 +69,24 @@ def check_run_dir(run_dir: Path, tiny_model: str, learner: str) -> tuple[list[di
 
 
 def test_unstable_run_reinforce_mirror_self_play(tiny_model, tmp_path):
-    unstable_run(tiny_model, tmp_path, "--run-name", "reinforce")
+    unstable_run(tiny_model, tmp_path, "--run-name", "reinforce", "--eval-every", "1", "--eval-games", "4")
     finished, registry = check_run_dir(tmp_path / "reinforce", tiny_model, "reinforce")
+    # scheduled evaluation: 4 games of checkpoint 1 and of checkpoint 2 against base, seats alternated,
+    # logged against the checkpoint with their counts and interval; no trickle of other eval games
+    evals = {
+        m["step"]: m for m in read_jsonl(tmp_path / "reinforce" / "metrics.jsonl") if "learner/loss" not in m
+    }
+    key = "eval/TicTacToe-v0-train/vs_base"
+    assert sorted(evals) == [1, 2]
+    for m in evals.values():
+        assert (m[f"{key}/games"], m[f"{key}/failed"]) == (4, 0)
+        assert m[f"{key}/wins"] + m[f"{key}/draws"] + m[f"{key}/losses"] == 4
+        assert m[f"{key}/win_rate_lo"] <= m[f"{key}/win_rate"] <= m[f"{key}/win_rate_hi"]
+    eval_games = [g for g in finished if g["info"]["eval"]]
+    assert len(eval_games) == 8
+    for version in (1, 2):
+        mine = [g for g in eval_games if f"ckpt-{version}" in g["info"]["models"].values()]
+        assert sorted(g["info"]["learner_pids"][0] for g in mine) == [0, 0, 1, 1]
     train = [g for g in finished if not g["info"]["eval"]]
     assert train
     for g in train:  # mirror self-play: one checkpoint at every seat, every seat learns

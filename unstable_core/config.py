@@ -287,6 +287,19 @@ class RunConfig:
             "evaluation games in flight (against the fixed opponent, default the base model: this moves the ratings)"
         ),
     )
+    eval_every: int | None = attrs.field(
+        default=None,
+        validator=_positive,
+        metadata=_help(
+            "evaluate checkpoint K, 2K, ... (K learner steps): --eval-games games against each eval opponent "
+            "on each eval env, --num-eval-workers in flight; replaces the trickle of evaluation games"
+        ),
+    )
+    eval_games: int = attrs.field(
+        default=16,
+        validator=_positive,
+        metadata=_help("games per eval env and opponent of each scheduled evaluation (seats alternated)"),
+    )
     num_collectors: int = attrs.field(
         default=1, validator=_positive, metadata=_help("collector actors sharing the games")
     )
@@ -402,6 +415,10 @@ class RunConfig:
             )
         if not self.train_envs:
             raise ConfigError("train_envs is empty: give at least one --env")
+        if self.eval_every and not self.num_eval_workers:
+            raise ConfigError(
+                "eval_every needs evaluation games in flight: give --num-eval-workers >= 1 (e.g. 4)"
+            )
         if self.sampler == "fixed" and not self.fixed_opponents:
             raise ConfigError(
                 "sampler 'fixed' needs at least one --fixed-opponent (e.g. --fixed-opponent base)"

@@ -52,7 +52,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
         )
         if any(k in r for r in records)
     ]
-    rate_panels = _rate_panels(run_dir)
+    rate_panels = _rate_panels(run_dir, records)
     if keys or rate_panels:
         n = len(keys) + len(rate_panels)
         fig, axes = plt.subplots(n, 1, figsize=(7, 2 * n), sharex=True, squeeze=False)
@@ -75,16 +75,21 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     return written
 
 
-def _rate_panels(run_dir: Path) -> list[tuple[str, list[int], list[float], list[float], list[float]]]:
-    """(label, versions, rates, lower, upper) per rate of `checkpoint_rates`, for versions with data."""
+def _rate_panels(
+    run_dir: Path, records: list[dict] = ()
+) -> list[tuple[str, list[int], list[float], list[float], list[float]]]:
+    """(label, versions, rates, lower, upper) per rate of `checkpoint_rates`, for versions with data; with
+    scheduled evaluations in the metrics `records`, their win rates replace those read from all games."""
     from unstable_core.checkpoint_rates import rates_by_version
+    from unstable_core.runtime.scheduled_eval import eval_panels
 
     rates = rates_by_version(run_dir)
     series = {
         "invalid-move rate\n(train steps)": lambda r: r.invalid_rate,
         "format rate\n(train steps)": lambda r: r.format_rate,
     }
-    for opp in sorted({o for r in rates.values() for o in r.games}):
+    scheduled = eval_panels(list(records))
+    for opp in sorted({o for r in rates.values() for o in r.games}) if not scheduled else []:
         series[f"win rate vs {opp}"] = lambda r, o=opp: r.win_rate(o)
     panels = []
     for label, get in series.items():
@@ -99,4 +104,4 @@ def _rate_panels(run_dir: Path) -> list[tuple[str, list[int], list[float], list[
                     [x.interval[1] for _, x in pts],
                 )
             )
-    return panels
+    return panels + scheduled

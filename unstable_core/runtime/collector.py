@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ import attrs
 from unstable_core.games.loop import InferenceUnavailable, play_game
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
 from unstable_core.model_registry import ModelRegistry
+from unstable_core.runtime.scheduled_eval import EvalPlan, summarise
 from unstable_core.runtime.scheduler import GameScheduler
 from unstable_core.types import GameInformation, GameResult, GameSpec
 
@@ -76,6 +78,7 @@ class Collector:
         error_allowance: int | None = 0,
         max_retries: int = 3,
         restart_timeout_s: float = 300.0,
+        eval_plan: EvalPlan | None = None,
     ) -> None:
         from unstable_core.models import load_tokenizer
 
@@ -89,6 +92,13 @@ class Collector:
         self.error_allowance = error_allowance
         self.running = False
         self.counts = {"started": 0, "finished": 0, "failed": 0, "retries": 0}
+        # scheduled evaluation (eval_plan): its games replace the trickle of evaluation games
+        self.eval_plan = eval_plan
+        self._eval_queue: deque[tuple[str, GameSpec]] = deque()
+        self._eval_results: dict[str, list[GameResult]] = {}  # checkpoint uid -> its finished games
+        self._eval_due: dict[str, tuple[int, int]] = {}  # checkpoint uid -> (version, games to play)
+        self._eval_checked_at = 0.0
+        self._draining = False
 
     # ---- one game
     def _generator(
@@ -159,6 +169,10 @@ class Collector:
     async def _run(self, kind: str) -> GameResult:
         registry = ModelRegistry.from_dict(await self.registry.to_dict.remote())
         spec = self.scheduler.next_train(registry) if kind == "train" else self.scheduler.next_eval(registry)
+        return await self._finish(spec, registry, kind)
+
+    async def _finish(self, spec: GameSpec, registry: ModelRegistry, kind: str) -> GameResult:
+        """Play `spec` and send its result on: tracker, ratings, and (training games only) the buffer."""
         result = await self.play(spec, registry)
         self.counts["failed" if result.info.failed else "finished"] += 1
         self.scheduler.env_sampler.update(result.info)
@@ -175,6 +189,53 @@ class Collector:
                 await self.buffer.add_result.remote(result)
         return result
 
+    # ---- scheduled evaluation
+    async def _check_evals(self, force: bool = False) -> None:
+        """Queue the games of every newly published checkpoint that is due for evaluation here."""
+        if self.eval_plan is None or (not force and time.monotonic() - self._eval_checked_at < 0.5):
+            return
+        self._eval_checked_at = time.monotonic()
+        registry = ModelRegistry.from_dict(await self.registry.to_dict.remote())
+        for uid in registry.checkpoint_uids():
+            version = registry.get_model(uid).iteration
+            if uid in self._eval_due or not self.eval_plan.due(
+                version, self.scheduler.shard, self.scheduler.num_shards
+            ):
+                continue
+            specs = self.scheduler.scheduled_eval(uid, self.eval_plan)
+            self._eval_due[uid] = (version, len(specs))
+            self._eval_results[uid] = []
+            self._eval_queue.extend((uid, spec) for spec in specs)
+
+    async def _run_scheduled(self, uid: str, spec: GameSpec) -> GameResult:
+        """One game of a checkpoint's scheduled evaluation; the last one logs the checkpoint's summary."""
+        try:
+            registry = ModelRegistry.from_dict(await self.registry.to_dict.remote())
+            result = await self._finish(spec, registry, "eval")
+        except Exception as exc:  # counted as failed: the evaluation of the checkpoint still completes
+            log.error("scheduled evaluation game %d crashed: %r", spec.game_idx, exc)
+            result = _failed(spec, f"{type(exc).__name__}: {exc}")
+        done = self._eval_results[uid]
+        done.append(result)
+        version, total = self._eval_due[uid]
+        if len(done) == total:
+            self.tracker.log_eval.remote(summarise(uid, done), version)
+        return result
+
+    def evals_pending(self) -> int:
+        """Scheduled evaluation games queued or in flight."""
+        return sum(total - len(self._eval_results[uid]) for uid, (_, total) in self._eval_due.items())
+
+    async def drain_evals(self, timeout_s: float = 600.0) -> int:
+        """Start no more training games, queue the evaluations of checkpoints published so far, and wait
+        (up to `timeout_s`) until they are played; returns the games still pending."""
+        self._draining = True
+        await self._check_evals(force=True)
+        deadline = time.monotonic() + timeout_s
+        while self.running and self.evals_pending() and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        return self.evals_pending()
+
     # ---- the pool of games in flight
     async def collect(
         self, num_train_workers: int, num_eval_workers: int = 0, max_games: int | None = None
@@ -185,8 +246,13 @@ class Collector:
         inflight: dict[asyncio.Task, str] = {}
         try:
             while self.running:
+                await self._check_evals()
                 room = max_games is None or self.counts["started"] < max_games
-                can_train = room and (self.buffer is None or await self.buffer.continue_collection.remote())
+                can_train = (
+                    room
+                    and not self._draining
+                    and (self.buffer is None or await self.buffer.continue_collection.remote())
+                )
                 busy = {k: sum(1 for v in inflight.values() if v == k) for k in ("train", "eval")}
                 for kind, want, ok in (
                     ("train", num_train_workers, can_train),
@@ -195,7 +261,13 @@ class Collector:
                     for _ in range(want - busy[kind] if ok else 0):
                         if max_games is not None and self.counts["started"] >= max_games:
                             break
-                        inflight[asyncio.create_task(self._run(kind))] = kind
+                        if kind == "eval" and self.eval_plan is not None:
+                            if not self._eval_queue:
+                                break
+                            game = self._run_scheduled(*self._eval_queue.popleft())
+                        else:
+                            game = self._run(kind)
+                        inflight[asyncio.create_task(game)] = kind
                         # counted here, not in the task, so that the max_games check above sees it at once
                         self.counts["started"] += 1
                         await asyncio.sleep(0)  # let the task take its registry snapshot and index

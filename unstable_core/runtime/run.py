@@ -151,10 +151,28 @@ class Run:
     def fixed_opponents(self) -> list[str]:
         """Every fixed model of the run: --fixed-opponent values and the eval envs' opponents."""
         names = list(self.cfg.fixed_opponents)
-        names += [
-            e.fixed_opponent for e in self.eval_specs() if e.fixed_opponent and e.fixed_opponent not in names
-        ]
+        plan = self.eval_plan()
+        for e in [*self.eval_specs(), *(plan.specs if plan else ())]:
+            if e.fixed_opponent and e.fixed_opponent not in names:
+                names.append(e.fixed_opponent)
         return names
+
+    def eval_plan(self) -> Any:
+        """The scheduled evaluation (--eval-every), or None: each eval env against its opponent (default
+        base); with no eval env, each train env against each fixed opponent (default base)."""
+        from unstable_core.runtime.scheduled_eval import DEFAULT_OPPONENT, EvalPlan
+
+        cfg = self.cfg
+        if not cfg.eval_every:
+            return None
+        specs = [
+            attrs.evolve(e, fixed_opponent=e.fixed_opponent or DEFAULT_OPPONENT) for e in cfg.eval_specs()
+        ] or [
+            _eval_like(spec, opponent)
+            for spec in cfg.train_specs()
+            for opponent in cfg.fixed_opponents or [DEFAULT_OPPONENT]
+        ]
+        return EvalPlan(tuple(specs), cfg.eval_every, cfg.eval_games, cfg.seed)
 
     def placement(self) -> Placement:
         """Where the actors go, fitted to the (started) Ray cluster's GPUs; raises PlacementError if they cannot."""
@@ -307,6 +325,7 @@ class Run:
                     max_turns=cfg.max_turns,
                     game_timeout_s=cfg.game_timeout_s,
                     error_allowance=cfg.error_allowance,
+                    eval_plan=self.eval_plan() if self.learn else None,
                 )
             )
         self.actors["collectors"] = collectors
@@ -378,6 +397,8 @@ class Run:
                     ray.get(ref)  # surface a crashed learner or collector
                 if on_progress:
                     on_progress(self.progress())
+            if self._train_ref is not None and self.cfg.eval_every:
+                self._drain_evals(on_progress, poll_s)
         except ray.exceptions.RayTaskError as exc:
             self.stop()
             cause = exc.cause if getattr(exc, "cause", None) is not None else exc
@@ -385,6 +406,22 @@ class Run:
                 raise UnstableError(str(cause)) from None
             raise
         return self.stop()
+
+    def _drain_evals(self, on_progress: Callable[[dict[str, Any]], None] | None, poll_s: float) -> None:
+        """After the last update: let the collectors play the scheduled evaluations of every published
+        checkpoint (no more training games), each game bounded by game_timeout_s."""
+        import ray
+
+        plan = self.eval_plan()
+        per_ckpt = len(plan.specs) * plan.games
+        rounds = -(-per_ckpt // max(1, self.cfg.num_eval_workers // len(self.actors["collectors"])))
+        timeout_s = (rounds + 1) * self.cfg.game_timeout_s
+        waiting = [c.drain_evals.remote(timeout_s) for c in self.actors["collectors"]]
+        while waiting:
+            done, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=poll_s)
+            ray.get(done)
+            if on_progress:
+                on_progress(self.progress())
 
     # ---- stop
     def stop(self, timeout_s: float = 300.0) -> dict[str, Any]:
@@ -446,6 +483,9 @@ class _TrackerActor:
 
     def log_learner(self, metrics, step) -> None:
         self._t.log_learner(metrics, step)
+
+    def log_eval(self, metrics, version) -> None:
+        self._t.log_eval(metrics, version)
 
     def set_inference_stats(self, stats) -> None:
         self._t.set_inference_stats(stats)

@@ -6,6 +6,7 @@ import random
 
 from unstable_core.errors import UnstableError
 from unstable_core.model_registry import ModelRegistry
+from unstable_core.runtime.scheduled_eval import EvalPlan
 from unstable_core.samplers import BaseEnvSampler, BaseModelSampler
 from unstable_core.types import GameSpec, PlayerSpec
 
@@ -76,3 +77,7 @@ class GameScheduler:
             )
             players.append(PlayerSpec(pid, uid, collect_data=pid == me, prompt_template=env.prompt_template))
         return GameSpec(game_idx=idx, env_id=env.env_id, seed=self._seed_of(idx), players=players, eval=True)
+
+    def scheduled_eval(self, uid: str, plan: EvalPlan) -> list[GameSpec]:
+        """The scheduled evaluation games of checkpoint `uid`, with game indices of this scheduler."""
+        return plan.games_of(uid, self._new_index)

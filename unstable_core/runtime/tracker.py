@@ -47,6 +47,7 @@ class Tracker:
         self.learner: dict[str, float] = {}
         self.learner_step = 0
         self.inference: dict[str, float] = {}
+        self.evals: dict[int, dict[str, float]] = {}  # checkpoint version -> scheduled evaluation summary
         self.started = self._last_flush = time.time()
 
     def add_game(self, result: GameResult) -> None:
@@ -98,6 +99,13 @@ class Tracker:
         for t in self.trackers:
             t.log(record, step)
 
+    def log_eval(self, metrics: dict[str, float], version: int) -> None:
+        """A checkpoint's scheduled evaluation finished: log its summary against the checkpoint."""
+        self.flush()
+        self.evals[version] = dict(metrics)
+        for t in self.trackers:
+            t.log_eval(metrics, version)
+
     def snapshot(self) -> dict[str, Any]:
         """What a progress display shows."""
         return {
@@ -106,6 +114,7 @@ class Tracker:
             "learner": self.learner,
             "learner_step": self.learner_step,
             "inference": self.inference,
+            "evals": dict(self.evals),
             "elapsed_s": time.time() - self.started,
         }
 

@@ -19,5 +19,10 @@ class BaseTracker:
     def log(self, metrics: dict[str, float], step: int) -> None:
         raise NotImplementedError
 
+    def log_eval(self, metrics: dict[str, float], version: int) -> None:
+        """A checkpoint's scheduled evaluation, logged at the checkpoint's step (it may arrive after later
+        learner steps were logged)."""
+        self.log(metrics, version)
+
     def close(self) -> None:
         """Flush and release what the tracker holds."""

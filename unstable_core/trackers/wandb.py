@@ -28,5 +28,9 @@ class WandbTracker(BaseTracker):
     def log(self, metrics: dict[str, float], step: int) -> None:
         self._run.log(metrics, step=step)
 
+    def log_eval(self, metrics: dict[str, float], version: int) -> None:
+        # W&B steps only go forward: the checkpoint goes in as a value to plot against
+        self._run.log({**metrics, "eval/checkpoint": version})
+
     def close(self) -> None:
         self._run.finish()

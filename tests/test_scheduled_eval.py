@@ -1,0 +1,181 @@
+"""Scheduled evaluation (--eval-every): the games of a checkpoint (seats alternated, the same seeds for every
+checkpoint), their summary against hand-computed counts and intervals, and a real collector that plays
+them beside training games without any of them reaching the buffer."""
+
+import time
+
+import pytest
+import ray
+
+from unstable_core.inference.base import SamplingParams
+from unstable_core.io import read_jsonl
+from unstable_core.plugins import get_registry
+from unstable_core.runtime.buffer import StepBuffer
+from unstable_core.runtime.collector import Collector
+from unstable_core.runtime.inference_actor import create_inference_actor
+from unstable_core.runtime.registry_host import RegistryHost
+from unstable_core.runtime.scheduled_eval import EvalPlan, summarise
+from unstable_core.runtime.scheduler import GameScheduler
+from unstable_core.runtime.tracker import Tracker
+from unstable_core.types import EvalEnvSpec, GameInformation, GameResult, Step, TrainEnvSpec, Trajectory
+
+TTT = "TicTacToe-v0-train"
+PLAN = EvalPlan(
+    (EvalEnvSpec(TTT, 2, fixed_opponent="base"), EvalEnvSpec("Nim-v0-train", 2)), every=2, games=4
+)
+
+
+def scheduler(shard=0, num_shards=1):
+    reg = get_registry()
+    specs = [TrainEnvSpec(TTT, 2, 2)]
+    return GameScheduler(
+        reg.load("env_sampler", "random")(specs, seed=0),
+        reg.load("model_sampler", "mirror")(seed=0),
+        shard=shard,
+        num_shards=num_shards,
+    )
+
+
+def test_games_of_a_checkpoint_alternate_seats_and_share_seeds_across_checkpoints():
+    s = scheduler()
+    first, second = s.scheduled_eval("ckpt-2", PLAN), s.scheduled_eval("ckpt-4", PLAN)
+    assert len(first) == len(second) == 8  # 4 games x 2 (env, opponent) pairs
+    for games, uid in ((first, "ckpt-2"), (second, "ckpt-4")):
+        assert all(g.eval for g in games)
+        seats = [next(p.pid for p in g.players if p.model_uid == uid) for g in games]
+        assert seats == [0, 1, 0, 1] * 2
+        assert all(p.collect_data == (p.model_uid == uid) for g in games for p in g.players)
+        assert {p.model_uid for g in games for p in g.players} == {uid, "base"}  # default opponent: base
+    assert [g.seed for g in first] == [g.seed for g in second]
+    assert len({g.seed for g in first}) == 8
+    idx = [g.game_idx for g in first + second]
+    assert len(set(idx)) == 16  # the scheduler's indices: unique within the run
+
+
+def test_checkpoints_due_every_k_steps_one_collector_each():
+    assert [v for v in range(9) if PLAN.due(v)] == [2, 4, 6, 8]
+    assert [v for v in range(9) if PLAN.due(v, shard=1, num_shards=2)] == [2, 6]
+    assert [v for v in range(9) if PLAN.due(v, shard=0, num_shards=2)] == [4, 8]
+
+
+def result(models, rewards, invalid=(), failed=False):
+    info = GameInformation(0, TTT, eval=True, models=models, final_rewards=rewards, failed=failed)
+    trajs = [
+        Trajectory(
+            pid, TTT, uid, [Step(pid, TTT, "", "", invalid_move=pid in invalid, format_ok=pid not in invalid)]
+        )
+        for pid, uid in models.items()
+    ]
+    return GameResult(info, trajs)
+
+
+def test_summary_counts_and_wilson_intervals_by_hand():
+    games = [
+        result({0: "ckpt-2", 1: "base"}, {0: 1.0, 1: -1.0}),
+        result({0: "base", 1: "ckpt-2"}, {0: 0.0, 1: 0.0}, invalid=(1,)),
+        result({0: "ckpt-2", 1: "base"}, {0: -1.0, 1: 1.0}, invalid=(0,)),
+        result({0: "base", 1: "ckpt-2"}, {0: -1.0, 1: 1.0}),
+        result({0: "ckpt-2", 1: "base"}, {}, failed=True),
+    ]
+    m = summarise("ckpt-2", games)
+    key = f"eval/{TTT}/vs_base"
+    assert (m[f"{key}/games"], m[f"{key}/failed"]) == (4, 1)
+    assert (m[f"{key}/wins"], m[f"{key}/draws"], m[f"{key}/losses"]) == (2, 1, 1)
+    assert m[f"{key}/score"] == 0.25  # (1 + 0 - 1 + 1) / 4
+    # (2 + 1/2) / 4 = 0.625, Wilson 95% [0.2194, 0.9081]
+    assert m[f"{key}/win_rate"] == 0.625
+    assert abs(m[f"{key}/win_rate_lo"] - 0.2194) < 1e-3 and abs(m[f"{key}/win_rate_hi"] - 0.9081) < 1e-3
+    # 2 invalid of 4 steps (the failed game has none): 0.5, Wilson [0.1500, 0.8500]
+    assert (m[f"{key}/steps"], m[f"{key}/invalid_move_rate"], m[f"{key}/format_rate"]) == (4, 0.5, 0.5)
+    assert abs(m[f"{key}/invalid_move_rate_lo"] - 0.1500) < 1e-3
+    failed_only = summarise("ckpt-2", games[-1:])
+    assert f"{key}/win_rate" not in failed_only and failed_only[f"{key}/failed"] == 1  # no NaN rate
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="unstable-tests")
+    yield
+    ray.shutdown()
+
+
+def test_collector_plays_scheduled_evaluations_beside_training_and_none_reach_the_buffer(
+    ray_session, tiny_model, tmp_path
+):
+    engine = create_inference_actor("transformers", {"model": tiny_model, "device": "cpu"})
+    registry = ray.remote(RegistryHost).options(num_cpus=0).remote(str(tmp_path / "registry.json"))
+    ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
+    ray.get(registry.add_fixed.remote("base"))
+    buffer = ray.remote(StepBuffer).options(num_cpus=0).remote(10_000)
+    tracker = ray.remote(Tracker).options(num_cpus=0).remote(str(tmp_path))
+    plan = EvalPlan((EvalEnvSpec(TTT, 2, fixed_opponent="base"),), every=1, games=4)
+    collector = (
+        ray.remote(Collector)
+        .options(num_cpus=0, max_concurrency=4)
+        .remote(
+            engines={"main": [engine]},
+            tokenizers={"main": tiny_model},
+            buffer=buffer,
+            registry=registry,
+            tracker=tracker,
+            scheduler=scheduler(),
+            params=SamplingParams(temperature=1.0, max_tokens=6),
+            max_turns=20,
+            game_timeout_s=120.0,
+            eval_plan=plan,
+        )
+    )
+    collecting = collector.collect.remote(2, 2)
+    deadline = time.monotonic() + 300
+    while ray.get(tracker.snapshot.remote())["counts"].get("train_games", 0) < 2:
+        assert time.monotonic() < deadline, "no training game finished"
+        time.sleep(0.3)
+    ray.get(registry.add_checkpoint.remote("ckpt-1", None, 1))  # published: due at once (every 1 step)
+    assert ray.get(collector.drain_evals.remote(300), timeout=320) == 0
+    ray.get(collector.stop.remote())
+    ray.get(collecting, timeout=120)
+    ray.get(tracker.close.remote())
+    snap = ray.get(tracker.snapshot.remote())
+    evals = snap["evals"]
+    assert list(evals) == [1] and evals[1][f"eval/{TTT}/vs_base/games"] == 4  # ckpt-0 is never due
+
+    games = read_jsonl(tmp_path / "games" / "games.jsonl")
+    eval_games = [g for g in games if g["info"]["eval"]]
+    assert len(eval_games) == 4
+    assert all(sorted(g["info"]["models"].values()) == ["base", "ckpt-1"] for g in eval_games)
+    eval_steps = sum(len(t["steps"]) for g in eval_games for t in g["trajectories"] if t["collect_data"])
+    assert eval_steps >= 2  # the checkpoint's turns are recorded (for the rates) ...
+    train = [g for g in games if not g["info"]["eval"] and not g["info"]["failed"]]
+    train_steps = sum(len(t["steps"]) for g in train for t in g["trajectories"] if t["collect_data"])
+    stats = ray.get(buffer.stats.remote())
+    assert train and stats["games"] == len(train)  # ... but only training games reach the buffer
+    assert stats["steps_added"] + stats["steps_stale_on_add"] == train_steps
+
+
+def test_curves_draw_the_scheduled_win_rate_per_checkpoint_with_its_band(tmp_path):
+    from unstable_core.io import append_jsonl
+    from unstable_core.plots import _rate_panels, plot_run
+
+    key = f"eval/{TTT}/vs_base"
+    records = [{"step": s, "learner/loss": 1.0} for s in (1, 2)] + [
+        {"step": s, "time": 0.0, **summarise("ckpt-" + str(s), games)}
+        for s, games in (
+            (2, [result({0: "ckpt-2", 1: "base"}, {0: 1.0, 1: -1.0})] * 3),
+            (1, [result({0: "ckpt-1", 1: "base"}, {0: -1.0, 1: 1.0})] * 3),
+        )
+    ]
+    append_jsonl(tmp_path / "metrics.jsonl", records)
+    ((label, xs, rates, los, his),) = _rate_panels(tmp_path, records)
+    assert label.startswith("win rate vs base") and xs == [1, 2] and rates == [0.0, 1.0]
+    assert los[1] == records[2][f"{key}/win_rate_lo"] and his[0] == records[3][f"{key}/win_rate_hi"]
+    assert [p.name for p in plot_run(tmp_path)] == ["curves.png"]
+
+
+def test_eval_every_needs_evaluation_games_in_flight():
+    from unstable_core.config import load_config
+    from unstable_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="num-eval-workers"):
+        load_config(None, {"eval_every": 2, "num_eval_workers": 0})
+    with pytest.raises(ConfigError, match="eval_every must be >= 1"):
+        load_config(None, {"eval_every": 0})

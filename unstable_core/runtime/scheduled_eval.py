@@ -1,0 +1,136 @@
+"""Scheduled evaluation: after checkpoint K, 2K, ... is published, M games of it against each eval
+opponent on each eval env, seats alternated, summarised per (env, opponent) with Wilson intervals and
+logged against that checkpoint (metrics.jsonl: `{"step": K, "eval/<env>/vs_<opp>/win_rate": ...}`).
+
+The games are played by the collectors beside the training games (the learner never waits for them) and
+are evaluation games: never training data; like every evaluation game they move TrueSkill ratings.
+Game j of a (env, opponent) pair has the same seed for every checkpoint, so checkpoints meet the same
+deals and openings (common random numbers: less noise in their differences).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from unstable_core.stats import Rate
+from unstable_core.types import EvalEnvSpec, GameResult, GameSpec, PlayerSpec
+
+DEFAULT_OPPONENT = "base"
+
+
+@attrs.frozen
+class EvalPlan:
+    """What to evaluate and when: `games` games per spec (env, opponent) after every `every` learner steps."""
+
+    specs: tuple[EvalEnvSpec, ...]
+    every: int
+    games: int
+    seed: int = 0
+
+    def due(self, iteration: int, shard: int = 0, num_shards: int = 1) -> bool:
+        """Whether checkpoint `iteration` is evaluated, and by collector `shard` (one collector per
+        checkpoint, taking turns, so that one collector holds all of a checkpoint's games)."""
+        return (
+            iteration > 0 and iteration % self.every == 0 and (iteration // self.every) % num_shards == shard
+        )
+
+    def games_of(self, uid: str, new_index: Callable[[], int]) -> list[GameSpec]:
+        """The games of checkpoint `uid`: per spec, game j puts it at seat j mod players."""
+        out = []
+        for spec in self.specs:
+            opponent = spec.fixed_opponent or DEFAULT_OPPONENT
+            for j in range(self.games):
+                me = j % spec.num_players
+                players = [
+                    PlayerSpec(
+                        pid,
+                        uid if pid == me else opponent,
+                        collect_data=pid == me,  # its steps give the rates; eval games never reach the buffer
+                        prompt_template=spec.prompt_template,
+                    )
+                    for pid in range(spec.num_players)
+                ]
+                seed = random.Random(f"{self.seed}:eval:{spec.env_id}:{opponent}:{j}").randrange(2**31)
+                out.append(GameSpec(new_index(), spec.env_id, seed, players, eval=True))
+        return out
+
+
+def pair_key(env_id: str, opponent: str) -> str:
+    return f"eval/{env_id}/vs_{opponent}"
+
+
+def summarise(uid: str, results: list[GameResult]) -> dict[str, float]:
+    """Per (env, opponent) of checkpoint `uid`'s games: win rate (draw = 1/2) with its Wilson interval,
+    W/D/L, games, failed games, mean score, invalid-move and format rates per step with intervals."""
+    groups: dict[str, list[GameResult]] = {}
+    for r in results:
+        opponents = {m for m in r.info.models.values() if m != uid}
+        groups.setdefault(pair_key(r.info.env_id, ",".join(sorted(opponents))), []).append(r)
+    out: dict[str, float] = {}
+    for key, games in sorted(groups.items()):
+        finished = [g for g in games if not g.info.failed]
+        wins = draws = losses = steps = invalid = formatted = 0
+        score = 0.0
+        for g in finished:
+            mine_pids = [p for p, m in g.info.models.items() if m == uid]
+            mine = max(g.info.final_rewards[p] for p in mine_pids)
+            theirs = max(r for p, r in g.info.final_rewards.items() if p not in mine_pids)
+            wins, draws, losses = wins + (mine > theirs), draws + (mine == theirs), losses + (mine < theirs)
+            score += sum(g.info.final_rewards[p] for p in mine_pids) / len(mine_pids)
+            for s in (s for t in g.trajectories if t.model_uid == uid for s in t.steps):
+                steps, invalid, formatted = steps + 1, invalid + s.invalid_move, formatted + s.format_ok
+        out.update(
+            {
+                f"{key}/games": float(len(finished)),
+                f"{key}/failed": float(len(games) - len(finished)),
+                f"{key}/wins": float(wins),
+                f"{key}/draws": float(draws),
+                f"{key}/losses": float(losses),
+                f"{key}/steps": float(steps),
+            }
+        )
+        if finished:
+            out[f"{key}/score"] = score / len(finished)
+        for name, rate in (
+            ("win_rate", Rate(wins + draws / 2, len(finished))),
+            ("invalid_move_rate", Rate(invalid, steps)),
+            ("format_rate", Rate(formatted, steps)),
+        ):
+            if rate.n:  # no rate of nothing: JSON never holds a NaN
+                lo, hi = rate.interval
+                out.update({f"{key}/{name}": rate.rate, f"{key}/{name}_lo": lo, f"{key}/{name}_hi": hi})
+    return out
+
+
+def eval_panels(
+    records: list[dict[str, Any]],
+) -> list[tuple[str, list[int], list[float], list[float], list[float]]]:
+    """(label, checkpoints, win rates, lower, upper) per (env, opponent) of the scheduled evaluations in
+    metrics.jsonl records."""
+    series: dict[str, list[tuple[int, float, float, float]]] = {}
+    for r in records:
+        for k, v in r.items():
+            if k.startswith("eval/") and k.endswith("/win_rate"):
+                key = k[: -len("/win_rate")]
+                series.setdefault(key, []).append(
+                    (r["step"], v, r[f"{key}/win_rate_lo"], r[f"{key}/win_rate_hi"])
+                )
+    panels = []
+    for key, pts in sorted(series.items()):
+        pts.sort()
+        env, opp = key[len("eval/") :].rsplit("/vs_", 1)
+        n = max(int(r.get(f"{key}/games", 0)) for r in records if f"{key}/games" in r)
+        panels.append(
+            (
+                f"win rate vs {opp}\n{env}\n(eval, {n} games)",
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                [p[2] for p in pts],
+                [p[3] for p in pts],
+            )
+        )
+    return panels
