@@ -192,8 +192,8 @@ class RunConfig:
         factory=list,
         converter=_none_is(list),
         metadata=_help(
-            "fixed opponent: 'base' (the untrained base model), a LoRA folder, another model, or openai:MODEL "
-            "on an OpenAI-compatible server (repeatable)",
+            "fixed opponent: 'base' (the untrained base model), 'random' (a random legal move), a LoRA folder, "
+            "another model, or openai:MODEL on an OpenAI-compatible server (repeatable)",
             cli="--fixed-opponent",
         ),
     )

@@ -24,6 +24,7 @@ from unstable_core.games.envs import (
     received_action,
     set_error_allowance,
 )
+from unstable_core.games.random_player import ScriptedPlayer
 from unstable_core.games.templates import Template, get_template, render_prompt
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
 from unstable_core.types import GameInformation, GameResult, GameSpec, PlayerSpec, Step, Trajectory
@@ -58,7 +59,10 @@ async def play_game(
 
     Seat `pid` is prompted with its PlayerSpec's template and generates with adapter `lora_paths[pid]`.
     `generate` and `tokenizer` are shared by every seat, or given per seat as `{pid: ...}` mappings
-    (seats played by different base models).
+    (seats played by different base models); a seat whose `generate` is a ScriptedPlayer (the `random`
+    opponent) moves from the env and its observation, without a model.
+    With `params.seed` set, each turn samples with its own seed drawn from it, the game's seed and the
+    turn, so that the same seeds replay the same game.
     `error_allowance` is how many invalid moves in a row a seat may retry (0, the reference's: the first one
     loses; None: the env's own, 1 in most TextArena games).
     An env error, a failed generation, more than `max_turns` turns or `timeout_s` seconds end the game
@@ -68,7 +72,9 @@ async def play_game(
     players = _check_arguments(
         spec, lora_paths, policy_versions, templates, max_turns, timeout_s, error_allowance
     )
-    generate = _per_seat(generate, players, "generate", callable)
+    generate = _per_seat(
+        generate, players, "generate", lambda g: callable(g) or isinstance(g, ScriptedPlayer)
+    )
     tokenizer = _per_seat(tokenizer, players, "tokenizer", lambda t: not isinstance(t, Mapping))
     game = _Game(
         spec,
@@ -137,7 +143,10 @@ class _Game:
         probe = InvalidMoveProbe(env)
         for turn in range(max_turns):
             pid, observation = _env_call(spec, "get_observation", env.get_observation)
-            step = await self._generate_step(pid, observation, turn)
+            if isinstance(self.generate.get(pid), ScriptedPlayer):
+                step = self._scripted_step(env, pid, observation, turn)
+            else:
+                step = await self._generate_step(pid, observation, turn)
             step.action = received_action(env, step.action)
             done, info, step.invalid_move = _env_call(spec, "step", probe.step, env, pid, step.action)
             if info:
@@ -167,8 +176,11 @@ class _Game:
         prompt, prompt_ids = render_prompt(
             player.prompt_template, observation, self.tokenizer[pid], self.templates
         )
+        params = self.params
+        if params.seed is not None:
+            params = attrs.evolve(params, seed=_turn_seed(params.seed, self.spec.seed, turn))
         request = GenerationRequest(
-            prompt_ids=tuple(prompt_ids), lora_path=self.lora_paths[pid], params=self.params
+            prompt_ids=tuple(prompt_ids), lora_path=self.lora_paths[pid], params=params
         )
         output = await _generate(self.generate[pid], request, pid)
         if player.collect_data and not output.token_ids:
@@ -192,6 +204,26 @@ class _Game:
             game_idx=self.spec.game_idx,
             turn=turn,
             step_info={"finish_reason": output.finish_reason, "seed": self.spec.seed},
+        )
+
+    def _scripted_step(self, env: Any, pid: int, observation: Any, turn: int) -> Step:
+        """The move of a seat played by code (ScriptedPlayer): no prompt, completion or log-probs."""
+        player = self.generate[pid]
+        try:
+            action = player.move(env, observation)
+        except Exception as exc:
+            raise GameFailed(f"seat {pid} ({self.players[pid].model_uid}) could not move: {exc}") from exc
+        return Step(
+            pid=pid,
+            env_id=self.spec.env_id,
+            obs=str(observation),
+            act=action,
+            action=action,
+            model_uid=self.players[pid].model_uid,
+            policy_version=self.policy_versions[pid],
+            game_idx=self.spec.game_idx,
+            turn=turn,
+            step_info={"finish_reason": "scripted"},
         )
 
     def result(self, error: str | None, duration_s: float) -> GameResult:
@@ -247,6 +279,13 @@ async def _generate(generate: Generate, request: GenerationRequest, pid: int) ->
             f"generation for seat {pid} returned {len(output.logprobs)} logprobs for {len(output.token_ids)} tokens"
         )
     return output
+
+
+def _turn_seed(seed: int, game_seed: int, turn: int) -> int:
+    """The sampling seed of one turn: reproducible, and different for every game and turn."""
+    import random
+
+    return random.Random(f"{seed}:{game_seed}:{turn}").randrange(2**31)
 
 
 def _env_call(spec: GameSpec, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from unstable_core.games.loop import InferenceUnavailable, play_game
+from unstable_core.games.random_player import RANDOM, RandomPlayer, random_seat_seed
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
 from unstable_core.model_registry import ModelRegistry
 from unstable_core.runtime.scheduled_eval import EvalPlan, summarise
@@ -38,8 +39,8 @@ class Route:
 
 
 def route_of(registry: ModelRegistry, uid: str, engines: set[str]) -> Route:
-    """Checkpoints and the fixed opponent 'base' (or a LoRA folder) run on the main engine; any other fixed
-    model on the engine named after it."""
+    """Checkpoints and the fixed opponent 'base' (or a LoRA folder) run on the main engine; `random` on no
+    engine (a RandomPlayer in the collector); any other fixed model on the engine named after it."""
     meta = registry.get_all_models().get(uid)
     if meta is None:
         raise KeyError(f"model {uid!r} is not in the registry")
@@ -48,6 +49,8 @@ def route_of(registry: ModelRegistry, uid: str, engines: set[str]) -> Route:
     name = meta.path_or_name
     if name in (None, "base"):
         return Route(MAIN_ENGINE, None, -1)
+    if name == RANDOM:
+        return Route(RANDOM, None, -1)
     if name in engines:
         return Route(name, None, -1)
     return Route(MAIN_ENGINE, name, -1)  # a LoRA adapter folder on the main model
@@ -119,13 +122,19 @@ class Collector:
 
         return generate
 
+    def _player(self, spec: GameSpec, pid: int, engine: str, attempt: int) -> Any:
+        """What plays seat `pid`: a RandomPlayer seeded by the game, or a generator on `engine`."""
+        if engine == RANDOM:
+            return RandomPlayer(spec.env_id, random_seat_seed(spec.seed, pid))
+        return self._generator(engine, attempt, spec.game_idx)
+
     async def play(self, spec: GameSpec, registry: ModelRegistry) -> GameResult:
         """Play one game, replaying it when its inference actor dies."""
         error = ""
         for attempt in range(self.max_retries + 1):
             try:
                 routes = {p.pid: route_of(registry, p.model_uid, set(self.engines)) for p in spec.players}
-                missing = {r.engine for r in routes.values()} - set(self.engines)
+                missing = {r.engine for r in routes.values()} - set(self.engines) - {RANDOM}
                 if missing:
                     raise KeyError(f"no inference engine for {sorted(missing)}")
             except KeyError as exc:
@@ -133,8 +142,8 @@ class Collector:
             try:
                 return await play_game(
                     spec,
-                    {pid: self._generator(r.engine, attempt, spec.game_idx) for pid, r in routes.items()},
-                    {pid: self.tokenizers[r.engine] for pid, r in routes.items()},
+                    {pid: self._player(spec, pid, r.engine, attempt) for pid, r in routes.items()},
+                    {pid: self.tokenizers.get(r.engine) for pid, r in routes.items()},
                     lora_paths={pid: r.lora_path for pid, r in routes.items()},
                     policy_versions={pid: r.version for pid, r in routes.items()},
                     params=self.params,
@@ -146,7 +155,7 @@ class Collector:
                 error = str(exc)
                 self.counts["retries"] += 1
                 log.warning("game %d: %s; replaying (attempt %d)", spec.game_idx, error, attempt + 1)
-                engines = {r.engine for r in routes.values()}
+                engines = {r.engine for r in routes.values()} - {RANDOM}
                 await self._await_actors(engines, attempt + 1, spec.game_idx)
         return _failed(spec, f"gave up after {self.max_retries} retries: {error}")
 

@@ -17,6 +17,7 @@ import attrs
 
 from unstable_core.config import RunConfig, config_from_dict, merge_layers, parse_transform
 from unstable_core.errors import ConfigError, UnstableError
+from unstable_core.games.random_player import RANDOM, check_random_supported
 from unstable_core.inference.vllm import vllm_max_lora_rank
 from unstable_core.models import is_api_model
 from unstable_core.plugins import get_registry
@@ -112,6 +113,7 @@ class Run:
             from unstable_core.inference.engines import check_api_models
 
             check_api_models(cfg)  # a bad key, URL or model name stops the run before Ray starts
+        check_random_supported(self.random_envs())
         self.run_dir.mkdir(
             parents=True, exist_ok=True
         )  # only once the config resolved: no empty dir on errors
@@ -136,7 +138,7 @@ class Run:
         """Engine name -> base model: the main model, plus any fixed opponent that is another model."""
         engines = {"main": self.cfg.model_name}
         for name in self.fixed_opponents():
-            if name != "base" and not is_adapter_dir(name):
+            if name not in ("base", RANDOM) and not is_adapter_dir(name):
                 engines[name] = name
         return engines
 
@@ -147,6 +149,11 @@ class Run:
             return self.cfg.eval_specs()
         opponent = self.cfg.fixed_opponents[0] if self.cfg.fixed_opponents else "base"
         return [_eval_like(spec, opponent) for spec in self.cfg.train_specs()]
+
+    def random_envs(self) -> list[str]:
+        """The env ids where the `random` opponent may sit (each must list its legal moves)."""
+        envs = [s.env_id for s in self.cfg.train_specs()] if RANDOM in self.cfg.fixed_opponents else []
+        return envs + [e.env_id for e in self.eval_specs() if e.fixed_opponent == RANDOM]
 
     def fixed_opponents(self) -> list[str]:
         """Every fixed model of the run: --fixed-opponent values and the eval envs' opponents."""
