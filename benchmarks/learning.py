@@ -5,6 +5,7 @@ the training steps, win rate against the base model in evaluation games, each wi
 
     python3 benchmarks/learning.py                          # reinforce, then a2c, 30 minutes each
     python3 benchmarks/learning.py --learner a2c --minutes 10
+    python3 benchmarks/learning.py --learner ppo            # any installed learner (unstable plugins)
     python3 benchmarks/learning.py --analyse runs/my-run    # the same table for a finished run
 """
 
@@ -106,7 +107,9 @@ def train(args: argparse.Namespace, learner: str) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--learner", action="append", help="reinforce and/or a2c (default: both, in turn)")
+    ap.add_argument(
+        "--learner", action="append", help="any installed learner, repeatable (default: reinforce, then a2c)"
+    )
     ap.add_argument("--minutes", type=float, default=30.0, help="wall-clock budget per learner")
     ap.add_argument("--analyse", type=Path, help="only print the table of this finished run directory")
     ap.add_argument("--model", default="smollm2-135m")

@@ -172,3 +172,14 @@ def test_plugin_registers_ppo():
     assert component.dist == "unstable-ppo"
     assert component.load() is PPOLearner
     assert PPOLearner.buffer_kind == "step"
+
+
+def test_ppo_passes_the_learning_check_and_fails_it_with_its_loss_sign_flipped(tmp_path):
+    """SPIRAL's settings (2 epochs, zero-advantage filter) master the letter game; ascending the loss does not."""
+    from unstable_core.learning_check import GOAL, check_learner_learns, sign_flipped
+
+    spiral = {"epochs": 2, "filter_zero_advantage": True}
+    result = check_learner_learns(PPOLearner, tmp_path / "ppo", algorithm_kwargs=spiral)
+    assert result.passed, result.summary()
+    flipped = check_learner_learns(sign_flipped(PPOLearner), tmp_path / "flipped", algorithm_kwargs=spiral)
+    assert not flipped.passed and max(flipped.rates) < GOAL, flipped.summary()
