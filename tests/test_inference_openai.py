@@ -268,6 +268,16 @@ def test_unstable_run_against_an_api_opponent(tiny_model, tmp_path):
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[") and "| games train" in line]
     assert lines and "step 0/1" in lines[0]
 
+    # `unstable export --model openai:some-model`: the API's turns as the chat messages it was sent
+    from unstable_core.export import ExportFilter, export_records
+
+    records = list(export_records(games, ExportFilter(models=("openai:some-model",))))
+    assert len(records) == api_turns
+    for r in records:
+        user, answer = r["messages"]
+        assert user["role"] == "user" and user["content"].startswith("You are playing a game.")
+        assert answer["role"] == "assistant" and answer["content"].startswith("I play \\boxed{[")
+
 
 # ---- configuration
 

@@ -63,7 +63,13 @@ CHAT_FORMATS = (
 def prompt_messages(prompt: str) -> list[dict[str, str]] | None:
     """The system/user messages of a chat-formatted prompt that ends with an opened assistant turn, or None
     when the prompt is in no known chat format (or ends otherwise, e.g. inside a <think> block). The turns
-    must cover the prompt exactly, so the messages rendered in the same format give the prompt back."""
+    must cover the prompt exactly, so the messages rendered in the same format give the prompt back.
+    The prompt of an API model's turn (openai:MODEL) is the JSON of the messages it was sent."""
+    from unstable_core.inference.chat_prompt import chat_messages
+
+    sent = chat_messages(prompt)
+    if sent is not None:
+        return sent
     for fmt in CHAT_FORMATS:
         gen = next((g for g in fmt.generations if prompt.endswith(g)), None)
         if gen is None or not prompt.startswith(fmt.prefix):

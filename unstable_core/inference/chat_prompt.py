@@ -57,14 +57,21 @@ class MessagesTokenizer:
         return 256
 
 
+def chat_messages(text: str) -> list[dict[str, str]] | None:
+    """The messages of a chat-style prompt rendered by `MessagesTokenizer`; None for any other text."""
+    if not text.startswith('{"' + CHAT_KEY + '"'):
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    messages = data.get(CHAT_KEY) if isinstance(data, dict) else None
+    if not isinstance(messages, list) or not messages:
+        return None
+    return [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
+
+
 def prompt_messages(text: str) -> list[dict[str, str]]:
     """The chat messages of a prompt rendered by `MessagesTokenizer`: the template's messages for a
     chat-style template, else the whole text as one user message."""
-    if text.startswith('{"' + CHAT_KEY + '"'):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
-            data = None
-        if isinstance(data, dict) and isinstance(data.get(CHAT_KEY), list) and data[CHAT_KEY]:
-            return [{"role": str(m["role"]), "content": str(m["content"])} for m in data[CHAT_KEY]]
-    return [{"role": "user", "content": text}]
+    return chat_messages(text) or [{"role": "user", "content": text}]
