@@ -13,6 +13,7 @@ from unstable_core.export import prompt_messages
 from unstable_core.games import play_game
 from unstable_core.games.templates import gemma3_zs, llama_instruct_zs, qwen3_reasoning, qwen3_zs
 from unstable_core.inference.base import SamplingParams
+from unstable_core.inference.chat_prompt import MessagesTokenizer
 from unstable_core.runtime.tracker import Tracker
 from unstable_core.types import GameSpec, PlayerSpec
 
@@ -164,6 +165,8 @@ def test_prompts_of_the_named_templates_read_back_as_messages():
         assert messages is not None and obs in messages[-1]["content"], template.__name__
         assert messages[-1]["role"] == "user"
     assert prompt_messages(llama_instruct_zs(obs))[0]["role"] == "system"
+    api = [{"role": "user", "content": obs}]
+    assert prompt_messages(MessagesTokenizer().apply_chat_template(api, tokenize=False)) == api  # API seat
     assert prompt_messages(qwen3_reasoning(obs)) is None  # ends inside <think>: not a plain chat prompt
     assert prompt_messages("no chat format at all") is None
 
