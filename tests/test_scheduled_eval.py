@@ -106,6 +106,9 @@ def test_collector_plays_scheduled_evaluations_beside_training_and_none_reach_th
     registry = ray.remote(RegistryHost).options(num_cpus=0).remote(str(tmp_path / "registry.json"))
     ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
     ray.get(registry.add_fixed.remote("base"))
+    ray.get(
+        registry.add_checkpoint.remote("ckpt-1", None, 1)
+    )  # there before (a resumed run's): not evaluated
     buffer = ray.remote(StepBuffer).options(num_cpus=0).remote(10_000)
     tracker = ray.remote(Tracker).options(num_cpus=0).remote(str(tmp_path))
     plan = EvalPlan((EvalEnvSpec(TTT, 2, fixed_opponent="base"),), every=1, games=4)
@@ -130,19 +133,19 @@ def test_collector_plays_scheduled_evaluations_beside_training_and_none_reach_th
     while ray.get(tracker.snapshot.remote())["counts"].get("train_games", 0) < 2:
         assert time.monotonic() < deadline, "no training game finished"
         time.sleep(0.3)
-    ray.get(registry.add_checkpoint.remote("ckpt-1", None, 1))  # published: due at once (every 1 step)
+    ray.get(registry.add_checkpoint.remote("ckpt-2", None, 2))  # published: due at once (every 1 step)
     assert ray.get(collector.drain_evals.remote(300), timeout=320) == 0
     ray.get(collector.stop.remote())
     ray.get(collecting, timeout=120)
     ray.get(tracker.close.remote())
     snap = ray.get(tracker.snapshot.remote())
     evals = snap["evals"]
-    assert list(evals) == [1] and evals[1][f"eval/{TTT}/vs_base/games"] == 4  # ckpt-0 is never due
+    assert list(evals) == [2] and evals[2][f"eval/{TTT}/vs_base/games"] == 4
 
     games = read_jsonl(tmp_path / "games" / "games.jsonl")
     eval_games = [g for g in games if g["info"]["eval"]]
     assert len(eval_games) == 4
-    assert all(sorted(g["info"]["models"].values()) == ["base", "ckpt-1"] for g in eval_games)
+    assert all(sorted(g["info"]["models"].values()) == ["base", "ckpt-2"] for g in eval_games)
     eval_steps = sum(len(t["steps"]) for g in eval_games for t in g["trajectories"] if t["collect_data"])
     assert eval_steps >= 2  # the checkpoint's turns are recorded (for the rates) ...
     train = [g for g in games if not g["info"]["eval"] and not g["info"]["failed"]]

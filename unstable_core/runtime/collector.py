@@ -101,6 +101,7 @@ class Collector:
         self._eval_results: dict[str, list[GameResult]] = {}  # checkpoint uid -> its finished games
         self._eval_due: dict[str, tuple[int, int]] = {}  # checkpoint uid -> (version, games to play)
         self._eval_checked_at = 0.0
+        self._eval_after: int | None = None  # checkpoints up to this one were there before: not evaluated
         self._draining = False
 
     # ---- one game
@@ -205,10 +206,15 @@ class Collector:
             return
         self._eval_checked_at = time.monotonic()
         registry = ModelRegistry.from_dict(await self.registry.to_dict.remote())
+        if self._eval_after is None:  # the first check, before any game: a resumed run's old checkpoints
+            current = registry.get_current_ckpt()
+            self._eval_after = registry.get_model(current).iteration if current else 0
         for uid in registry.checkpoint_uids():
             version = registry.get_model(uid).iteration
-            if uid in self._eval_due or not self.eval_plan.due(
-                version, self.scheduler.shard, self.scheduler.num_shards
+            if (
+                version <= self._eval_after
+                or uid in self._eval_due
+                or not self.eval_plan.due(version, self.scheduler.shard, self.scheduler.num_shards)
             ):
                 continue
             specs = self.scheduler.scheduled_eval(uid, self.eval_plan)
