@@ -183,3 +183,17 @@ def test_ppo_passes_the_learning_check_and_fails_it_with_its_loss_sign_flipped(t
     assert result.passed, result.summary()
     flipped = check_learner_learns(sign_flipped(PPOLearner), tmp_path / "flipped", algorithm_kwargs=spiral)
     assert not flipped.passed and max(flipped.rates) < GOAL, flipped.summary()
+
+
+def test_entropy_is_the_tempered_policys_at_completion_positions(tiny_model, tmp_path):
+    lrn = PPOLearner(tiny_model, device="cpu", run_dir=tmp_path, temperature=0.7)
+    lrn.initialize_algorithm()
+    tokens = lrn.collate(_batch())
+    with torch.no_grad():
+        logp, entropy = lrn.policy_logprobs(tokens, entropy=True)
+        logits = lrn.policy_logits(tokens)[:, :-1].float() / 0.7  # [B, T-1, V]
+    expected = torch.distributions.Categorical(logits=logits).entropy()
+    mask = tokens.target_mask
+    assert torch.allclose(entropy[mask], expected[mask], atol=1e-4)
+    assert torch.equal(entropy[~mask], torch.zeros_like(entropy[~mask]))
+    assert torch.allclose(logp, lrn.policy_logprobs(tokens).detach(), atol=1e-6)

@@ -173,6 +173,8 @@ class PPOLearner(BaseLearner):
         mask = tokens.target_mask
         ref = self.base_logprobs(tokens) if self.ppo.kl_coef > 0 else None
         logp, entropy = self.policy_logprobs(tokens, entropy=True)  # [B, T-1] each, 0 off the completion
+        if not self.ppo.entropy_coef:
+            entropy = entropy.detach()  # a metric only: frees its graph (a [N, vocab] tensor) at once
         if self._epoch == 0:  # how off-policy the data was (later mini-batches: plus this epoch's own steps)
             self.record_off_policy(logp, tokens)
         old = torch.where(tokens.behaviour_mask, tokens.behaviour_logprobs, logp.detach())
