@@ -334,3 +334,26 @@ def test_plain_progress_prints_a_line_every_few_seconds(capsys):
         "[    12 s] | step 1/3 | games train 9 (failed 1) eval 0 (failed 0) | "
         "train/TicTacToe-v0-train/invalid_move_rate 0.250 | tokens/s 41.0"
     )
+
+
+@pytest.mark.parametrize(
+    ("model", "key", "expected"),
+    [
+        ("openai:nope", SECRET, "openai:nope: model 'nope' is not served at {url} (it serves some-model)"),
+        ("openai:some-model", "sk-wrong-key", f"refused the API key in ${KEY_ENV} (HTTP 401"),
+    ],
+    ids=["unknown-model", "refused-key"],
+)
+def test_unstable_run_checks_the_api_opponent_before_ray_starts(tiny_model, tmp_path, model, key, expected):
+    with FakeOpenAIServer(key=SECRET) as server:
+        cmd = [
+            sys.executable, "-m", "unstable_core", "run", "--model", tiny_model, "--runs-dir", str(tmp_path),
+            "--sampler", "fixed", "--fixed-opponent", model, "--base-url", server.base_url, "--api-key-env", KEY_ENV,
+        ]  # fmt: skip
+        env = {**os.environ, KEY_ENV: key}
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected.format(url=server.base_url) in lines[0], proc.stderr
+    assert key not in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing started, no run directory
