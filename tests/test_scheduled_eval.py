@@ -182,3 +182,19 @@ def test_eval_every_needs_evaluation_games_in_flight():
         load_config(None, {"eval_every": 2, "num_eval_workers": 0})
     with pytest.raises(ConfigError, match="eval_every must be >= 1"):
         load_config(None, {"eval_every": 0})
+
+
+def test_progress_and_summary_show_each_evaluation_with_its_interval():
+    from rich.console import Console
+
+    from unstable_core.commands import progress_line
+    from unstable_core.runtime.scheduled_eval import evals_table
+
+    win = [result({0: "ckpt-2", 1: "base"}, {0: 1.0, 1: -1.0})]
+    evals = {2: summarise("ckpt-2", win * 3 + [result({0: "base", 1: "ckpt-2"}, {0: 1.0, 1: -1.0})])}
+    expected = "0.750 [0.301, 0.954] 3/0/1 (n=4)"  # Wilson 95% of 3 in 4, by hand
+    assert progress_line({"evals": evals}, 2).endswith(f"eval ckpt-2 {TTT}/vs_base {expected}")
+    console = Console(width=200, record=True)
+    console.print(evals_table(evals))
+    (row,) = [line for line in console.export_text().splitlines() if "ckpt-2" in line]
+    assert f"{TTT}/vs_base" in row and expected in row

@@ -13,6 +13,7 @@ import click
 
 from unstable_core.config import RunConfig, load_config
 from unstable_core.errors import ConfigError
+from unstable_core.runtime.scheduled_eval import evals_table, last_eval_lines
 
 
 def _option_for(field: attrs.Attribute) -> Any:
@@ -96,6 +97,8 @@ def _progress_table(snap: dict[str, Any], learning_steps: int | None, title: str
     inf = snap.get("inference", {})
     if "tokens_per_s" in inf:
         table.add_row("inference tokens/s", f"{inf['tokens_per_s']:.1f}")
+    for label, text in last_eval_lines(snap.get("evals", {})):
+        table.add_row(label, text)
     table.add_row("elapsed", f"{snap.get('elapsed_s', 0):.0f} s")
     return table
 
@@ -169,6 +172,7 @@ def progress_line(snap: dict[str, Any], learning_steps: int | None) -> str:
         parts.append(f"loss {snap['learner']['loss']:.4g}")
     if "tokens_per_s" in snap.get("inference", {}):
         parts.append(f"tokens/s {snap['inference']['tokens_per_s']:.1f}")
+    parts += [f"{label} {text}" for label, text in last_eval_lines(snap.get("evals", {}))]
     return " | ".join(parts)
 
 
@@ -225,6 +229,8 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
     console.print(_progress_table(summary, learning_steps, f"{title}: summary"))
     if summary.get("registry"):
         console.print(ratings_table(summary["registry"]))
+    if summary.get("evals"):
+        console.print(evals_table(summary["evals"]))
     rates = rates_table(run.run_dir)
     if rates is not None:
         console.print(rates[0])

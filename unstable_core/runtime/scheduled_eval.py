@@ -134,3 +134,55 @@ def eval_panels(
             )
         )
     return panels
+
+
+def _pairs(metrics: dict[str, float]) -> list[str]:
+    return sorted({k.rsplit("/", 1)[0] for k in metrics if k.endswith("/games")})
+
+
+def _win_text(metrics: dict[str, float], key: str) -> str:
+    wdl = "/".join(str(int(metrics[f"{key}/{x}"])) for x in ("wins", "draws", "losses"))
+    if f"{key}/win_rate" not in metrics:
+        return f"- (n=0, failed {int(metrics[f'{key}/failed'])})"
+    lo, hi = metrics[f"{key}/win_rate_lo"], metrics[f"{key}/win_rate_hi"]
+    return f"{metrics[f'{key}/win_rate']:.3f} [{lo:.3f}, {hi:.3f}] {wdl} (n={int(metrics[f'{key}/games'])})"
+
+
+def last_eval_lines(evals: dict[int, dict[str, float]]) -> list[tuple[str, str]]:
+    """(label, win rate text) per (env, opponent) of the latest scheduled evaluation, for progress displays."""
+    if not evals:
+        return []
+    version = max(evals)
+    return [
+        (f"eval ckpt-{version} {key[len('eval/') :]}", _win_text(evals[version], key))
+        for key in _pairs(evals[version])
+    ]
+
+
+def evals_table(evals: dict[int, dict[str, float]]) -> Any:
+    """Every scheduled evaluation of a run as a rich table (a row per checkpoint and env/opponent)."""
+    from rich.table import Table
+
+    table = Table(title="Scheduled evaluation (95% Wilson intervals; a draw counts 1/2)")
+    for col in (
+        "checkpoint",
+        "env / opponent",
+        "win rate [95%] W/D/L (n)",
+        "invalid-move rate",
+        "format rate",
+        "score",
+    ):
+        table.add_column(col)
+    for version in sorted(evals):
+        m = evals[version]
+        for key in _pairs(m):
+            rates = []
+            for name in ("invalid_move_rate", "format_rate"):
+                rates.append(
+                    f"{m[f'{key}/{name}']:.3f} [{m[f'{key}/{name}_lo']:.3f}, {m[f'{key}/{name}_hi']:.3f}]"
+                    if f"{key}/{name}" in m
+                    else "-"
+                )
+            score = f"{m[f'{key}/score']:.3f}" if f"{key}/score" in m else "-"
+            table.add_row(f"ckpt-{version}", key[len("eval/") :], _win_text(m, key), *rates, score)
+    return table
