@@ -16,9 +16,10 @@ from unstable_core.runtime.collector import Collector
 from unstable_core.runtime.inference_actor import create_inference_actor
 from unstable_core.runtime.registry_host import RegistryHost
 from unstable_core.runtime.run import Run
+from unstable_core.runtime.scheduled_eval import EvalPlan
 from unstable_core.runtime.scheduler import GameScheduler
 from unstable_core.runtime.tracker import Tracker
-from unstable_core.types import TrainEnvSpec
+from unstable_core.types import EvalEnvSpec, TrainEnvSpec
 
 TTT = "TicTacToe-v0-train"
 MISSING_ENV = "NoSuchGame-v0"
@@ -58,7 +59,9 @@ def wait_until(check, timeout_s: float = 180.0, what: str = "condition") -> None
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def start_collector(run_dir: Path, engine, tiny_model: str, specs: list[TrainEnvSpec], seed: int = 0):
+def start_collector(
+    run_dir: Path, engine, tiny_model: str, specs: list[TrainEnvSpec], seed: int = 0, eval_plan=None
+):
     """A collector actor with a real registry, buffer and tracker (all Ray actors), sampling `specs`."""
     reg = get_registry()
     registry = ray.remote(RegistryHost).options(num_cpus=0).remote(str(run_dir / "registry.json"))
@@ -83,6 +86,7 @@ def start_collector(run_dir: Path, engine, tiny_model: str, specs: list[TrainEnv
             params=SamplingParams(temperature=1.0, max_tokens=MAX_NEW_TOKENS),
             max_turns=20,
             game_timeout_s=120.0,
+            eval_plan=eval_plan,
         )
     )
     return collector, registry, buffer, tracker
@@ -192,3 +196,39 @@ def test_killed_inference_actor_restarts_and_no_game_is_counted_twice(ray_sessio
     assert len(idx) == len(set(idx)) == summary["counts"]["train_games"] >= at_kill + 4
     assert not any(g["info"]["failed"] for g in games)
     assert summary["registry"]["env_games"][TTT] == len(games)  # each game rated once
+
+
+def test_collector_plays_scheduled_evaluations_beside_training_and_none_reach_the_buffer(
+    engine, tiny_model, tmp_path
+):
+    """--eval-every: a checkpoint's evaluation games are played beside training games, logged against it,
+    and none of them reaches the buffer."""
+    plan = EvalPlan((EvalEnvSpec(TTT, 2, fixed_opponent="base"),), every=1, games=4)
+    collector, registry, buffer, tracker = start_collector(
+        tmp_path, engine, tiny_model, [TrainEnvSpec(TTT, 2, 2)], eval_plan=plan
+    )
+    ray.get(registry.add_fixed.remote("base"))
+    ray.get(registry.add_checkpoint.remote("ckpt-1", None, 1))  # there before (as in a resumed run): skipped
+    collecting = collector.collect.remote(2, 2)
+    trained = lambda: ray.get(tracker.snapshot.remote())["counts"].get("train_games", 0) >= 2  # noqa: E731
+    wait_until(trained, what="two training games")
+    ray.get(registry.add_checkpoint.remote("ckpt-2", None, 2))  # published: due at once (every 1 step)
+    assert ray.get(collector.drain_evals.remote(300), timeout=320) == 0
+    ray.get(collector.stop.remote())
+    ray.get(collecting, timeout=120)
+    ray.get(tracker.close.remote())
+    snap = ray.get(tracker.snapshot.remote())
+    evals = snap["evals"]
+    assert list(evals) == [2] and evals[2][f"eval/{TTT}/vs_base/games"] == 4
+
+    games = read_jsonl(tmp_path / "games" / "games.jsonl")
+    eval_games = [g for g in games if g["info"]["eval"]]
+    assert len(eval_games) == 4
+    assert all(sorted(g["info"]["models"].values()) == ["base", "ckpt-2"] for g in eval_games)
+    eval_steps = sum(len(t["steps"]) for g in eval_games for t in g["trajectories"] if t["collect_data"])
+    assert eval_steps >= 2  # the checkpoint's turns are recorded (for the rates) ...
+    train = [g for g in games if not g["info"]["eval"] and not g["info"]["failed"]]
+    train_steps = sum(len(t["steps"]) for g in train for t in g["trajectories"] if t["collect_data"])
+    stats = ray.get(buffer.stats.remote())
+    assert train and stats["games"] == len(train)  # ... but only training games reach the buffer
+    assert stats["steps_added"] + stats["steps_stale_on_add"] == train_steps

@@ -1,22 +1,12 @@
 """Scheduled evaluation (--eval-every): the games of a checkpoint (seats alternated, the same seeds for every
-checkpoint), their summary against hand-computed counts and intervals, and a real collector that plays
-them beside training games without any of them reaching the buffer."""
-
-import time
+checkpoint), their summary against hand-computed counts and intervals, the curves, progress and summary.
+A real collector playing them beside training games is tested in test_runtime.py."""
 
 import pytest
-import ray
 
-from unstable_core.inference.base import SamplingParams
-from unstable_core.io import read_jsonl
 from unstable_core.plugins import get_registry
-from unstable_core.runtime.buffer import StepBuffer
-from unstable_core.runtime.collector import Collector
-from unstable_core.runtime.inference_actor import create_inference_actor
-from unstable_core.runtime.registry_host import RegistryHost
 from unstable_core.runtime.scheduled_eval import EvalPlan, summarise
 from unstable_core.runtime.scheduler import GameScheduler
-from unstable_core.runtime.tracker import Tracker
 from unstable_core.types import EvalEnvSpec, GameInformation, GameResult, Step, TrainEnvSpec, Trajectory
 
 TTT = "TicTacToe-v0-train"
@@ -90,69 +80,6 @@ def test_summary_counts_and_wilson_intervals_by_hand():
     assert abs(m[f"{key}/invalid_move_rate_lo"] - 0.1500) < 1e-3
     failed_only = summarise("ckpt-2", games[-1:])
     assert f"{key}/win_rate" not in failed_only and failed_only[f"{key}/failed"] == 1  # no NaN rate
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="unstable-tests")
-    yield
-    ray.shutdown()
-
-
-def test_collector_plays_scheduled_evaluations_beside_training_and_none_reach_the_buffer(
-    ray_session, tiny_model, tmp_path
-):
-    engine = create_inference_actor("transformers", {"model": tiny_model, "device": "cpu"})
-    registry = ray.remote(RegistryHost).options(num_cpus=0).remote(str(tmp_path / "registry.json"))
-    ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
-    ray.get(registry.add_fixed.remote("base"))
-    ray.get(
-        registry.add_checkpoint.remote("ckpt-1", None, 1)
-    )  # there before (a resumed run's): not evaluated
-    buffer = ray.remote(StepBuffer).options(num_cpus=0).remote(10_000)
-    tracker = ray.remote(Tracker).options(num_cpus=0).remote(str(tmp_path))
-    plan = EvalPlan((EvalEnvSpec(TTT, 2, fixed_opponent="base"),), every=1, games=4)
-    collector = (
-        ray.remote(Collector)
-        .options(num_cpus=0, max_concurrency=4)
-        .remote(
-            engines={"main": [engine]},
-            tokenizers={"main": tiny_model},
-            buffer=buffer,
-            registry=registry,
-            tracker=tracker,
-            scheduler=scheduler(),
-            params=SamplingParams(temperature=1.0, max_tokens=6),
-            max_turns=20,
-            game_timeout_s=120.0,
-            eval_plan=plan,
-        )
-    )
-    collecting = collector.collect.remote(2, 2)
-    deadline = time.monotonic() + 300
-    while ray.get(tracker.snapshot.remote())["counts"].get("train_games", 0) < 2:
-        assert time.monotonic() < deadline, "no training game finished"
-        time.sleep(0.3)
-    ray.get(registry.add_checkpoint.remote("ckpt-2", None, 2))  # published: due at once (every 1 step)
-    assert ray.get(collector.drain_evals.remote(300), timeout=320) == 0
-    ray.get(collector.stop.remote())
-    ray.get(collecting, timeout=120)
-    ray.get(tracker.close.remote())
-    snap = ray.get(tracker.snapshot.remote())
-    evals = snap["evals"]
-    assert list(evals) == [2] and evals[2][f"eval/{TTT}/vs_base/games"] == 4
-
-    games = read_jsonl(tmp_path / "games" / "games.jsonl")
-    eval_games = [g for g in games if g["info"]["eval"]]
-    assert len(eval_games) == 4
-    assert all(sorted(g["info"]["models"].values()) == ["base", "ckpt-2"] for g in eval_games)
-    eval_steps = sum(len(t["steps"]) for g in eval_games for t in g["trajectories"] if t["collect_data"])
-    assert eval_steps >= 2  # the checkpoint's turns are recorded (for the rates) ...
-    train = [g for g in games if not g["info"]["eval"] and not g["info"]["failed"]]
-    train_steps = sum(len(t["steps"]) for g in train for t in g["trajectories"] if t["collect_data"])
-    stats = ray.get(buffer.stats.remote())
-    assert train and stats["games"] == len(train)  # ... but only training games reach the buffer
-    assert stats["steps_added"] + stats["steps_stale_on_add"] == train_steps
 
 
 def test_curves_draw_the_scheduled_win_rate_per_checkpoint_with_its_band(tmp_path):
