@@ -95,3 +95,16 @@ def test_leaderboard_of_a_folder_that_is_no_run_says_so(tmp_path):
     result = CliRunner().invoke(cli, ["leaderboard", str(tmp_path)])
     assert result.exit_code == 2
     assert "has no registry.json" in result.output and "Traceback" not in result.output
+
+
+def test_games_of_unstable_eval_under_eval_count_too(tmp_path):
+    make_run(tmp_path)
+    tracker = Tracker(tmp_path / "eval" / "20261122-120000")  # where `unstable eval RUN_DIR` writes its games
+    tracker.add_game(play(100, {0: "ckpt-1", 1: "random"}, {0: 1.0, 1: -1.0}))
+    tracker.add_game(play(101, {0: "random", 1: "ckpt-1"}, {0: 1.0, 1: -1.0}))
+    tracker.close()
+    result = CliRunner().invoke(cli, ["leaderboard", str(tmp_path), "--json"])
+    models = {m["uid"]: m for m in json.loads(result.output)["models"]}
+    vs = models["ckpt-1"]["win_rate_vs"]
+    assert (vs["random"]["wins"], vs["random"]["losses"], vs["random"]["n"]) == (1, 1, 2)
+    assert vs["base"]["n"] == 4  # the run's own games, unchanged
