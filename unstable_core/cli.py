@@ -19,7 +19,7 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except UnstableError as exc:
             click.secho(f"Error: {exc}", fg="red", err=True)
-            sys.exit(2)
+            sys.exit(getattr(exc, "exit_code", 2))
 
 
 @click.group(cls=_Group)
@@ -81,5 +81,5 @@ def main() -> None:
         add_commands(cli)  # each plugin on its own; a failing one is listed by `unstable plugins`
     except UnstableError as exc:
         click.secho(f"Error: {exc}", fg="red", err=True)
-        sys.exit(2)
+        sys.exit(getattr(exc, "exit_code", 2))
     cli(prog_name="unstable")

@@ -248,11 +248,28 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
 @click.option(
     "--config", "config_path", type=click.Path(), default=None, help="TOML file; options override it."
 )
+@click.option(
+    "--resume",
+    "resume_dir",
+    type=click.Path(),
+    default=None,
+    metavar="RUN_DIR",
+    help="Continue this run from its last complete checkpoint (its config.toml; only options such as "
+    "--learning-steps or workers may change).",
+)
 @run_options
-def run(config_path: str | None, **options: Any) -> None:
+def run(config_path: str | None, resume_dir: str | None, **options: Any) -> None:
     """Train by self-play (defaults: the embedded default model, mirror self-play, a few REINFORCE steps)."""
+    from unstable_core.runtime.resume import resume_config
     from unstable_core.runtime.run import Run
 
+    if resume_dir is not None:
+        if config_path is not None:
+            raise ConfigError("--resume reads the run's own config.toml: drop --config")
+        cfg, changed = resume_config(resume_dir, overrides_from(options))
+        title = f"unstable run --resume ({cfg.learner}, {cfg.sampler})"
+        execute(Run(cfg, resume=resume_dir, resume_changes=changed), cfg.learning_steps, title)
+        return
     cfg = load_config(config_path, overrides_from(options))
     execute(Run(cfg), cfg.learning_steps, f"unstable run ({cfg.learner}, {cfg.sampler})")
 

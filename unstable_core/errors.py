@@ -7,3 +7,9 @@ class UnstableError(Exception):
 
 class ConfigError(UnstableError, ValueError):
     """A configuration value out of its allowed range, or an unknown key."""
+
+
+class RunStopped(UnstableError):
+    """A run that started stopped before its end (an actor died): exit status 1, and how to resume."""
+
+    exit_code = 1

@@ -358,9 +358,10 @@ class BaseLearner:
         """`run_dir/checkpoints/step-<n>` for the current (or given) step."""
         return self.run_dir / "checkpoints" / f"step-{self.step if step is None else step}"
 
-    def save_checkpoint(self) -> Path:
-        """Write the policy adapter (peft layout, at the folder root), optimizer state (safetensors) and
-        learner_state.json to `run_dir/checkpoints/step-<n>/`, atomically; return the folder."""
+    def save_checkpoint(self, extra_json: dict[str, Any] | None = None) -> Path:
+        """Write the policy adapter (peft layout, at the folder root), optimizer state (safetensors),
+        learner_state.json and any `extra_json` files (name -> data; the runtime's run_state.json) to
+        `run_dir/checkpoints/step-<n>/`, atomically; return the folder."""
         from safetensors.torch import save_file
 
         def fill(folder: Path) -> None:
@@ -372,6 +373,8 @@ class BaseLearner:
                 tensors.update({f"{name}/{key}": value for key, value in flat.items()})
             save_file(tensors, str(folder / "optimizer.safetensors"))
             self._save_extra(folder)
+            for name, data in (extra_json or {}).items():
+                write_json(folder / name, data)
             write_json(
                 folder / "learner_state.json",
                 {

@@ -312,6 +312,16 @@ class Collector:
     def stats(self) -> dict[str, int]:
         return dict(self.counts)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The scheduler's samplers and RNG streams (saved with each checkpoint)."""
+        return self.scheduler.state_dict()
+
+    def pid(self) -> int:
+        """The actor's process id (fault-injection tests kill it)."""
+        import os
+
+        return os.getpid()
+
 
 def _failed(spec: GameSpec, error: str) -> GameResult:
     info = GameInformation(

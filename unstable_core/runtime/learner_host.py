@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import ray
 
-from unstable_core.io import atomic_write_json
+from unstable_core.runtime.resume import RUN_STATE
 
 
 class LearnerHost:
@@ -27,6 +28,8 @@ class LearnerHost:
         tracker: Any,
         batch_size: int,
         torch_threads: int | None = None,
+        collectors: list[Any] = (),
+        resume_from: str | None = None,
     ) -> None:
         if torch_threads:
             import torch
@@ -34,6 +37,9 @@ class LearnerHost:
             torch.set_num_threads(torch_threads)
         self.learner = learner_factory(**learner_kwargs)
         self.learner.initialize_algorithm(**algorithm_kwargs)
+        if resume_from is not None:
+            self.learner.load_checkpoint(resume_from)  # adapter, optimizers, step = policy version
+        self.collectors = list(collectors)
         self.buffer, self.registry, self.tracker = buffer, registry, tracker
         self.batch_size = batch_size
         self.run_dir = Path(learner_kwargs["run_dir"])
@@ -50,23 +56,42 @@ class LearnerHost:
             time.sleep(0.25)
         return None
 
+    def step(self) -> int:
+        return self.learner.step
+
+    def pid(self) -> int:
+        """The actor's process id (fault-injection tests kill it)."""
+        return os.getpid()
+
+    def run_state(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """What a resumed run needs beside the learner's own files: the registry before this checkpoint is
+        added, the reward transforms' state, the collectors' samplers and RNG streams, this step's metrics."""
+        registry, rewards = ray.get([self.registry.to_dict.remote(), self.buffer.state_dict.remote()])
+        collectors = ray.get([c.state_dict.remote() for c in self.collectors], timeout=60)
+        return {
+            "registry": registry,
+            "rewards": rewards,
+            "collectors": collectors,
+            "metrics": {f"learner/{k}": v for k, v in metrics.items()},
+        }
+
     def train(self, learning_steps: int) -> dict[str, Any]:
-        """Run the updates; returns the last metrics and checkpoint."""
+        """Update until the learner's step (policy version) reaches `learning_steps` (a resumed learner
+        starts at its checkpoint's step); returns the last metrics and checkpoint."""
         last: dict[str, Any] = {}
-        for _ in range(learning_steps):
+        while self.learner.step < learning_steps:
             batch = self._next_batch()
             if batch is None:
                 break
             started = time.time()
             metrics = dict(self.learner.update(batch))
-            path = self.learner.save_checkpoint()
+            metrics.update(update_s=time.time() - started, batch_steps=len(batch))
+            path = self.learner.save_checkpoint(extra_json={RUN_STATE: self.run_state(metrics)})
             step = self.learner.step
-            atomic_write_json(self.run_dir / "reward_state.json", ray.get(self.buffer.state_dict.remote()))
             ray.get(self.registry.add_checkpoint.remote(f"ckpt-{step}", str(path), step))
             ray.get(self.buffer.set_policy_version.remote(step))
             buffer_stats = ray.get(self.buffer.stats.remote())
             metrics.update({f"buffer/{k}": float(v) for k, v in buffer_stats.items()})
-            metrics.update(update_s=time.time() - started, batch_steps=len(batch))
             self.tracker.log_learner.remote(metrics, step)
             last = {"step": step, "checkpoint": str(path), "metrics": metrics}
         return last

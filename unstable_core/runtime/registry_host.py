@@ -14,14 +14,27 @@ from unstable_core.model_registry import ModelRegistry
 class RegistryHost:
     """Wraps a `ModelRegistry` (hosted in a Ray actor) and writes it atomically."""
 
-    def __init__(self, path: str | Path, save_every_s: float = 2.0, **registry_kwargs: Any) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        save_every_s: float = 2.0,
+        state: dict[str, Any] | None = None,
+        fresh: bool = False,
+        **registry_kwargs: Any,
+    ) -> None:
+        """`state` (a resumed run's registry as saved with its checkpoint) wins over the file; `fresh`
+        ignores the file (a run resumed before its first checkpoint starts over)."""
         self.path = Path(path)
         self.save_every_s = save_every_s
         self._saved_at = 0.0
         self._dirty = False
-        self.registry = (
-            ModelRegistry.load(self.path) if self.path.exists() else ModelRegistry(**registry_kwargs)
-        )
+        if state is not None:
+            self.registry = ModelRegistry.from_dict(state)
+            self._dirty = True
+        elif self.path.exists() and not fresh:
+            self.registry = ModelRegistry.load(self.path)
+        else:
+            self.registry = ModelRegistry(**registry_kwargs)
 
     def _save(self) -> None:
         self.registry.save(self.path)

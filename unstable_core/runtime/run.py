@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from unstable_core.config import RunConfig, config_from_dict, merge_layers, parse_transform
-from unstable_core.errors import ConfigError, UnstableError
+from unstable_core.errors import ConfigError, RunStopped, UnstableError
 from unstable_core.games.random_player import RANDOM, check_random_supported
 from unstable_core.inference.vllm import vllm_max_lora_rank
 from unstable_core.models import is_api_model
@@ -29,6 +29,15 @@ from unstable_core.runtime.placement import (
     check_backend_available,
     check_resources,
     plan_placement,
+)
+from unstable_core.runtime.resume import (
+    RESUME_HINT,
+    ResumePoint,
+    checkpoint_steps,
+    find_resume_point,
+    prepare_logs,
+    record_event,
+    resume_config,
 )
 
 DEFAULT_MAX_LORAS = (
@@ -103,10 +112,20 @@ class Components:
 class Run:
     """A training run: `start()`, then `wait()` (or `stop()`); as in the reference's minimal script."""
 
-    def __init__(self, cfg: RunConfig, learn: bool = True) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        learn: bool = True,
+        resume: str | os.PathLike | None = None,
+        resume_changes: dict[str, Any] | None = None,
+    ) -> None:
+        """`resume`: the folder of the run to continue (its config is `cfg`, see `resume_config`)."""
         self.cfg = cfg
         self.learn = learn
-        self.run_dir = run_dir_of(cfg)
+        self.resume_dir = Path(resume).resolve() if resume is not None else None
+        self.resume_changes = resume_changes or {}
+        self.resume_point: ResumePoint | None = None
+        self.run_dir = self.resume_dir or run_dir_of(cfg)
         self.components = Components.resolve(cfg, self.run_dir, learner=learn)
         check_backend_available(cfg.backend, cfg.device, cfg.ray_address)
         if cfg.api_models():
@@ -265,15 +284,28 @@ class Run:
         except BaseException:
             self._drop_empty_run_dir()
             raise
-        cfg.save(self.run_dir / "config.toml")
+        index_base = 0
+        if self.resume_dir is not None:
+            self.resume_point = find_resume_point(self.run_dir)
+            index_base = prepare_logs(self.resume_point, self.run_dir, self.resume_changes)["next_game_index"]
+        else:
+            cfg.save(self.run_dir / "config.toml")
+        point = self.resume_point
         self.started_at = time.time()
         threads = max(1, os.cpu_count() or 1)
 
         remote = lambda cls, **opts: ray.remote(cls).options(num_cpus=0, **opts)  # noqa: E731
         self.actors["tracker"] = remote(_TrackerActor).remote(str(self.run_dir), comp.trackers)
-        registry = remote(RegistryHost).remote(str(self.run_dir / "registry.json"))
+        registry = remote(RegistryHost).remote(
+            str(self.run_dir / "registry.json"),
+            state=point.registry if point else None,
+            fresh=self.resume_dir is not None,
+        )
         self.actors["registry"] = registry
-        ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
+        if point is None:
+            ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
+        else:  # the registry as it was when the checkpoint was saved, then the checkpoint itself
+            ray.get(registry.add_checkpoint.remote(f"ckpt-{point.step}", str(point.checkpoint), point.step))
         for name in self.fixed_opponents():
             ray.get(registry.add_fixed.remote(name))
 
@@ -288,6 +320,13 @@ class Run:
                 max_staleness=cfg.max_staleness,
             )
             self.actors["buffer"] = buffer
+            if point is not None:
+                ray.get(
+                    [
+                        buffer.load_state_dict.remote(point.rewards),
+                        buffer.set_policy_version.remote(point.step),
+                    ]
+                )
 
         engines: dict[str, list[Any]] = {}
         backend_kwargs = self.backend_kwargs(placement)
@@ -318,7 +357,11 @@ class Run:
                 seed=cfg.seed,
                 shard=shard,
                 num_shards=cfg.num_collectors,
+                index_base=index_base,
             )
+            saved = point.collector_state(shard) if point is not None else None
+            if saved:
+                scheduler.load_state_dict(saved)
             collectors.append(
                 # collect() runs for the whole run: stop() and stats() need room beside it
                 remote(Collector, max_concurrency=4).remote(
@@ -369,6 +412,8 @@ class Run:
                 tracker=self.actors["tracker"],
                 batch_size=cfg.batch_size,
                 torch_threads=threads,
+                collectors=collectors,
+                resume_from=str(point.checkpoint) if point is not None else None,
             )
             self.actors["learner"] = host
             self._train_ref = host.train.remote(learning_steps)
@@ -397,21 +442,32 @@ class Run:
         import ray
 
         waiting = [self._train_ref] if self._train_ref is not None else list(self._collect_refs)
+        # while learning, a collector that ends (it only ends by dying) would leave the learner waiting
+        watched = list(self._collect_refs) if self._train_ref is not None else []
         try:
             while waiting:
                 done, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=poll_s)
                 for ref in done:
                     ray.get(ref)  # surface a crashed learner or collector
+                ended, watched = ray.wait(watched, num_returns=len(watched), timeout=0)
+                for ref in ended:
+                    ray.get(ref)
+                    raise ActorDied("a collector", "it stopped collecting")
+                self._check_alive()
                 if on_progress:
                     on_progress(self.progress())
             if self._train_ref is not None and self.cfg.eval_every:
                 self._drain_evals(on_progress, poll_s)
         except ray.exceptions.RayTaskError as exc:
-            self.stop()
             cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+            if isinstance(cause, ray.exceptions.RayActorError):
+                raise self._stop_after_death(cause) from None
+            self.stop()
             if isinstance(cause, UnstableError):
                 raise UnstableError(str(cause)) from None
             raise
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError, ActorDied) as exc:
+            raise self._stop_after_death(exc) from None
         return self.stop()
 
     def _drain_evals(self, on_progress: Callable[[dict[str, Any]], None] | None, poll_s: float) -> None:
@@ -429,6 +485,48 @@ class Run:
             ray.get(done)
             if on_progress:
                 on_progress(self.progress())
+
+    def _actor_names(self) -> dict[str, str]:
+        """Actor id (hex) -> name, for every actor of the run."""
+        names = {}
+        for key in ("tracker", "registry", "buffer", "learner"):
+            if key in self.actors:
+                names[self.actors[key]._actor_id.hex()] = key
+        for i, c in enumerate(self.actors.get("collectors", [])):
+            names[c._actor_id.hex()] = f"collector-{i}"
+        return names
+
+    def _check_alive(self, timeout_s: float = 60.0) -> None:
+        """Ask every stateful actor a cheap question; a dead one raises RayActorError (a hung one times out)."""
+        import ray
+
+        refs = [self.actors["tracker"].snapshot.remote(), self.actors["registry"].get_current_ckpt.remote()]
+        if "buffer" in self.actors:
+            refs.append(self.actors["buffer"].size.remote())
+        refs += [c.stats.remote() for c in self.actors.get("collectors", [])]
+        ray.get(refs, timeout=timeout_s)
+
+    def _stop_after_death(self, exc: BaseException) -> RunStopped:
+        """An actor of the run died: stop the others (the last checkpoint stays complete), record it in
+        metrics.jsonl and return the one-line error that says how to continue."""
+        if isinstance(exc, ActorDied):
+            who, why = exc.who, exc.why
+        else:
+            actor_id = getattr(exc, "actor_id", None)
+            who = self._actor_names().get(actor_id or "", "an actor")
+            if who != "an actor":
+                who = f"the {who}"
+            why = "its process died" if actor_id else type(exc).__name__
+        try:
+            self.stop(timeout_s=60.0)
+        except Exception:  # the stop of a broken run must not hide why it broke
+            self.abort()
+        step = max(checkpoint_steps(self.run_dir), default=0)
+        record_event(self.run_dir, "actor_died", actor=who, reason=why, last_checkpoint_step=step)
+        return RunStopped(
+            f"{who} actor died ({why}); the run stopped at its last complete checkpoint (step {step}): "
+            + RESUME_HINT.format(run_dir=self.run_dir)
+        )
 
     # ---- stop
     def stop(self, timeout_s: float = 300.0) -> dict[str, Any]:
@@ -515,8 +613,23 @@ def _eval_like(spec, opponent: str):
     )
 
 
-def build(config: RunConfig | None = None, **overrides: Any) -> Run:
+class ActorDied(Exception):
+    """An actor of the run is gone (`who`, `why`): the run stops and says how to resume."""
+
+    def __init__(self, who: str, why: str) -> None:
+        super().__init__(f"{who}: {why}")
+        self.who, self.why = who, why
+
+
+def build(config: RunConfig | None = None, resume: str | os.PathLike | None = None, **overrides: Any) -> Run:
     """A training run from a `RunConfig` and/or keyword overrides: the reference's build() names and values
-    work too (None for its defaults, opponent_sampling_strategy="none", its vllm_config keys)."""
+    work too (None for its defaults, opponent_sampling_strategy="none", its vllm_config keys).
+    `resume=RUN_DIR` continues that run from its last complete checkpoint (its config.toml, with the
+    overrides that do not change what it learns)."""
+    if resume is not None:
+        if config is not None:
+            raise ConfigError("build(resume=...) reads the run's own config.toml: pass no config")
+        cfg, changed = resume_config(resume, overrides)
+        return Run(cfg, resume=resume, resume_changes=changed)
     base = config.to_dict() if config is not None else {}
     return Run(config_from_dict(merge_layers(base, overrides)))

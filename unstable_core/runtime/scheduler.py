@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from unstable_core.errors import UnstableError
 from unstable_core.model_registry import ModelRegistry
@@ -23,13 +24,15 @@ class GameScheduler:
         seed: int = 0,
         shard: int = 0,
         num_shards: int = 1,
+        index_base: int = 0,
     ) -> None:
         self.env_sampler, self.model_sampler = env_sampler, model_sampler
         self.seed, self.shard, self.num_shards = seed, shard, num_shards
+        self.index_base = index_base  # a resumed run numbers its games after those already recorded
         self._next = 0
 
     def _new_index(self) -> int:
-        idx = self._next * self.num_shards + self.shard
+        idx = self.index_base + self._next * self.num_shards + self.shard
         self._next += 1
         return idx
 
@@ -81,3 +84,29 @@ class GameScheduler:
     def scheduled_eval(self, uid: str, plan: EvalPlan) -> list[GameSpec]:
         """The scheduled evaluation games of checkpoint `uid`, with game indices of this scheduler."""
         return plan.games_of(uid, self._new_index)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The samplers' statistics and RNG streams, JSON-ready (saved with each checkpoint)."""
+        out: dict[str, Any] = {}
+        for name in ("env_sampler", "model_sampler"):
+            sampler = getattr(self, name)
+            state = getattr(sampler, "state_dict", dict)()
+            rng = getattr(sampler, "rng", None)
+            out[name] = {"state": state, "rng": _rng_state(rng) if rng is not None else None}
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned."""
+        for name in ("env_sampler", "model_sampler"):
+            saved = state.get(name) or {}
+            sampler = getattr(self, name)
+            if saved.get("state") and hasattr(sampler, "load_state_dict"):
+                sampler.load_state_dict(saved["state"])
+            if saved.get("rng") is not None and getattr(sampler, "rng", None) is not None:
+                version, internal, gauss = saved["rng"]
+                sampler.rng.setstate((version, tuple(internal), gauss))
+
+
+def _rng_state(rng: random.Random) -> list[Any]:
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]

@@ -1,0 +1,184 @@
+"""Continuing a run from its last complete checkpoint (`unstable run --resume RUN_DIR`).
+
+Every checkpoint folder holds, beside the learner's files, `run_state.json`: the model registry as it was
+just before the checkpoint was registered, the reward transforms' state, each collector's sampler state
+and RNG streams, and the learner metrics of that step. The folder is written atomically, so a checkpoint is
+complete with all of it or absent.
+
+Log files are appended, never rewritten. Learner metrics are logged only after their checkpoint is
+complete, so metrics.jsonl never holds a step beyond the last complete checkpoint; a step whose line a crash
+cut off is appended from its checkpoint's run_state.json on resume. Games played after the last checkpoint
+stay in games.jsonl (they were played) but not in the restored ratings; the resumed collectors number new
+games after every game recorded, so no game index repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from unstable_core.config import RunConfig, config_from_dict, merge_layers
+from unstable_core.errors import ConfigError
+from unstable_core.io import append_jsonl, read_jsonl
+from unstable_core.learners.checkpoint import recover_folder
+
+RUN_STATE = "run_state.json"
+RESUME_HINT = "continue it with `unstable run --resume {run_dir}`"
+
+# options that may differ on resume: how the run is executed, not what it learns
+RESUMABLE_OPTIONS = frozenset(
+    {
+        "learning_steps",
+        "num_train_workers",
+        "num_eval_workers",
+        "num_collectors",
+        "num_inference_actors",
+        "max_batch_size",
+        "ray_address",
+        "device",
+        "game_timeout_s",
+        "trackers",
+        "wandb_project",
+    }
+)
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+@attrs.define
+class ResumePoint:
+    """The last complete checkpoint of a run and the run's state saved with it."""
+
+    run_dir: Path
+    step: int
+    checkpoint: Path
+    state: dict[str, Any]
+
+    @property
+    def registry(self) -> dict[str, Any]:
+        return self.state["registry"]
+
+    @property
+    def rewards(self) -> dict[str, Any]:
+        return self.state.get("rewards", {})
+
+    def collector_state(self, shard: int) -> dict[str, Any] | None:
+        states = self.state.get("collectors", [])
+        return states[shard] if shard < len(states) else None
+
+
+def checkpoint_steps(run_dir: Path) -> list[int]:
+    """Steps of the complete checkpoint folders (a `.tmp` left by a crash is not one), ascending."""
+    folder = Path(run_dir) / "checkpoints"
+    if not folder.is_dir():
+        return []
+    for old in folder.glob("step-*.old"):
+        recover_folder(old.with_name(old.name[: -len(".old")]))
+    steps = []
+    for p in folder.iterdir():
+        m = _STEP_DIR.match(p.name)
+        if m and (p / "learner_state.json").is_file() and (p / RUN_STATE).is_file():
+            steps.append(int(m.group(1)))
+    return sorted(steps)
+
+
+def find_resume_point(run_dir: str | os.PathLike) -> ResumePoint | None:
+    """The last complete checkpoint of `run_dir`, or None when the run has none yet (it restarts at 0)."""
+    run_dir = Path(run_dir).resolve()
+    steps = checkpoint_steps(run_dir)
+    if not steps:
+        return None
+    folder = run_dir / "checkpoints" / f"step-{steps[-1]}"
+    return ResumePoint(run_dir, steps[-1], folder, json.loads((folder / RUN_STATE).read_text()))
+
+
+def resume_config(run_dir: str | os.PathLike, overrides: dict[str, Any]) -> tuple[RunConfig, dict[str, Any]]:
+    """The run's own config.toml with the allowed `overrides`; returns it and what changed {key: [old, new]}.
+    An override that changes what the run learns (model, learner, envs, algorithm...) is refused."""
+    run_dir = Path(run_dir)
+    path = run_dir / "config.toml"
+    if not path.is_file():
+        raise ConfigError(
+            f"--resume {run_dir}: no config.toml there; pass the folder of a run (runs/<run-name>)"
+        )
+    from unstable_core.config import load_config
+
+    saved = load_config(path)
+    base = saved.to_dict()
+    given = config_from_dict(merge_layers(base, overrides)).to_dict()
+    changed = {k: [base.get(k), v] for k, v in given.items() if v != base.get(k)}
+    changed.pop("run_name", None)  # the folder is the run, wherever it now lies
+    changed.pop("runs_dir", None)
+    refused = sorted(k for k in changed if k not in RESUMABLE_OPTIONS)
+    if refused:
+        key = refused[0]
+        raise ConfigError(
+            f"--resume {run_dir}: {key} is {base.get(key)!r} in the run, {given[key]!r} given; a resumed run "
+            f"keeps what it learns (only {', '.join(sorted(RESUMABLE_OPTIONS))} may change): drop "
+            f"--{key.replace('_', '-')} or start a new run"
+        )
+    return config_from_dict(merge_layers(base, {k: v[1] for k, v in changed.items()})), changed
+
+
+def _end_partial_line(path: Path) -> bool:
+    """Close a last line that a crash cut short, so that appended lines stay lines; True if it did."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return False
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return False
+    with open(path, "a") as f:
+        f.write("\n")
+    return True
+
+
+def max_game_index(run_dir: Path) -> int:
+    """The largest game index in games.jsonl (-1 when none)."""
+    idx = [
+        r["info"]["game_idx"]
+        for r in read_jsonl(run_dir / "games" / "games.jsonl")
+        if isinstance(r, dict) and "info" in r
+    ]
+    return max(idx, default=-1)
+
+
+def prepare_logs(point: ResumePoint | None, run_dir: Path, changed: dict[str, Any]) -> dict[str, Any]:
+    """Make the run's logs ready to be appended to and record the resume in metrics.jsonl: learner steps
+    up to the checkpoint missing from metrics.jsonl are appended from their checkpoints; returns the
+    resume record."""
+    metrics_path = run_dir / "metrics.jsonl"
+    games_path = run_dir / "games" / "games.jsonl"
+    cut = [str(p.relative_to(run_dir)) for p in (metrics_path, games_path) if _end_partial_line(p)]
+    step = point.step if point is not None else 0
+    logged = {r["step"] for r in read_jsonl(metrics_path) if "step" in r and "event" not in r}
+    restored = []
+    for k in checkpoint_steps(run_dir):
+        if k in logged or k > step:
+            continue
+        state = json.loads((run_dir / "checkpoints" / f"step-{k}" / RUN_STATE).read_text())
+        if state.get("metrics"):
+            restored.append({**state["metrics"], "step": k})
+    append_jsonl(metrics_path, restored)
+    record = {
+        "event": "resume",
+        "time": time.time(),
+        "resumed_from_step": step,
+        "checkpoint": str(point.checkpoint) if point is not None else None,
+        "changed": changed,
+        "metrics_restored_steps": [r["step"] for r in restored],
+        "cut_lines_closed": cut,
+        "next_game_index": max_game_index(run_dir) + 1,
+    }
+    append_jsonl(metrics_path, [record])
+    return record
+
+
+def record_event(run_dir: Path, event: str, **fields: Any) -> None:
+    """An event of the run (an actor died, the run stopped) as a line of metrics.jsonl, without a step."""
+    append_jsonl(Path(run_dir) / "metrics.jsonl", [{"event": event, "time": time.time(), **fields}])
