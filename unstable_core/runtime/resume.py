@@ -149,9 +149,9 @@ def max_game_index(run_dir: Path) -> int:
 
 
 def prepare_logs(point: ResumePoint | None, run_dir: Path, changed: dict[str, Any]) -> dict[str, Any]:
-    """Make the run's logs ready to be appended to and record the resume in metrics.jsonl: learner steps
-    up to the checkpoint missing from metrics.jsonl are appended from their checkpoints; returns the
-    resume record."""
+    """Make the run's logs ready to be appended to: a line cut short by the crash is closed, learner steps
+    up to the checkpoint missing from metrics.jsonl are appended from their checkpoints. Returns the
+    resume record (for `record_resume`)."""
     metrics_path = run_dir / "metrics.jsonl"
     games_path = run_dir / "games" / "games.jsonl"
     cut = [str(p.relative_to(run_dir)) for p in (metrics_path, games_path) if _end_partial_line(p)]
@@ -175,8 +175,12 @@ def prepare_logs(point: ResumePoint | None, run_dir: Path, changed: dict[str, An
         "cut_lines_closed": cut,
         "next_game_index": max_game_index(run_dir) + 1,
     }
-    append_jsonl(metrics_path, [record])
     return record
+
+
+def record_resume(run_dir: Path, record: dict[str, Any]) -> None:
+    """The resume as a line of metrics.jsonl (an event: no `step`, so learner steps never repeat)."""
+    append_jsonl(Path(run_dir) / "metrics.jsonl", [record])
 
 
 def record_event(run_dir: Path, event: str, **fields: Any) -> None:

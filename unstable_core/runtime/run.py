@@ -37,6 +37,7 @@ from unstable_core.runtime.resume import (
     find_resume_point,
     prepare_logs,
     record_event,
+    record_resume,
     resume_config,
 )
 
@@ -287,7 +288,8 @@ class Run:
         index_base = 0
         if self.resume_dir is not None:
             self.resume_point = find_resume_point(self.run_dir)
-            index_base = prepare_logs(self.resume_point, self.run_dir, self.resume_changes)["next_game_index"]
+            resume_record = prepare_logs(self.resume_point, self.run_dir, self.resume_changes)
+            index_base = resume_record["next_game_index"]
         else:
             cfg.save(self.run_dir / "config.toml")
         point = self.resume_point
@@ -327,6 +329,10 @@ class Run:
                         buffer.set_policy_version.remote(point.step),
                     ]
                 )
+        if self.resume_dir is not None:  # with the reward state read back from the live buffer
+            if buffer is not None:
+                resume_record["rewards_loaded"] = ray.get(buffer.state_dict.remote())
+            record_resume(self.run_dir, resume_record)
 
         engines: dict[str, list[Any]] = {}
         backend_kwargs = self.backend_kwargs(placement)

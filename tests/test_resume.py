@@ -1,0 +1,176 @@
+"""`unstable run --resume` after SIGKILL of the whole run (driver and every Ray process) at random points,
+and what a run does when one of its actors dies (the tiny random-weight model, through the command line)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from unstable_core.io import read_jsonl
+from unstable_core.testing import TINY_RUN_ARGS
+
+ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+
+
+def start(tiny_model: str, runs_dir: Path, *args: str) -> subprocess.Popen:
+    """`unstable run` in its own process group (so that a kill takes Ray's processes with it)."""
+    cmd = [sys.executable, "-m", "unstable_core", "run", "--model", tiny_model, "--runs-dir", str(runs_dir)]
+    return subprocess.Popen(
+        cmd + [*TINY_RUN_ARGS, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        start_new_session=True,
+    )
+
+
+def resume(run_dir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "unstable_core", "run", "--resume", str(run_dir), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the run and every process it started (Ray's too), as a preempted machine would."""
+    procs = [proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))]
+    os.killpg(proc.pid, signal.SIGKILL)
+    for pid in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def wait_for(what, proc: subprocess.Popen, timeout: float = 240, poll_s: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert proc.poll() is None, f"the run ended early ({proc.returncode}): {proc.stderr.read()[-2000:]}"
+        assert time.monotonic() < deadline, "timed out waiting for the run"
+        time.sleep(poll_s)
+
+
+def steps_of(run_dir: Path) -> list[int]:
+    return sorted(
+        int(p.name.split("-")[1])
+        for p in (run_dir / "checkpoints").glob("step-*")
+        if p.name.split("-")[1].isdigit() and (p / "run_state.json").is_file()
+    )
+
+
+def test_resume_after_sigkill_during_checkpoint_write_and_at_a_random_point(tiny_model, tmp_path):
+    run_dir = tmp_path / "r"
+    proc = start(tiny_model, tmp_path, "--run-name", "r", "--learning-steps", "4")
+    # 1) killed while checkpoint 2 is being written (its temporary folder exists)
+    wait_for(lambda: (run_dir / "checkpoints" / "step-2.tmp").exists(), proc, poll_s=0.002)
+    kill_group(proc)
+    assert steps_of(run_dir) == [1]
+    saved = json.loads((run_dir / "checkpoints" / "step-1" / "run_state.json").read_text())
+
+    # 2) resumed, then killed again at a random moment after its first new checkpoint (collection or update)
+    cmd = ["--resume", str(run_dir)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "unstable_core", "run", *cmd],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        start_new_session=True,
+    )
+    wait_for(lambda: len(steps_of(run_dir)) >= 2, proc)
+    time.sleep(random.uniform(0.0, 3.0))
+    if proc.poll() is None:
+        kill_group(proc)
+
+    # 3) resumed to the end, with more learning steps than first asked (allowed, and recorded)
+    done = resume(run_dir, "--learning-steps", "5")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+
+    assert steps_of(run_dir) == [1, 2, 3, 4, 5]
+    for k in range(1, 6):  # every checkpoint complete and loadable by the learner's reader
+        state = json.loads((run_dir / "checkpoints" / f"step-{k}" / "learner_state.json").read_text())
+        assert state["step"] == k
+    assert not list((run_dir / "checkpoints").glob("*.tmp"))
+
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    learner_steps = [r["step"] for r in records if "event" not in r]
+    assert learner_steps == [1, 2, 3, 4, 5]  # none duplicated, none missing, in order
+    resumes = [r for r in records if r.get("event") == "resume"]
+    assert len(resumes) >= 2 and resumes[0]["resumed_from_step"] == 1
+    assert resumes[-1]["changed"] == {"learning_steps": [4, 5]}
+
+    # reward baselines: the resumed buffer holds the checkpoint's (read back from the live actor)
+    assert resumes[0]["rewards_loaded"] == saved["rewards"]
+    assert saved["rewards"]["final"][0]["baselines"]  # non-empty: something was carried over
+
+    # ratings and match counts: every model of the checkpoint's registry is still there, with no fewer games
+    registry = json.loads((run_dir / "registry.json").read_text())
+    final = {m["uid"]: m for m in registry["models"]}
+    for m in saved["registry"]["models"]:
+        assert final[m["uid"]]["games"] >= m["games"]
+    assert registry["current"] == "ckpt-5"
+    assert sorted(u for u in final if u.startswith("ckpt-")) == [f"ckpt-{k}" for k in range(6)]
+
+    games = read_jsonl(run_dir / "games" / "games.jsonl")
+    idx = [g["info"]["game_idx"] for g in games]
+    assert len(idx) == len(set(idx))  # no game recorded twice across the three processes
+
+
+def test_resume_refuses_an_option_that_changes_what_the_run_learns(tmp_path):
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "config.toml").write_text('model_name = "m"\nlearner = "reinforce"\n')
+    proc = resume(run_dir, "--learner", "a2c", timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "learner is 'reinforce' in the run, 'a2c' given" in lines[0]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.toml"]  # nothing written
+
+
+def actor_pid(proc: subprocess.Popen, title: str, timeout: float = 240) -> int:
+    """The pid of the Ray worker process whose title names `title` (e.g. 'Collector')."""
+    found: list[int] = []
+
+    def look() -> bool:
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            try:
+                if f"ray::{title}" in " ".join(p.cmdline()):
+                    found.append(p.pid)
+                    return True
+            except psutil.Error:
+                continue
+        return False
+
+    wait_for(look, proc, timeout)
+    return found[0]
+
+
+@pytest.mark.parametrize("actor", ["Collector", "LearnerHost"])
+def test_a_dead_actor_stops_the_run_with_the_resume_line(tiny_model, tmp_path, actor):
+    run_dir = tmp_path / "r"
+    proc = start(tiny_model, tmp_path, "--run-name", "r", "--learning-steps", "50")
+    try:
+        pid = actor_pid(proc, actor)
+        wait_for(lambda: steps_of(run_dir) != [], proc)  # the run is under way
+        os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=150)  # before: the run hung (collector) or printed a traceback
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in err + out
+    lines = [line for line in err.splitlines() if line.startswith("Error: ")]  # beside Ray's own log lines
+    assert len(lines) == 1, err
+    assert f"unstable run --resume {run_dir}" in lines[0]
+    died = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("event") == "actor_died"]
+    assert len(died) == 1
+    assert died[0]["actor"] == ("the collector-0" if actor == "Collector" else "the learner")
