@@ -1,4 +1,7 @@
-"""Fault injection: kill a random actor of a run every T seconds, resume whenever the run stops, check the end.
+"""Fault injection: kill a random actor of a run, resume it whenever it stops, check the run directory.
+
+A kill falls at a random moment 0-T s after each (re)start's first new checkpoint, so that every start
+makes progress and kills land during collection, updates and checkpoint writes alike.
 
     python3 benchmarks/faults.py [--steps 6] [--every 20] [--kills 3] [--model smollm2-135m]
 
@@ -122,7 +125,9 @@ def main() -> None:
     )
     parser.add_argument("--model", default=None, help="default: a tiny random-weight model")
     parser.add_argument("--steps", type=int, default=6, help="learning steps of the run")
-    parser.add_argument("--every", type=float, default=20.0, help="seconds between kills (T)")
+    parser.add_argument(
+        "--every", type=float, default=20.0, help="a kill falls 0-T s after a start's first checkpoint"
+    )
     parser.add_argument("--kills", type=int, default=3, help="actors to kill at most")
     parser.add_argument(
         "--hang-s", type=float, default=240.0, help="a run silent this long after a kill hangs"
@@ -148,8 +153,14 @@ def main() -> None:
     started = time.monotonic()
     proc = launch(first)
     while True:
-        next_kill = time.monotonic() + args.every * rng.uniform(0.5, 1.5)
-        while proc.poll() is None and (sum(killed.values()) >= args.kills or time.monotonic() < next_kill):
+        # each (re)started run first makes progress (a new checkpoint), then is killed T seconds on average later
+        known = len(list((run_dir / "checkpoints").glob("step-*[0-9]")))
+        next_kill = None
+        while proc.poll() is None:
+            if next_kill is None and len(list((run_dir / "checkpoints").glob("step-*[0-9]"))) > known:
+                next_kill = time.monotonic() + args.every * rng.uniform(0.0, 1.0)
+            if sum(killed.values()) < args.kills and next_kill is not None and time.monotonic() >= next_kill:
+                break
             time.sleep(0.2)
         if proc.poll() is None:  # time for a kill
             pids = actor_pids(proc)

@@ -160,7 +160,7 @@ def test_a_dead_actor_stops_the_run_with_the_resume_line(tiny_model, tmp_path, a
     proc = start(tiny_model, tmp_path, "--run-name", "r", "--learning-steps", "50")
     try:
         pid = actor_pid(proc, actor)
-        wait_for(lambda: steps_of(run_dir) != [], proc)  # the run is under way
+        wait_for(lambda: (run_dir / "checkpoints" / "step-1").is_dir(), proc)  # the run is under way
         os.kill(pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=150)  # before: the run hung (collector) or printed a traceback
     finally:
