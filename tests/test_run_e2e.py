@@ -27,6 +27,11 @@ def unstable_run(tiny_model: str, runs_dir: Path, *args: str) -> subprocess.Comp
     return proc
 
 
+def is_eval_record(record: dict) -> bool:
+    """A scheduled evaluation's record of metrics.jsonl (the others are the learner's, one per update)."""
+    return any(k.startswith("eval/") for k in record)
+
+
 def check_run_dir(run_dir: Path, tiny_model: str, learner: str) -> tuple[list[dict], dict]:
     """What every learning run leaves behind; returns (games.jsonl records, registry.json)."""
     cfg = tomllib.loads((run_dir / "config.toml").read_text())
@@ -44,7 +49,7 @@ def check_run_dir(run_dir: Path, tiny_model: str, learner: str) -> tuple[list[di
             lora_a = [k for k in f.keys() if "lora_A" in k]  # noqa: SIM118 (not a dict)
             assert lora_a and all(f.get_tensor(k).shape[0] == 4 for k in lora_a)  # --lora-config rank 4
 
-    metrics = [m for m in read_jsonl(run_dir / "metrics.jsonl") if "learner/loss" in m]
+    metrics = [m for m in read_jsonl(run_dir / "metrics.jsonl") if not is_eval_record(m)]
     assert [m["step"] for m in metrics] == [1, 2]
     for m in metrics:
         assert m["learner/batch_steps"] >= 4 and math.isfinite(m["learner/grad_norm"])
@@ -73,9 +78,7 @@ def test_unstable_run_reinforce_mirror_self_play(tiny_model, tmp_path):
     finished, registry = check_run_dir(tmp_path / "reinforce", tiny_model, "reinforce")
     # scheduled evaluation: 4 games of checkpoint 1 and of checkpoint 2 against base, seats alternated,
     # logged against the checkpoint with their counts and interval; no trickle of other eval games
-    evals = {
-        m["step"]: m for m in read_jsonl(tmp_path / "reinforce" / "metrics.jsonl") if "learner/loss" not in m
-    }
+    evals = {m["step"]: m for m in read_jsonl(tmp_path / "reinforce" / "metrics.jsonl") if is_eval_record(m)}
     key = "eval/TicTacToe-v0-train/vs_base"
     assert sorted(evals) == [1, 2]
     for m in evals.values():
