@@ -155,6 +155,7 @@ class Collector:
             except InferenceUnavailable as exc:
                 error = str(exc)
                 self.counts["retries"] += 1
+                self.tracker.add_count.remote("inference_retries")  # in metrics.jsonl as counts/...
                 log.warning("game %d: %s; replaying (attempt %d)", spec.game_idx, error, attempt + 1)
                 engines = {r.engine for r in routes.values()} - {RANDOM}
                 await self._await_actors(engines, attempt + 1, spec.game_idx)

@@ -598,6 +598,9 @@ class _TrackerActor:
     def log_eval(self, metrics, version) -> None:
         self._t.log_eval(metrics, version)
 
+    def add_count(self, key, n=1) -> None:
+        self._t.add_count(key, n)
+
     def set_inference_stats(self, stats) -> None:
         self._t.set_inference_stats(stats)
 

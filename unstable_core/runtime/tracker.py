@@ -79,6 +79,10 @@ class Tracker:
         for r in results:
             self.add_game(r)
 
+    def add_count(self, key: str, n: int = 1) -> None:
+        """Count an event of the run (e.g. a game replayed after its inference actor died)."""
+        self.counts[key] += n
+
     def set_inference_stats(self, stats: dict[str, float]) -> None:
         self.inference = dict(stats)
 
