@@ -48,7 +48,7 @@ def test_toml_file_with_overrides(tmp_path):
     ("data", "message"),
     [
         ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
-        ({"learning_rate": 2.0}, "learning_rate must be between"),
+        ({"learning_rate": 2.0}, "learning_rate must be > 0 and <= 1"),
         ({"bogus": 1}, "unknown config key 'bogus'"),
         ({"batch_size": 2, "mini_batch_size": 4}, "mini_batch_size"),
         ({"sampler": "fixed"}, "--fixed-opponent"),
@@ -294,3 +294,41 @@ def test_error_allowance_is_an_option_that_must_not_be_negative():
     assert load_config(None, {"error_allowance": 1}).error_allowance == 1
     with pytest.raises(ConfigError, match="error_allowance must be >= 0, got -1"):
         config_from_dict({"error_allowance": -1})
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('batch_size = "four"', "batch_size must be an integer, got the string 'four'"),
+        ("batch_size = 4.5", "batch_size must be an integer, got the number 4.5"),
+        ("batch_size = true", "batch_size must be an integer, got the boolean true"),
+        ("batch_size = {n = 4}", "batch_size must be an integer, got a table"),
+        ('activation_checkpointing = "yes"', "activation_checkpointing must be true or false"),
+        ('train_envs = "TicTacToe-v0-train"', 'train_envs must be a list, got the string .*write \\["Tic'),
+        ("trackers = [1]", "trackers: each item must be a string, got the number 1"),
+        ('lora_config = "r=4"', "lora_config must be a table"),
+        ('temperature = "hot"', "temperature must be a number"),
+        ("learning_rate = 0", "learning_rate must be > 0"),
+        ("gradient_clipping = 0", "gradient_clipping must be > 0"),
+        ("buffer_size = 2\nbatch_size = 4\nmini_batch_size = 2", "buffer_size \\(2\\) must be >= batch_size \\(4\\)"),
+    ],
+)  # fmt: skip
+def test_every_value_is_type_checked_at_load(tmp_path, toml, message):
+    """A wrong type is one ConfigError naming the key (before: "'<' not supported", or accepted silently:
+    4.5 steps, "yes" read as true, a string of env ids split into one env per letter)."""
+    path = tmp_path / "run.toml"
+    path.write_text(toml + "\n")
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
+
+
+def test_int_for_a_float_and_tuples_for_lists_are_fine():
+    cfg = config_from_dict({"learning_rate": 1, "train_envs": ("TicTacToe-v0-train",), "buffer_size": 16})
+    assert cfg.learning_rate == 1 and cfg.batch_size <= cfg.effective_buffer_size
+
+
+def test_a_non_utf8_file_is_one_error(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_bytes(b'run_name = "caf\xe9"\n')
+    with pytest.raises(ConfigError, match="is not UTF-8 text"):
+        load_config(path)

@@ -98,9 +98,9 @@ def declared_gpus(request):
 
 @pytest.mark.parametrize("declared_gpus", [1], indirect=True)
 def test_one_declared_gpu_places_every_actor_on_it(declared_gpus, tmp_path):
-    run = Run(
-        RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), fixed_opponents=["HuggingFaceTB/x"])
-    )
+    other = tmp_path / "other-model"  # another base model (a folder: the run checks models exist)
+    other.mkdir()
+    run = Run(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), fixed_opponents=[str(other)]))
     plan, learner, inference = place(run)
     assert plan.mode == "shared" and len(inference) == 2  # the main model and the opponent's model
     assert learner == ([0], "0") and all(devices == ([0], "0") for devices in inference)

@@ -52,7 +52,17 @@ def _non_negative(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
 def _in_range(lo: float, hi: float):
     def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         if value is not None and not lo <= value <= hi:
-            raise ConfigError(f"{attribute.name} must be between {lo} and {hi}, got {value}")
+            raise ConfigError(f"{attribute.name} must be between {lo:g} and {hi:g}, got {value}")
+
+    return check
+
+
+def _above(lo: float, hi: float):
+    """lo < value <= hi: the learners' own bounds (a learning rate or clip of 0 would change nothing)."""
+
+    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if value is not None and not lo < value <= hi:
+            raise ConfigError(f"{attribute.name} must be > {lo} and <= {hi:g}, got {value}")
 
     return check
 
@@ -72,6 +82,82 @@ def _none_is(factory: Any) -> Any:
         return factory() if value is None else value
 
     return convert
+
+
+_TYPE_WORDS = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "str": "a string",
+    "list": "a list",
+    "dict": "a table (a JSON object)",
+}
+
+
+def _kind(value: Any) -> str:
+    """How a value reads in an error: 'the string "four"', 'the number 4.5', 'a table'."""
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, dict):
+        return f"a table {value!r}"
+    if isinstance(value, (list, tuple)):
+        return f"a list {list(value)!r}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _is_type(value: Any, base: str) -> bool:
+    if base == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if base == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if base == "bool":
+        return isinstance(value, bool)
+    if base == "str":
+        return isinstance(value, str)
+    if base == "list":
+        return isinstance(value, (list, tuple))
+    return isinstance(value, dict)
+
+
+def _typed(type_text: str):
+    """A validator checking a value against its field's annotation ('int', 'float | None', 'list[str]',
+    ...) before any range check: a TOML "four" or 4.5 for an int, "yes" for a bool, a string for a list
+    (which would be split into letters) all stop at load with the key and what it expects."""
+    optional = type_text.endswith(" | None")
+    base, _, inner = type_text.removesuffix(" | None").partition("[")
+
+    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if value is None and optional:
+            return
+        if not _is_type(value, base):
+            hint = ""
+            if base == "list" and isinstance(value, str):
+                hint = f" (write [{value!r}] for one item)".replace("'", '"')
+            raise ConfigError(f"{attribute.name} must be {_TYPE_WORDS[base]}, got {_kind(value)}{hint}")
+        if base == "list":
+            for item in value:
+                if inner == "str]" and not isinstance(item, str):
+                    words = "a string"
+                elif isinstance(item, (int, float, list, tuple)) or item is None:  # env and transform specs
+                    words = "a string or a table"
+                else:
+                    continue
+                raise ConfigError(f"{attribute.name}: each item must be {words}, got {_kind(item)}")
+
+    return check
+
+
+def _check_types(cls: type, fields: list[attrs.Attribute]) -> list[attrs.Attribute]:
+    """attrs field transformer: every field's type is checked first, then its own validator."""
+    out = []
+    for f in fields:
+        checks = [_typed(str(f.type))] + ([f.validator] if f.validator is not None else [])
+        out.append(f.evolve(validator=attrs.validators.and_(*checks)))
+    return out
 
 
 def _sampler_name(value: Any) -> Any:
@@ -151,7 +237,7 @@ def parse_transform(value: str | dict) -> tuple[str, dict[str, Any]]:
     return name.strip(), params
 
 
-@attrs.define
+@attrs.define(field_transformer=_check_types)
 class RunConfig:
     """Every parameter of a run. Defaults train the embedded default on a laptop CPU in minutes."""
 
@@ -210,11 +296,11 @@ class RunConfig:
     )
     learning_rate: float = attrs.field(
         default=3e-4,  # a LoRA on a 135M model learns in tens of updates (benchmarks/learning.py)
-        validator=_in_range(0.0, 1.0),
-        metadata=_help("AdamW learning rate"),
+        validator=_above(0, 1.0),
+        metadata=_help("AdamW learning rate (> 0)"),
     )
     gradient_clipping: float = attrs.field(
-        default=0.2, validator=_in_range(0.0, 1e9), metadata=_help("global grad-norm clip")
+        default=0.2, validator=_above(0, 1e9), metadata=_help("global grad-norm clip (> 0)")
     )
     activation_checkpointing: bool = attrs.field(
         default=False, metadata=_help("checkpoint activations (less memory, slower)")
@@ -227,7 +313,7 @@ class RunConfig:
     )
     max_train_len: int | None = attrs.field(
         default=None,
-        validator=_positive,
+        validator=_in_range(2, 1e9),  # the learner's bound: one prompt and one completion token
         metadata=_help(
             "drop (and count) training steps whose prompt + completion exceed this many tokens (never cut)"
         ),
@@ -412,6 +498,11 @@ class RunConfig:
         if self.mini_batch_size > self.batch_size:
             raise ConfigError(
                 f"mini_batch_size ({self.mini_batch_size}) must be <= batch_size ({self.batch_size})"
+            )
+        if self.buffer_size is not None and self.buffer_size < self.batch_size:
+            raise ConfigError(
+                f"buffer_size ({self.buffer_size}) must be >= batch_size ({self.batch_size}): the buffer could "
+                "never hold a batch; raise --buffer-size or leave it out (default 2 x batch_size)"
             )
         if not self.train_envs:
             raise ConfigError("train_envs is empty: give at least one --env")
@@ -656,7 +747,11 @@ def load_config(path: str | os.PathLike | None, overrides: dict[str, Any] | None
         if not p.is_file():
             raise ConfigError(f"config file {str(p)!r} does not exist")
         try:
-            data = tomllib.loads(p.read_text())
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}): save it as UTF-8 TOML"
+            ) from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {str(p)!r} is not valid TOML: {exc}") from exc
     return config_from_dict(merge_layers(data, overrides or {}))

@@ -21,6 +21,14 @@ from unstable_core.games.random_player import RANDOM, check_random_supported
 from unstable_core.inference.vllm import vllm_max_lora_rank
 from unstable_core.models import is_api_model
 from unstable_core.plugins import get_registry
+from unstable_core.preflight import (
+    check_env_ids,
+    check_model,
+    check_run_name,
+    check_templates,
+    check_trackers,
+    claim_run_dir,
+)
 from unstable_core.rewards import check_stage
 from unstable_core.runtime.cluster import start_ray
 from unstable_core.runtime.placement import (
@@ -56,12 +64,6 @@ def instantiate(kind: str, spec: Any, **extra: Any) -> Any:
         raise ConfigError(f"{kind.replace('_', ' ')} {name!r}: {exc}") from exc
 
 
-def run_dir_of(cfg: RunConfig) -> Path:
-    """The run's directory, absolute (time-stamped unless the config names it); not created here."""
-    name = cfg.run_name or time.strftime("run-%Y%m%d-%H%M%S")
-    return (Path(cfg.runs_dir) / name).resolve()
-
-
 def is_adapter_dir(name: str) -> bool:
     return (Path(name) / "adapter_config.json").is_file()
 
@@ -94,6 +96,7 @@ class Components:
         trackers = []
         for name in cfg.trackers:
             tracker_cls = reg.load("tracker", name)
+            check_trackers([(name, tracker_cls)])
             extra = {"project": cfg.wandb_project} if name == "wandb" else {}
             trackers.append(
                 (
@@ -126,23 +129,37 @@ class Run:
         self.resume_dir = Path(resume).resolve() if resume is not None else None
         self.resume_changes = resume_changes or {}
         self.resume_point: ResumePoint | None = None
-        self.run_dir = self.resume_dir or run_dir_of(cfg)
-        self.components = Components.resolve(cfg, self.run_dir, learner=learn)
+        if cfg.run_name is not None and self.resume_dir is None:
+            check_run_name(cfg.run_name)
+        self.components = Components.resolve(cfg, Path(cfg.runs_dir), learner=learn)
+        self.preflight()
         check_backend_available(cfg.backend, cfg.device, cfg.ray_address)
         if cfg.api_models():
             from unstable_core.inference.engines import check_api_models
 
             check_api_models(cfg)  # a bad key, URL or model name stops the run before Ray starts
         check_random_supported(self.random_envs())
-        self.run_dir.mkdir(
-            parents=True, exist_ok=True
-        )  # only once the config resolved: no empty dir on errors
+        # last, once every check passed: a refused run leaves no folder; an existing one is never touched
+        # (but the one --resume continues)
+        self.run_dir = self.resume_dir or claim_run_dir(cfg.runs_dir, cfg.run_name)
+        for _cls, kwargs in self.components.trackers:
+            kwargs.update(run_dir=str(self.run_dir), run_name=self.run_dir.name)
         self.actors: dict[str, Any] = {}
         self._collect_refs: list[Any] = []
         self._train_ref: Any = None
         self._owns_ray = False
         self.started_at = 0.0
         self.summary: dict[str, Any] = {}
+
+    def preflight(self) -> None:
+        """What can fail inside an actor, checked here before Ray starts: env ids, templates, models."""
+        train, evals = self.cfg.train_specs(), self.eval_specs()
+        check_env_ids([s.env_id for s in train], "--env")
+        check_env_ids([s.env_id for s in evals], "--eval-env")
+        check_templates(sorted({s.prompt_template for s in [*train, *evals]}))
+        for key, model in self._engines().items():
+            if not is_api_model(model):  # an API model is checked by check_api_models
+                check_model(model, "--model" if key == "main" else "fixed opponent")
 
     # ---- start
     def _init_ray(self) -> None:

@@ -7,7 +7,11 @@ from typing import Any
 
 
 class BaseTracker:
-    """Receives scalar metrics; subclasses write them somewhere. Registered via `register_trackers`."""
+    """Receives scalar metrics; subclasses write them somewhere. Registered via `register_trackers`.
+
+    `requires` maps the modules a tracker imports to their install command: a run checks them first."""
+
+    requires: dict[str, str] = {}
 
     def __init__(
         self, run_dir: str | Path, run_name: str, config: dict[str, Any] | None = None, **kwargs: Any

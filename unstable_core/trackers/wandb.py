@@ -12,6 +12,8 @@ from unstable_core.trackers.base import BaseTracker
 class WandbTracker(BaseTracker):
     """Logs to W&B project `project`; `WANDB_MODE=offline` is used when `WANDB_API_KEY` is not set."""
 
+    requires = {"wandb": "pip install 'unstable-core[wandb]'"}  # checked before a run starts
+
     def __init__(self, run_dir, run_name, config=None, project: str = "unstable", **kwargs: Any) -> None:
         super().__init__(run_dir, run_name, config)
         try:

@@ -1,0 +1,96 @@
+"""Checks before anything starts: a run's name and folder, env ids, templates, trackers, models."""
+
+import importlib.util
+import os
+import threading
+
+import pytest
+
+from unstable_core.config import RunConfig
+from unstable_core.errors import ConfigError
+from unstable_core.preflight import check_model, claim_run_dir
+from unstable_core.runtime.run import Run
+
+
+def test_a_used_run_name_is_refused_and_the_old_run_untouched(tiny_model, tmp_path):
+    old = tmp_path / "exp"
+    old.mkdir()
+    (old / "config.toml").write_text("learning_steps = 99\n")
+    before = {p.name: p.stat().st_mtime_ns for p in old.iterdir()}
+    cfg = RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), run_name="exp")
+    with pytest.raises(ConfigError, match=r"already exists .* --resume .* or choose a fresh --run-name"):
+        Run(cfg)
+    assert (old / "config.toml").read_text() == "learning_steps = 99\n"
+    assert {p.name: p.stat().st_mtime_ns for p in old.iterdir()} == before
+
+
+def test_default_names_are_unique_within_one_second(tiny_model, tmp_path):
+    cfg = RunConfig(model_name=tiny_model, runs_dir=str(tmp_path))
+    dirs = [Run(cfg).run_dir for _ in range(3)]
+    assert len(set(dirs)) == 3 and all(d.is_dir() and d.parent == tmp_path for d in dirs)
+
+
+def test_claiming_is_atomic_under_threads(tmp_path):
+    got: list = []
+    threads = [
+        threading.Thread(target=lambda: got.append(claim_run_dir(str(tmp_path), None))) for _ in range(16)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(got)) == 16
+
+
+@pytest.mark.parametrize("name", ["../x", "/tmp/x", "a/b", "..", ".", "a\\b", ""])
+def test_a_name_cannot_leave_the_runs_directory(tiny_model, tmp_path, name):
+    runs = tmp_path / "runs"
+    with pytest.raises(ConfigError, match="must be a plain folder name"):
+        Run(RunConfig(model_name=tiny_model, runs_dir=str(runs), run_name=name))
+    assert not runs.exists()
+
+
+def test_runs_dir_that_is_a_file_or_unwritable(tiny_model, tmp_path):
+    afile = tmp_path / "f"
+    afile.write_text("")
+    for runs in (afile, afile / "sub"):
+        with pytest.raises(ConfigError, match="--runs-dir"):
+            Run(RunConfig(model_name=tiny_model, runs_dir=str(runs)))
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        with pytest.raises(ConfigError, match="not writable"):
+            Run(RunConfig(model_name=tiny_model, runs_dir=str(locked)))
+
+
+def test_models_are_checked_without_loading(tiny_model, tmp_path, monkeypatch):
+    check_model(tiny_model)
+    check_model("smollm2-135m")
+    with pytest.raises(ConfigError, match="does not exist"):
+        check_model(str(tmp_path / "missing"))
+    (tmp_path / "models").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="folder 'models/missing' does not exist"):
+        check_model("models/missing")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="not a local folder nor in the Hugging Face cache"):
+        check_model("someorg/not-cached-model")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"train_envs": ["Bogus-v0"]}, "--env 'Bogus-v0' is not a TextArena environment id"),
+        ({"train_envs": ["TicTacToe-v0-trian"]}, "did you mean TicTacToe-v0-train"),
+        ({"eval_envs": ["Bogus-v0:2:base"]}, "--eval-env 'Bogus-v0'"),
+        ({"prompt_template": "bogus"}, "unknown prompt template 'bogus'"),
+        ({"trackers": ["jsonl", "wandb"]}, "tracker 'wandb' needs the package 'wandb'"),
+        ({"sampler": "fixed", "fixed_opponents": ["./no-such-adapter"]}, "fixed opponent"),
+    ],
+)
+def test_what_would_fail_in_an_actor_fails_first(tiny_model, tmp_path, fields, message):
+    if "wandb" in fields.get("trackers", []) and importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    with pytest.raises(ConfigError, match=message):
+        Run(RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), **fields))
+    assert os.listdir(tmp_path) == []

