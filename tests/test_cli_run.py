@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,76 @@ def test_a_runs_dir_that_is_a_file_is_one_line(tiny_model, tmp_path):
     assert proc.stderr.strip().splitlines() == [
         f"Error: --runs-dir {str(afile)!r} is a file, not a directory: give a folder"
     ]
+
+
+def _one_error_line(proc: subprocess.CompletedProcess) -> str:
+    """The one `Error:` line of stderr, besides Ray's own start-up log lines (time-stamped)."""
+    lines = [
+        line for line in proc.stderr.strip().splitlines() if not re.match(r"\d{4}-\d\d-\d\d \d\d:", line)
+    ]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    return lines[0]
+
+
+def test_a_run_whose_games_all_fail_stops_with_exit_1_and_the_cause(tiny_model, tmp_path):
+    """Every game longer than --max-turns 1 fails (invalid moves retried up to 3 times): before, nothing was shown and the learner waited forever."""
+    proc = unstable("run", "--model", tiny_model, "--runs-dir", str(tmp_path), "--run-name", "r", "--max-turns", "1",
+                    "--error-allowance", "3", "--failure-window", "4", "--num-train-workers", "2", "--num-eval-workers", "0",
+                    "--max-generation-len", "4", timeout=240)  # fmt: skip
+    assert proc.returncode == 1
+    line = _one_error_line(proc)
+    assert "run stopped: every one of the first 4 games failed" in line and "max_turns=1" in line
+    assert "failed: " in proc.stdout and "max_turns=1" in proc.stdout  # the first occurrence, shown
+    games = read_jsonl(tmp_path / "r" / "games" / "games.jsonl")
+    assert len(games) >= 4 and all(g["info"]["failed"] and "max_turns=1" in g["info"]["error"] for g in games)
+
+
+def test_play_exits_non_zero_when_every_game_failed(tiny_model, tmp_path):
+    """Before: exit status 0 and 'failed 2' with no cause."""
+    proc = unstable("play", "--games", "2", "--max-turns", "1", "--error-allowance", "3", "--model", tiny_model, "--runs-dir", str(tmp_path),
+                    "--max-generation-len", "4", timeout=240)  # fmt: skip
+    assert proc.returncode == 1
+    assert "every one of the 2 games failed: " in _one_error_line(proc)
+
+
+BAD_PLUGIN = """
+from unstable_core import hookimpl
+from unstable_core.rewards import FinalRewardTransform
+
+
+class Exploding(FinalRewardTransform):
+    def __call__(self, rewards, env_id=None):
+        raise ZeroDivisionError("baseline of an empty window")
+
+
+@hookimpl
+def register_reward_transforms(register):
+    register("exploding", Exploding)
+"""
+
+
+def test_a_final_transform_that_raises_stops_the_run_in_one_line(tiny_model, tmp_path):
+    """A plugin's transform raising in the buffer actor: before, the error lived in Ray's worker logs only,
+    the screen said 'failed 0' and the learner waited forever."""
+    site = tmp_path / "site"
+    dist = site / "bad_transform_plugin-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (site / "bad_transform_plugin.py").write_text(BAD_PLUGIN)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: bad-transform-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[unstable]\nbad = bad_transform_plugin\n")
+    env = {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = unstable("run", "--model", tiny_model, "--runs-dir", str(tmp_path / "runs"), "--final-transform", "exploding",
+                    "--num-train-workers", "2", "--num-eval-workers", "0", "--max-generation-len", "4",
+                    env=env, timeout=240)  # fmt: skip
+    assert proc.returncode == 1
+    line = _one_error_line(proc)
+    assert "final reward transform Exploding raised ZeroDivisionError: baseline of an empty window" in line
+    assert "--debug" in line
+
+
+def test_debug_shows_the_traceback_too(tiny_model, tmp_path):
+    proc = unstable("--debug", "run", "--model", tiny_model, "--runs-dir", str(tmp_path), "--env", "Bogus-v0",
+                    timeout=90)  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("Error: --env 'Bogus-v0'")

@@ -8,22 +8,29 @@ import sys
 import click
 
 from unstable_core import __version__
-from unstable_core.errors import UnstableError
+from unstable_core.commands import debug_option
+from unstable_core.errors import UnstableError, debug_enabled
 
 
 class _Group(click.Group):
-    """A click group that turns `UnstableError` into one line on stderr and exit status 2."""
+    """A click group that turns `UnstableError` into one line on stderr: exit status 2 for bad input,
+    1 for a run that had to stop (`RunFailed`); the traceback too under --debug."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except UnstableError as exc:
+            if debug_enabled():
+                import traceback
+
+                traceback.print_exception(exc)
             click.secho(f"Error: {exc}", fg="red", err=True)
             sys.exit(getattr(exc, "exit_code", 2))
 
 
 @click.group(cls=_Group)
 @click.version_option(__version__, prog_name="unstable")
+@debug_option
 def cli() -> None:
     """Online, asynchronous, multi-agent RL of language models on text games."""
 

@@ -12,8 +12,26 @@ import attrs
 import click
 
 from unstable_core.config import RunConfig, load_config
-from unstable_core.errors import ConfigError
+from unstable_core.errors import ConfigError, RunFailed
 from unstable_core.runtime.scheduled_eval import evals_table, last_eval_lines
+
+
+def set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """--debug: UNSTABLE_DEBUG=1 for this process and the Ray actors it starts."""
+    import os
+
+    if value:
+        os.environ["UNSTABLE_DEBUG"] = "1"
+
+
+debug_option = click.option(
+    "--debug",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=set_debug,
+    help="Show tracebacks of errors (also UNSTABLE_DEBUG=1).",
+)
 
 
 def _option_for(field: attrs.Attribute) -> Any:
@@ -99,6 +117,12 @@ def _progress_table(snap: dict[str, Any], learning_steps: int | None, title: str
         table.add_row("inference tokens/s", f"{inf['tokens_per_s']:.1f}")
     for label, text in last_eval_lines(snap.get("evals", {})):
         table.add_row(label, text)
+    errors = snap.get("failures", {}).get("errors", [])
+    if errors:
+        top = max(errors, key=lambda e: e["count"])
+        table.add_row(
+            "game errors", f"{len(errors)} distinct; most common ({top['count']}x): {top['error'][:120]}"
+        )
     table.add_row("elapsed", f"{snap.get('elapsed_s', 0):.0f} s")
     return table
 
@@ -198,6 +222,7 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
     """Start a run, show live progress, stop cleanly on Ctrl-C, print the summary."""
     from rich.console import Console
     from rich.live import Live
+    from rich.markup import escape
 
     console = Console()
     console.print(f"[bold]{title}[/bold]: run directory [cyan]{run.run_dir}[/cyan]")
@@ -209,11 +234,16 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
         if console.is_terminal:
             with Live(console=console, refresh_per_second=1, transient=True) as live:
                 summary = run.wait(
-                    on_progress=lambda snap: live.update(_progress_table(snap, learning_steps, title))
+                    on_progress=lambda snap: live.update(_progress_table(snap, learning_steps, title)),
+                    on_event=lambda line: live.console.print(f"[red]{escape(line)}[/red]"),
                 )
         else:  # nohup, CI, a pipe: a plain line every few seconds shows that the run is alive
             every_s = getattr(getattr(run, "cfg", None), "progress_every_s", 10.0)
-            summary = run.wait(on_progress=_PlainProgress(learning_steps, every_s), poll_s=min(2.0, every_s))
+            summary = run.wait(
+                on_progress=_PlainProgress(learning_steps, every_s),
+                poll_s=min(2.0, every_s),
+                on_event=lambda line: print(line, flush=True),
+            )
     except KeyboardInterrupt:
         console.print(
             "[yellow]interrupted: finishing the update in progress and shutting down "
@@ -299,6 +329,20 @@ def run(config_path: str | None, resume_dir: str | None, **options: Any) -> None
 @click.option("--run-name", default=None, help="Run directory name.")
 @click.option("--runs-dir", default="runs", show_default=True)
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--max-turns",
+    default=attrs.fields(RunConfig).max_turns.default,
+    show_default=True,
+    type=click.IntRange(1),
+    help="A game with more turns fails.",
+)
+@click.option(
+    "--error-allowance",
+    default=attrs.fields(RunConfig).error_allowance.default,
+    show_default=True,
+    type=click.IntRange(0),
+    help=attrs.fields(RunConfig).error_allowance.metadata["help"],
+)
 @click.option("--base-url", default=None, help=attrs.fields(RunConfig).base_url.metadata["help"])
 @click.option("--api-key-env", default=None, help=attrs.fields(RunConfig).api_key_env.metadata["help"])
 @click.option(
@@ -320,6 +364,8 @@ def play(
     run_name,
     runs_dir,
     seed,
+    max_turns,
+    error_allowance,
     base_url,
     api_key_env,
     progress_every_s,
@@ -341,6 +387,8 @@ def play(
         "run_name": run_name,
         "runs_dir": runs_dir,
         "seed": seed,
+        "max_turns": max_turns,
+        "error_allowance": error_allowance,
         "base_url": base_url,
         "api_key_env": api_key_env,
         "progress_every_s": progress_every_s,
@@ -349,7 +397,12 @@ def play(
         "sampling_transforms": [],
     }
     cfg = load_config(None, overrides)
-    execute(Run(cfg, learn=False), None, f"unstable play ({env_id})", max_games=games)
+    summary = execute(Run(cfg, learn=False), None, f"unstable play ({env_id})", max_games=games)
+    counts = summary.get("counts", {})
+    if counts.get("train_games") and counts.get("train_failed") == counts["train_games"]:
+        errors = summary.get("failures", {}).get("errors", [])
+        top = max(errors, key=lambda e: e["count"])["error"] if errors else "no error recorded"
+        raise RunFailed(f"every one of the {counts['train_games']} games failed: {top}")
 
 
 @click.command()

@@ -442,6 +442,25 @@ class RunConfig:
             "invalid moves a player may retry before losing (the reference: 0, the first one loses)"
         ),
     )
+    # when to give up
+    failure_window: int = attrs.field(
+        default=20,
+        validator=_positive,
+        metadata=_help(
+            "games watched for failures: the run stops when every one of the first N fails, or more than "
+            "--max-failure-rate of the last N"
+        ),
+    )
+    max_failure_rate: float = attrs.field(
+        default=0.5,
+        validator=_above(0, 1.0),
+        metadata=_help("failed share of recent games that stops the run"),
+    )
+    max_nonfinite_updates: int = attrs.field(
+        default=3,
+        validator=_positive,
+        metadata=_help("learner updates in a row with a non-finite loss or gradient that stop the run"),
+    )
     # bookkeeping
     run_name: str | None = attrs.field(
         default=None, metadata=_help("run directory name (default: time-stamped)")

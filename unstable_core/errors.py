@@ -1,8 +1,13 @@
-"""The error type of unstable: a message for a person, shown as one line with a non-zero exit status."""
+"""The error types of unstable: a message for a person, shown as one line with a non-zero exit status
+(the traceback too under `unstable --debug` or UNSTABLE_DEBUG=1)."""
+
+import os
 
 
 class UnstableError(Exception):
-    """A bad input or a broken setup, with a message that names the problem and the fix."""
+    """A bad input or a broken setup, with a message that names the problem and the fix (exit status 2)."""
+
+    exit_code = 2
 
 
 class ConfigError(UnstableError, ValueError):
@@ -13,3 +18,26 @@ class RunStopped(UnstableError):
     """A run that started stopped before its end (an actor died): exit status 1, and how to resume."""
 
     exit_code = 1
+
+
+class RunFailed(RunStopped):
+    """A run that started and had to stop: its games keep failing, a component raised, the loss is not
+    finite. The message names the cause and the fix (exit status 1)."""
+
+
+def debug_enabled() -> bool:
+    """`unstable --debug` (which sets it) or UNSTABLE_DEBUG=1: show tracebacks, not only the one line."""
+    return os.environ.get("UNSTABLE_DEBUG", "").strip().lower() in ("1", "true", "yes")
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an exception, also for one raised inside a Ray actor: `Type: first line of message`
+    (an UnstableError's own message as it is)."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException) and cause is not exc:
+        exc = cause
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    if isinstance(exc, UnstableError):
+        return first
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -11,7 +11,6 @@ By default only the seats played by the run's own checkpoints are exported: a fi
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ import click
 
 from unstable_core.checkpoint_rates import CKPT_PREFIX, run_games
 from unstable_core.errors import UnstableError
+from unstable_core.io import dumps_json
 
 OUTCOMES = ("win", "draw", "loss")
 
@@ -243,7 +243,7 @@ def export_command(run_dir: Path, fmt: str, outcome, envs, checkpoints, kinds, m
     count = 0
     if out is None:
         for record in records:
-            sys.stdout.write(json.dumps(record) + "\n")
+            sys.stdout.write(dumps_json(record) + "\n")
             count += 1
     else:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -251,7 +251,7 @@ def export_command(run_dir: Path, fmt: str, outcome, envs, checkpoints, kinds, m
         try:
             with open(tmp, "w") as f:
                 for record in records:
-                    f.write(json.dumps(record) + "\n")
+                    f.write(dumps_json(record) + "\n")
                     count += 1
             tmp.replace(out)
         finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -26,8 +27,31 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+def finite_json(data: Any) -> tuple[Any, int]:
+    """`data` with every NaN or infinity replaced by None (JSON null), and how many were replaced."""
+    if isinstance(data, float):
+        return (data, 0) if math.isfinite(data) else (None, 1)
+    if isinstance(data, dict):
+        out, n = {}, 0
+        for k, v in data.items():
+            out[k], m = finite_json(v)
+            n += m
+        return out, n
+    if isinstance(data, (list, tuple)):
+        items = [finite_json(v) for v in data]
+        return [v for v, _ in items], sum(m for _, m in items)
+    if hasattr(data, "tolist") and not isinstance(data, (str, bytes)):
+        return finite_json(data.tolist())
+    return data, 0
+
+
+def dumps_json(data: Any, **kwargs: Any) -> str:
+    """JSON text that is valid JSON: a non-finite number is written as null (never a bare NaN)."""
+    return json.dumps(finite_json(data)[0], allow_nan=False, default=_json_default, **kwargs)
+
+
 def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, default=_json_default))
+    atomic_write_text(path, dumps_json(data, indent=2))
 
 
 def append_jsonl(path: str | os.PathLike, records: list[dict[str, Any]]) -> None:
@@ -37,7 +61,7 @@ def append_jsonl(path: str | os.PathLike, records: list[dict[str, Any]]) -> None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
-        f.write("".join(json.dumps(r, default=_json_default) + "\n" for r in records))
+        f.write("".join(dumps_json(r) + "\n" for r in records))
         f.flush()
         os.fsync(f.fileno())
 

@@ -16,6 +16,7 @@ import click
 
 from unstable_core.checkpoint_rates import VersionRates, rates_from_games, run_games
 from unstable_core.errors import UnstableError
+from unstable_core.io import dumps_json
 from unstable_core.stats import Rate
 
 
@@ -201,7 +202,7 @@ def leaderboard_command(run_dir: Path, as_json: bool, out: Path | None) -> None:
     plot_leaderboard(entries, png, title)
     if as_json:
         click.echo(
-            json.dumps(
+            dumps_json(
                 {"run_dir": str(run_dir), "picture": str(png), "models": [e.to_dict() for e in entries]},
                 indent=1,
             )

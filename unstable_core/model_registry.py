@@ -24,7 +24,7 @@ import attrs
 import trueskill
 
 from unstable_core.errors import ConfigError, UnstableError
-from unstable_core.io import atomic_write_text
+from unstable_core.io import atomic_write_text, dumps_json
 from unstable_core.types import ModelMeta
 
 logger = logging.getLogger(__name__)
@@ -284,7 +284,7 @@ class ModelRegistry:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the registry as JSON, atomically (temporary file in the same folder, then rename)."""
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=1))
+        atomic_write_text(path, dumps_json(self.to_dict(), indent=1))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ModelRegistry:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from unstable_core.errors import UnstableError
-from unstable_core.io import atomic_write_text
+from unstable_core.io import atomic_write_text, dumps_json
 
 
 def optimizer_state_to_flat(state_dict: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -44,7 +44,7 @@ def optimizer_state_from_flat(tensors: dict[str, Any], rest: dict[str, Any]) -> 
 
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (temporary file, then rename)."""
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True))
+    atomic_write_text(path, dumps_json(data, indent=2, sort_keys=True))
 
 
 def fsync_path(path: Path) -> None:

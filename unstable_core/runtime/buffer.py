@@ -13,10 +13,34 @@ when a new version is published, and again when a batch is served.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Any
 
+from unstable_core.errors import UnstableError
 from unstable_core.types import GameResult, Step, Trajectory
+
+
+def _call(transform: Any, stage: str, *args: Any) -> Any:
+    """`transform(*args)`, with its exception turned into one line naming it (the run stops)."""
+    try:
+        return transform(*args)
+    except UnstableError:
+        raise
+    except Exception as exc:
+        raise UnstableError(
+            f"{stage} reward transform {type(transform).__name__} raised {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _finite(value: Any, transform: Any, stage: str, where: str) -> Any:
+    """A transform's reward must be a finite number: a NaN would make every update a no-op."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UnstableError(
+            f"{stage} reward transform {type(transform).__name__} returned {value!r} for {where}: reward "
+            "transforms must return finite numbers; fix the transform or drop it"
+        )
+    return value
 
 
 class _Transforms:
@@ -33,22 +57,27 @@ class _Transforms:
         trajectories = result.training_trajectories
         collected = {t.pid for t in trajectories}
         rewards = {int(k): float(v) for k, v in result.info.final_rewards.items() if int(k) in collected}
+        env_id = result.info.env_id
         for t in self.final:
-            rewards = t(rewards, result.info.env_id)
+            rewards = _call(t, "final", rewards, env_id)
+            for pid, r in rewards.items():
+                _finite(r, t, "final", f"seat {pid} of a game of {env_id}")
         for traj in trajectories:
             traj.final_reward = rewards.get(traj.pid, 0.0)
             for i, s in enumerate(traj.steps):
                 s.final_reward = traj.final_reward
                 r = traj.final_reward
                 for t in self.step:
-                    r = t(traj, i, r)
+                    r = _finite(_call(t, "step", traj, i, r), t, "step", f"step {i}")
                 s.reward = float(r)
                 s.shaping = s.reward - s.final_reward
         return trajectories
 
     def sample(self, steps: list[Step]) -> list[Step]:
         for t in self.sampling:
-            steps = t(steps)
+            steps = _call(t, "sampling", steps)
+            for s in steps:
+                _finite(s.reward, t, "sampling", "a step of the batch")
         return steps
 
     def state_dict(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from unstable_core.errors import UnstableError, describe
 from unstable_core.games.loop import InferenceUnavailable, play_game
 from unstable_core.games.random_player import RANDOM, RandomPlayer, random_seat_seed
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
@@ -295,11 +296,11 @@ class Collector:
                 done, _ = await asyncio.wait(list(inflight), timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     inflight.pop(task)
-                    if (
-                        task.exception() is not None
-                    ):  # a bug, not a game failure: keep collecting, say it loudly
-                        log.error("game task crashed: %r", task.exception())
+                    if task.exception() is not None:
+                        # not a game failure (those are results): a component (reward transform, buffer,
+                        # registry) raised; the run stops with it instead of losing every game silently
                         self.counts["failed"] += 1
+                        raise UnstableError(describe(task.exception())) from task.exception()
         finally:
             for task in inflight:
                 task.cancel()

@@ -10,6 +10,8 @@ from typing import Any
 
 import ray
 
+from unstable_core.errors import UnstableError
+from unstable_core.runtime.failures import NonFiniteUpdates
 from unstable_core.runtime.resume import RUN_STATE
 
 
@@ -30,6 +32,7 @@ class LearnerHost:
         torch_threads: int | None = None,
         collectors: list[Any] = (),
         resume_from: str | None = None,
+        max_nonfinite_updates: int = 3,
     ) -> None:
         if torch_threads:
             import torch
@@ -44,6 +47,7 @@ class LearnerHost:
         self.batch_size = batch_size
         self.run_dir = Path(learner_kwargs["run_dir"])
         self._stop = threading.Event()
+        self.nonfinite = NonFiniteUpdates(max_nonfinite_updates)
 
     def buffer_kind(self) -> str:
         return getattr(self.learner, "buffer_kind", "step")
@@ -85,6 +89,7 @@ class LearnerHost:
                 break
             started = time.time()
             metrics = dict(self.learner.update(batch))
+            give_up = self.nonfinite.observe(metrics)
             metrics.update(update_s=time.time() - started, batch_steps=len(batch))
             path = self.learner.save_checkpoint(extra_json={RUN_STATE: self.run_state(metrics)})
             step = self.learner.step
@@ -92,8 +97,11 @@ class LearnerHost:
             ray.get(self.buffer.set_policy_version.remote(step))
             buffer_stats = ray.get(self.buffer.stats.remote())
             metrics.update({f"buffer/{k}": float(v) for k, v in buffer_stats.items()})
-            self.tracker.log_learner.remote(metrics, step)
+            logged = self.tracker.log_learner.remote(metrics, step)
             last = {"step": step, "checkpoint": str(path), "metrics": metrics}
+            if give_up:
+                ray.get(logged)  # in metrics.jsonl before the run stops
+                raise UnstableError(self.nonfinite.message(metrics))
         return last
 
     def stop(self) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from unstable_core.config import RunConfig, config_from_dict, merge_layers, parse_transform
-from unstable_core.errors import ConfigError, RunStopped, UnstableError
+from unstable_core.errors import ConfigError, RunFailed, RunStopped, debug_enabled, describe
 from unstable_core.games.random_player import RANDOM, check_random_supported
 from unstable_core.inference.vllm import vllm_max_lora_rank
 from unstable_core.models import is_api_model
@@ -314,7 +314,9 @@ class Run:
         threads = max(1, os.cpu_count() or 1)
 
         remote = lambda cls, **opts: ray.remote(cls).options(num_cpus=0, **opts)  # noqa: E731
-        self.actors["tracker"] = remote(_TrackerActor).remote(str(self.run_dir), comp.trackers)
+        self.actors["tracker"] = remote(_TrackerActor).remote(
+            str(self.run_dir), comp.trackers, cfg.failure_window, cfg.max_failure_rate
+        )
         registry = remote(RegistryHost).remote(
             str(self.run_dir / "registry.json"),
             state=point.registry if point else None,
@@ -437,6 +439,7 @@ class Run:
                 torch_threads=threads,
                 collectors=collectors,
                 resume_from=str(point.checkpoint) if point is not None else None,
+                max_nonfinite_updates=cfg.max_nonfinite_updates,
             )
             self.actors["learner"] = host
             self._train_ref = host.train.remote(learning_steps)
@@ -459,36 +462,56 @@ class Run:
         return snap
 
     def wait(
-        self, on_progress: Callable[[dict[str, Any]], None] | None = None, poll_s: float = 2.0
+        self,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+        poll_s: float = 2.0,
+        on_event: Callable[[str], None] | None = None,
     ) -> dict[str, Any]:
-        """Block until the learner has done its steps (or a play run its games); then stop and summarise."""
+        """Block until the learner has done its steps (or a play run its games); then stop and summarise.
+
+        Each distinct game error is passed to `on_event` once (default: printed). A run whose games keep
+        failing, or whose learner or collection raised, is stopped and raises RunFailed with one line."""
         import ray
 
+        on_event = on_event or print
         waiting = [self._train_ref] if self._train_ref is not None else list(self._collect_refs)
         # while learning, a collector that ends (it only ends by dying) would leave the learner waiting
         watched = list(self._collect_refs) if self._train_ref is not None else []
+        shown: set[str] = set()
+        who = "an actor"
         try:
             while waiting:
                 done, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=poll_s)
                 for ref in done:
+                    who = "the learner" if ref == self._train_ref else "collection"
                     ray.get(ref)  # surface a crashed learner or collector
                 ended, watched = ray.wait(watched, num_returns=len(watched), timeout=0)
                 for ref in ended:
+                    who = "collection"
                     ray.get(ref)
                     raise ActorDied("a collector", "it stopped collecting")
                 self._check_alive()
+                snap = self.progress()
+                for entry in snap.get("failures", {}).get("errors", []):
+                    if entry["error"] not in shown:
+                        shown.add(entry["error"])
+                        on_event(f"{entry['kind']} game {entry['game_idx']} failed: {entry['error']}")
+                if snap.get("stop_reason"):
+                    raise RunFailed(f"run stopped: {snap['stop_reason']}")
                 if on_progress:
-                    on_progress(self.progress())
+                    on_progress(snap)
             if self._train_ref is not None and self.cfg.eval_every:
                 self._drain_evals(on_progress, poll_s)
+        except RunFailed:
+            self.stop()
+            raise
         except ray.exceptions.RayTaskError as exc:
             cause = exc.cause if getattr(exc, "cause", None) is not None else exc
             if isinstance(cause, ray.exceptions.RayActorError):
                 raise self._stop_after_death(cause) from None
             self.stop()
-            if isinstance(cause, UnstableError):
-                raise UnstableError(str(cause)) from None
-            raise
+            hint = "" if debug_enabled() else " (rerun with --debug for the traceback)"
+            raise RunFailed(f"run stopped: {who} failed: {describe(exc)}{hint}") from exc
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError, ActorDied) as exc:
             raise self._stop_after_death(exc) from None
         return self.stop()
@@ -601,10 +624,16 @@ class Run:
 class _TrackerActor:
     """Builds the chosen trackers inside the actor (they may hold files or sockets) around a `Tracker`."""
 
-    def __init__(self, run_dir: str, trackers: list[tuple[Any, dict[str, Any]]]) -> None:
+    def __init__(
+        self,
+        run_dir: str,
+        trackers: list[tuple[Any, dict[str, Any]]],
+        failure_window: int = 20,
+        max_failure_rate: float = 0.5,
+    ) -> None:
         from unstable_core.runtime.tracker import Tracker
 
-        self._t = Tracker(run_dir, [cls(**kw) for cls, kw in trackers])
+        self._t = Tracker(run_dir, [cls(**kw) for cls, kw in trackers], failure_window, max_failure_rate)
 
     def add_game(self, result) -> None:
         self._t.add_game(result)

@@ -8,7 +8,8 @@ from collections import defaultdict, deque
 from pathlib import Path
 from typing import Any
 
-from unstable_core.io import append_jsonl
+from unstable_core.io import append_jsonl, finite_json
+from unstable_core.runtime.failures import FailureMonitor
 from unstable_core.types import GameResult, to_dict
 
 WINDOW = 100  # games per moving mean, as in the reference
@@ -37,8 +38,15 @@ def outcome_label(final_rewards: dict[int, float]) -> str:
 class Tracker:
     """Collects game results and metrics; writes them to the run directory."""
 
-    def __init__(self, run_dir: str | Path, trackers: list[Any] = ()) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        trackers: list[Any] = (),
+        failure_window: int = 20,
+        max_failure_rate: float = 0.5,
+    ) -> None:
         self.run_dir = Path(run_dir)
+        self.failures = FailureMonitor(failure_window, max_failure_rate)
         (self.run_dir / "games").mkdir(parents=True, exist_ok=True)
         self.trackers = list(trackers)
         self._pending: list[dict[str, Any]] = []
@@ -56,6 +64,7 @@ class Tracker:
         kind = "eval" if info.eval else "train"
         self.counts[f"{kind}_games"] += 1
         self._pending.append(to_dict(result))
+        self.failures.add(info.failed, info.error, info.game_idx, kind)
         if info.failed:
             self.counts[f"{kind}_failed"] += 1
             return
@@ -100,6 +109,9 @@ class Tracker:
             **{f"counts/{k}": v for k, v in self.counts.items()},
             **{f"inference/{k}": v for k, v in self.inference.items()},
         }
+        record, nonfinite = finite_json(record)  # NaN or inf: null in the files, and counted
+        self.counts["nonfinite_values"] += nonfinite
+        record["counts/nonfinite_values"] = self.counts["nonfinite_values"]
         for t in self.trackers:
             t.log(record, step)
 
@@ -120,6 +132,8 @@ class Tracker:
             "inference": self.inference,
             "evals": dict(self.evals),
             "elapsed_s": time.time() - self.started,
+            "failures": self.failures.snapshot(),
+            "stop_reason": self.failures.verdict(),
         }
 
     def flush(self) -> None:
