@@ -45,6 +45,9 @@ RESUMABLE_OPTIONS = frozenset(
         "game_timeout_s",
         "trackers",
         "wandb_project",
+        "failure_window",
+        "max_failure_rate",
+        "max_nonfinite_updates",
     }
 )
 _STEP_DIR = re.compile(r"^step-(\d+)$")
