@@ -159,7 +159,7 @@ def prepare_logs(point: ResumePoint | None, run_dir: Path, changed: dict[str, An
     games_path = run_dir / "games" / "games.jsonl"
     cut = [str(p.relative_to(run_dir)) for p in (metrics_path, games_path) if _end_partial_line(p)]
     step = point.step if point is not None else 0
-    logged = {r["step"] for r in read_jsonl(metrics_path) if "step" in r and "event" not in r}
+    logged = {r["step"] for r in read_jsonl(metrics_path) if any(k.startswith("learner/") for k in r)}
     restored = []
     for k in checkpoint_steps(run_dir):
         if k in logged or k > step:
