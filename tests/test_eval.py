@@ -1,0 +1,216 @@
+"""`unstable eval`: counts and intervals against values computed by hand, seat alternation, how arguments
+resolve (run dir -> latest checkpoint, --all-checkpoints, base), one-line errors, and real evaluations
+of the tiny model through the runtime (JSON shape, files written, same seed -> same games)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from unstable_core.cli import cli
+from unstable_core.errors import ConfigError
+from unstable_core.eval.report import aggregate, plain_table
+from unstable_core.eval.session import PlannedGame, Triple, plan_games
+from unstable_core.eval.targets import EvalTarget, resolve_argument, resolve_players
+from unstable_core.io import read_jsonl
+from unstable_core.types import GameInformation, GameResult, GameSpec, Step, Trajectory
+
+ENV = "TicTacToe-v0-train"
+
+
+def game(idx: int, model_seat: int, outcome: str, steps: list[tuple[bool, bool, int]]) -> GameResult:
+    """A finished game from the model's seat: outcome win/draw/loss; steps (invalid, format_ok, tokens)."""
+    mine, theirs = {"win": (1.0, -1.0), "draw": (0.0, 0.0), "loss": (-1.0, 1.0)}[outcome]
+    rewards = {model_seat: mine, 1 - model_seat: theirs}
+    model_steps = [
+        Step(
+            pid=model_seat, env_id=ENV, obs="", act="", invalid_move=inv, format_ok=ok, completion_ids=[1] * n
+        )
+        for inv, ok, n in steps
+    ]
+    other = [Step(pid=1 - model_seat, env_id=ENV, obs="", act="", completion_ids=[1] * 99)]
+    info = GameInformation(
+        game_idx=idx, env_id=ENV, final_rewards=rewards, num_turns=len(model_steps) + 1, eval=True
+    )
+    return GameResult(
+        info, [Trajectory(model_seat, ENV, "m", model_steps), Trajectory(1 - model_seat, ENV, "o", other)]
+    )
+
+
+def test_counts_and_wilson_intervals_against_values_computed_by_hand():
+    """7 wins, 2 draws, 3 losses (and one failed game) over alternating seats."""
+    outcomes = ["win"] * 7 + ["draw"] * 2 + ["loss"] * 3
+    triple = Triple("m", "o", ENV)
+    planned, results = [], []
+    for i, outcome in enumerate(outcomes):
+        seat = i % 2
+        planned.append(PlannedGame(triple, GameSpec(i, ENV, i), seat))
+        # one invalid move in the first game; 2 turns of 5 tokens each, one of them badly formatted
+        results.append(game(i, seat, outcome, [(i == 0, True, 5), (False, i % 3 != 0, 5)]))
+    planned.append(PlannedGame(triple, GameSpec(12, ENV, 12), 0))
+    results.append(GameResult(GameInformation(game_idx=12, env_id=ENV, failed=True, error="boom")))
+    (s,) = aggregate(planned, results)
+    assert (s.games, s.failed, s.wins, s.draws, s.losses, s.seat0) == (12, 1, 7, 2, 3, 6)
+    # Wilson 95%, z = 1.959964: centre (p + z^2/2n) / (1 + z^2/n), half-width
+    # z sqrt(p(1-p)/n + z^2/4n^2) / (1 + z^2/n); for 7/12: 0.31951 .. 0.80674
+    assert s.win_rate.rate == pytest.approx(7 / 12)
+    assert s.win_rate.interval == pytest.approx((0.3195113, 0.8067397), abs=1e-6)
+    # score: 7 + 2/2 = 8 of 12: 0.39062 .. 0.86188
+    assert s.score.rate == pytest.approx(8 / 12)
+    assert s.score.interval == pytest.approx((0.3906221, 0.8618799), abs=1e-6)
+    assert (s.invalid_rate.k, s.invalid_rate.n) == (1, 24)
+    assert (s.format_rate.k, s.format_rate.n) == (24 - 4, 24)  # i = 0, 3, 6, 9 badly formatted
+    assert s.mean_turns == pytest.approx(3.0) and s.tokens_per_turn == pytest.approx(
+        5.0
+    )  # not the opponent's 99
+    d = s.to_dict()
+    assert d["win_rate"]["lo"] == pytest.approx(0.3195113, abs=1e-6) and d["errors"] == {"boom": 1}
+    json.dumps(d, allow_nan=False)
+    assert "7/2/3" in plain_table([s], "t") and "12 (1 failed)" in plain_table([s], "t")
+
+
+def test_seats_alternate_and_every_model_meets_the_same_seeds():
+    models = [EvalTarget("a", "model", "x"), EvalTarget("b", "model", "y")]
+    opponents = [EvalTarget("random", "random"), EvalTarget("base", "model", "x")]
+    planned = plan_games(models, opponents, [ENV, "KuhnPoker-v0-train"], games=5, seed=3)
+    assert len(planned) == 2 * 2 * 2 * 5 and len({g.spec.game_idx for g in planned}) == len(planned)
+    by_triple = {}
+    for g in planned:
+        by_triple.setdefault(g.triple, []).append(g)
+        assert (
+            g.spec.players[g.model_seat].model_uid == g.triple.model
+            and g.spec.players[g.model_seat].collect_data
+        )
+        assert g.spec.players[1 - g.model_seat].model_uid == g.triple.opponent
+        assert not g.spec.players[1 - g.model_seat].collect_data and g.spec.eval
+    for games in by_triple.values():
+        assert [g.model_seat for g in games] == [0, 1, 0, 1, 0]
+    seeds = {t: [g.spec.seed for g in gs] for t, gs in by_triple.items()}
+    assert seeds[Triple("a", "random", ENV)] == seeds[Triple("b", "base", ENV)]
+    assert (
+        plan_games(models, opponents, [ENV], 5, seed=3)[0].spec.seed
+        != plan_games(models, opponents, [ENV], 5, 4)[0].spec.seed
+    )
+
+
+def make_run_dir(root: Path, base_model: str, steps: list[int]) -> Path:
+    """A run directory as `unstable run` leaves it: config.toml and LoRA checkpoints of the base model
+    (real peft adapters), plus a half-written step that must be ignored."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from unstable_core.models import load_causal_lm
+
+    run = root / "run-a"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.toml").write_text(f'model_name = "{base_model}"\n')
+    for step in steps:
+        torch.manual_seed(step)
+        model = get_peft_model(
+            load_causal_lm(base_model, device="cpu"),
+            LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+        )
+        model.save_pretrained(run / "checkpoints" / f"step-{step}")
+    (run / "checkpoints" / "step-9.tmp").mkdir()
+    (run / "checkpoints" / "step-10").mkdir()  # no adapter yet: incomplete
+    return run
+
+
+@pytest.fixture(scope="module")
+def run_dir(tiny_model, tmp_path_factory) -> Path:
+    return make_run_dir(tmp_path_factory.mktemp("runs"), tiny_model, [1, 3])
+
+
+def test_a_run_dir_is_its_latest_checkpoint_or_all_of_them_and_base_its_base_model(run_dir, tiny_model):
+    (latest,) = resolve_argument(str(run_dir))
+    assert (latest.label, latest.kind, latest.model, latest.step) == ("ckpt-3", "adapter", tiny_model, 3)
+    assert latest.adapter == str((run_dir / "checkpoints" / "step-3").resolve())
+    assert [t.label for t in resolve_argument(str(run_dir), all_checkpoints=True)] == ["ckpt-1", "ckpt-3"]
+    (ckpt,) = resolve_argument(str(run_dir / "checkpoints" / "step-1"))
+    assert (ckpt.label, ckpt.model, ckpt.run_dir) == ("ckpt-1", tiny_model, str(run_dir.resolve()))
+    models, opponents = resolve_players([str(run_dir)], ["random", "base"], all_checkpoints=True)
+    assert [t.label for t in models] == ["ckpt-1", "ckpt-3"]
+    assert opponents == [EvalTarget("random", "random"), EvalTarget("base", "model", tiny_model)]
+
+
+def test_bad_arguments_are_one_line_errors(run_dir, tmp_path, tiny_model):
+    empty = tmp_path / "empty-run"
+    (empty / "checkpoints").mkdir(parents=True)
+    (empty / "config.toml").write_text('model_name = "smollm2-135m"\n')
+    with pytest.raises(ConfigError, match="no complete checkpoint"):
+        resolve_argument(str(empty))
+    with pytest.raises(ConfigError, match="does not exist"):
+        resolve_argument("./no/such/folder")
+    with pytest.raises(ConfigError, match="'base' is the base model"):
+        resolve_players([str(run_dir), "smollm2-135m"], ["base"])
+    with pytest.raises(ConfigError, match="none"):
+        resolve_players(["random"], ["base"])
+    runner = CliRunner()
+    result = runner.invoke(cli, ["eval", tiny_model, "--opponent", "random", "--env", "ConnectFour-v0-train"])
+    assert result.exit_code == 2 and "ConnectFour-v0-train" in result.output
+    assert result.output.count("\n") == 1 and "Traceback" not in result.output
+    result = runner.invoke(cli, ["eval", tiny_model, "--env", "NoSuchGame-v0"])
+    assert result.exit_code == 2 and "unstable envs" in result.output
+
+
+def unstable_eval(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "unstable_core", "eval", *args]
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env=env)
+    assert proc.returncode == expect, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc
+
+
+def test_eval_of_a_run_dir_writes_games_and_summary_and_the_same_seed_replays_the_games(run_dir, tmp_path):
+    """The latest checkpoint of a run against random and base through the real runtime, twice with one
+    seed: --json shape, every game on disk with its exact tokens, and identical games both times."""
+    common = [str(run_dir), "--opponent", "random", "--opponent", "base", "--games", "4", "--json",
+              "--max-generation-len", "6", "--seed", "7", "--concurrency", "8"]  # fmt: skip
+    first = json.loads(unstable_eval(*common, "--out", str(tmp_path / "a")).stdout)
+    second = json.loads(unstable_eval(*common, "--out", str(tmp_path / "b")).stdout)
+
+    assert [(r["model"], r["opponent"], r["env"]) for r in first["results"]] == [
+        ("ckpt-3", "random", ENV),
+        ("ckpt-3", "base", ENV),
+    ]
+    for r in first["results"]:
+        assert r["games"] + r["failed"] == 4 and r["wins"] + r["draws"] + r["losses"] == r["games"]
+        assert r["model_seat0_games"] == 2 if not r["failed"] else r["model_seat0_games"] <= 2
+        for key in ("win_rate", "score", "invalid_move_rate", "format_rate"):
+            assert set(r[key]) == {"k", "n", "rate", "lo", "hi"}
+        assert r["mean_turns"] >= 1 and 1 <= r["tokens_per_turn"] <= 6
+    assert json.loads((tmp_path / "a" / "summary.json").read_text())["results"] == first["results"]
+
+    games = read_jsonl(tmp_path / "a" / "games" / "games.jsonl")
+    assert len(games) == 8 and all(g["info"]["eval"] for g in games)
+    model_steps = [
+        s for g in games for t in g["trajectories"] if t["model_uid"] == "ckpt-3" for s in t["steps"]
+    ]
+    assert model_steps and all(s["prompt_ids"] and s["completion_ids"] and s["obs"] for s in model_steps)
+    assert {s["policy_version"] for s in model_steps} == {3}
+
+    def moves(folder):
+        records = read_jsonl(tmp_path / folder / "games" / "games.jsonl")
+        return sorted(
+            (g["info"]["game_idx"], s["turn"], s["act"], tuple(s["completion_ids"]))
+            for g in records
+            for t in g["trajectories"]
+            for s in t["steps"]
+        )
+
+    assert moves("a") == moves("b")
+    assert first["results"] == second["results"]
+
+
+def test_every_game_failing_exits_non_zero_with_one_line(tmp_path):
+    """random against random with one turn allowed: every game fails; no model is loaded."""
+    proc = unstable_eval("random", "--opponent", "random", "--games", "2", "--max-turns", "1",
+                         "--out", str(tmp_path / "e"), expect=2)  # fmt: skip
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: every one of the 2 games failed") and "max_turns" in last
+    assert (tmp_path / "e" / "summary.json").is_file()

@@ -1,0 +1,203 @@
+"""`unstable eval MODEL... --opponent OPP --env ENV --games N`: models against fixed opponents, seats
+alternated, many games in flight, a table with 95% intervals, every game and a summary on disk."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import click
+
+from unstable_core.config import DEFAULT_ENV, RunConfig
+from unstable_core.errors import ConfigError, UnstableError
+
+_RUN = attrs.fields(RunConfig)
+
+
+def default_out_dir(models: list[Any], now: float | None = None) -> Path:
+    """`<run_dir>/eval/<timestamp>` for the first model that comes from a run, else `runs/eval-<timestamp>`."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    for t in models:
+        if t.run_dir:
+            return Path(t.run_dir) / "eval" / stamp
+    return Path("runs") / f"eval-{stamp}"
+
+
+def check_envs(envs: list[str]) -> None:
+    from textarena.envs.registration import ENV_REGISTRY
+
+    for env in envs:
+        if env not in ENV_REGISTRY:
+            raise ConfigError(f"--env {env!r} is not a TextArena environment id; `unstable envs` lists them")
+
+
+def prepare_out_dir(out: Path) -> Path:
+    """The output folder, made; an existing evaluation is never written over."""
+    out = out.expanduser().resolve()
+    if (out / "summary.json").exists() or (out / "games").exists():
+        raise ConfigError(f"{out} already holds an evaluation; give another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+class _Progress:
+    """Games finished so far: a rich bar on a terminal, else a plain line every `every_s` seconds (stderr)."""
+
+    def __init__(self, total: int, every_s: float = 10.0) -> None:
+        from rich.console import Console
+
+        self.total, self.every_s = total, every_s
+        self.console = Console(stderr=True)
+        self.started = self._last = time.monotonic()
+        self.bar = None
+        if self.console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            self.bar = Progress(
+                "[bold]eval[/bold]", BarColumn(), MofNCompleteColumn(), "games", TimeElapsedColumn(),
+                "{task.fields[failed]}", console=self.console, transient=True,
+            )  # fmt: skip
+            self.task = self.bar.add_task("games", total=total, failed="")
+            self.bar.start()
+
+    def __call__(self, counts: dict[str, int]) -> None:
+        done, failed = counts.get("finished", 0) + counts.get("failed", 0), counts.get("failed", 0)
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done, failed=f"({failed} failed)" if failed else "")
+            return
+        now = time.monotonic()
+        if now - self._last >= self.every_s or done == self.total:
+            self._last = now
+            print(
+                f"[{now - self.started:6.0f} s] eval games {done}/{self.total} (failed {failed})",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+@click.command("eval")
+@click.argument("models", nargs=-1, required=True)
+@click.option(
+    "--opponent",
+    "opponents",
+    multiple=True,
+    help="Opponent (repeatable): random, base, a run dir, a checkpoint, a model, openai:MODEL. Default: base.",
+)
+@click.option(
+    "--env", "envs", multiple=True, help=f"Two-player TextArena env (repeatable). Default: {DEFAULT_ENV}."
+)
+@click.option(
+    "--games",
+    default=32,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Games per model, opponent and env.",
+)
+@click.option(
+    "--all-checkpoints", is_flag=True, help="Every checkpoint of a run directory, not only its latest."
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Same seed, same games (local models).")
+@click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1), help="Games in flight.")
+@click.option(
+    "--temperature", default=_RUN.temperature.default, show_default=True, type=click.FloatRange(0, 10)
+)
+@click.option(
+    "--max-generation-len", default=_RUN.max_generation_len.default, show_default=True, type=click.IntRange(1)
+)
+@click.option("--max-turns", default=_RUN.max_turns.default, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--error-allowance", default=_RUN.error_allowance.default, show_default=True, type=click.IntRange(0)
+)
+@click.option("--template", default="default", show_default=True, help="Prompt template.")
+@click.option("--device", default=None, help="Inference device (default: cuda if present, else cpu).")
+@click.option("--base-url", default=None, help="OpenAI-compatible server of openai:MODEL players.")
+@click.option(
+    "--api-key-env", default=_RUN.api_key_env.default, show_default=True, help="Variable holding the API key."
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Output folder. Default: <run_dir>/eval/<time>.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (progress goes to stderr).")
+def eval_command(models, opponents, envs, games, all_checkpoints, seed, concurrency, temperature,
+                 max_generation_len, max_turns, error_allowance, template, device, base_url, api_key_env,
+                 out, as_json) -> None:  # fmt: skip
+    """Evaluate MODEL(s) (run dirs, checkpoints, models, base, openai:MODEL) against fixed opponents."""
+    from unstable_core.eval.report import aggregate, plain_table, rich_table
+    from unstable_core.eval.session import EvalSettings, plan_games, play_all
+    from unstable_core.eval.targets import resolve_players
+    from unstable_core.games.random_player import RANDOM, check_random_supported
+    from unstable_core.games.templates import get_template
+    from unstable_core.io import atomic_write_json
+
+    envs = list(envs) or [DEFAULT_ENV]
+    check_envs(envs)
+    get_template(template)
+    model_targets, opponent_targets = resolve_players(
+        list(models), list(opponents) or ["base"], all_checkpoints
+    )
+    if any(t.kind == RANDOM for t in model_targets + opponent_targets):
+        check_random_supported(envs)
+    settings = EvalSettings(
+        temperature=temperature,
+        max_generation_len=max_generation_len,
+        max_turns=max_turns,
+        error_allowance=error_allowance,
+        concurrency=concurrency,
+        seed=seed,
+        device=device,
+        base_url=base_url,
+        api_key_env=api_key_env,
+    )
+    targets = list(dict.fromkeys(model_targets + opponent_targets))
+    out_dir = prepare_out_dir(out or default_out_dir(model_targets))
+    planned = plan_games(model_targets, opponent_targets, envs, games, seed, template)
+    err = click.echo if not as_json else lambda m: click.echo(m, err=True)
+    err(f"unstable eval: {len(planned)} games into {out_dir}; starting Ray and loading the models...")
+    started = time.time()
+    progress = _Progress(len(planned))
+    try:
+        results = play_all(targets, planned, settings, out_dir, on_progress=progress)
+    finally:
+        progress.close()
+    wall_s = time.time() - started
+    stats = aggregate(planned, results)
+    summary = {
+        "out_dir": str(out_dir),
+        "models": [attrs.asdict(t) for t in model_targets],
+        "opponents": [attrs.asdict(t) for t in opponent_targets],
+        "envs": envs,
+        "games_per_pair": games,
+        "settings": {**attrs.asdict(settings), "template": template},
+        "wall_s": wall_s,
+        "results": [s.to_dict() for s in stats],
+    }
+    atomic_write_json(out_dir / "summary.json", summary)
+    title = f"unstable eval: {games} games per pair, seats alternated, 95% Wilson intervals ({wall_s:.0f} s)"
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, allow_nan=False))
+    else:
+        from rich.console import Console
+
+        console = Console()
+        if console.is_terminal:
+            console.print(rich_table(stats, title))
+        else:
+            click.echo(plain_table(stats, title))
+        err(f"games: {out_dir / 'games' / 'games.jsonl'}\nsummary: {out_dir / 'summary.json'}")
+    if all(s.games == 0 for s in stats):
+        errors = [e for s in stats for e in s.errors]
+        raise UnstableError(
+            f"every one of the {len(planned)} games failed; the first error: {errors[0] if errors else 'unknown'} "
+            f"(games in {out_dir})"
+        )

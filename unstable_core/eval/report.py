@@ -1,0 +1,188 @@
+"""What `unstable eval` reports per (model, opponent, env): W/D/L, win rate and score (draw = 1/2) with
+Wilson 95% intervals, the model's invalid-move and format rates per turn (with n and interval), mean
+game length in turns and the model's completion tokens per turn; as a table, plain text, or JSON."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import attrs
+
+from unstable_core.eval.session import PlannedGame, Triple
+from unstable_core.stats import Rate
+from unstable_core.types import GameResult
+
+
+@attrs.define
+class PairStats:
+    """The counts of one (model, opponent, env) triple, from the model's seat."""
+
+    triple: Triple
+    planned: int = 0
+    games: int = 0  # finished (not failed)
+    wins: int = 0
+    draws: int = 0
+    losses: int = 0
+    seat0: int = 0  # finished games with the model at seat 0
+    turns: int = 0  # every seat's turns, summed over finished games
+    steps: int = 0  # the model's turns
+    invalid: int = 0
+    formatted: int = 0
+    tokens: int = 0  # the model's completion tokens
+    errors: Counter = attrs.field(factory=Counter)
+
+    @property
+    def failed(self) -> int:
+        return self.planned - self.games
+
+    @property
+    def win_rate(self) -> Rate:
+        return Rate(self.wins, self.games)
+
+    @property
+    def score(self) -> Rate:
+        return Rate(self.wins + self.draws / 2, self.games)
+
+    @property
+    def invalid_rate(self) -> Rate:
+        return Rate(self.invalid, self.steps)
+
+    @property
+    def format_rate(self) -> Rate:
+        return Rate(self.formatted, self.steps)
+
+    @property
+    def mean_turns(self) -> float | None:
+        return self.turns / self.games if self.games else None
+
+    @property
+    def tokens_per_turn(self) -> float | None:
+        return self.tokens / self.steps if self.steps else None
+
+    def add(self, game: GameResult, model_seat: int) -> None:
+        """Count one game played by this triple (failed games count only as failed, with their error)."""
+        info = game.info
+        if info.failed:
+            self.errors[info.error or "unknown error"] += 1
+            return
+        mine, theirs = info.final_rewards[model_seat], info.final_rewards[1 - model_seat]
+        self.games += 1
+        self.wins += mine > theirs
+        self.draws += mine == theirs
+        self.losses += mine < theirs
+        self.seat0 += model_seat == 0
+        self.turns += info.num_turns
+        for traj in game.trajectories:
+            if traj.pid == model_seat:
+                for s in traj.steps:
+                    self.steps += 1
+                    self.invalid += s.invalid_move
+                    self.formatted += s.format_ok
+                    self.tokens += len(s.completion_ids)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.triple.model,
+            "opponent": self.triple.opponent,
+            "env": self.triple.env,
+            "games": self.games,
+            "failed": self.failed,
+            "wins": self.wins,
+            "draws": self.draws,
+            "losses": self.losses,
+            "model_seat0_games": self.seat0,
+            "win_rate": self.win_rate.to_dict(),
+            "score": self.score.to_dict(),
+            "invalid_move_rate": self.invalid_rate.to_dict(),
+            "format_rate": self.format_rate.to_dict(),
+            "mean_turns": self.mean_turns,
+            "tokens_per_turn": self.tokens_per_turn,
+            "model_turns": self.steps,
+            "errors": dict(self.errors.most_common(5)),
+        }
+
+
+def aggregate(planned: list[PlannedGame], results: list[GameResult]) -> list[PairStats]:
+    """Per triple, in the order first planned; a planned game without a result counts as failed."""
+    by_idx = {r.info.game_idx: r for r in results}
+    stats: dict[Triple, PairStats] = {}
+    for game in planned:
+        s = stats.setdefault(game.triple, PairStats(game.triple))
+        s.planned += 1
+        result = by_idx.get(game.spec.game_idx)
+        if result is None:
+            s.errors["no record of the game"] += 1
+        else:
+            s.add(result, game.model_seat)
+    return list(stats.values())
+
+
+COLUMNS = (
+    "model",
+    "opponent",
+    "env",
+    "games",
+    "W/D/L",
+    "win rate [95% CI]",
+    "score (draw = 1/2) [95% CI]",
+    "invalid moves / turn",
+    "format ok / turn",
+    "turns / game",
+    "tokens / turn",
+)
+
+
+def _rate(rate: Rate) -> str:
+    if not rate.n:
+        return "-"
+    lo, hi = rate.interval
+    return f"{rate.rate:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def _rate_n(rate: Rate) -> str:
+    return f"{_rate(rate)} n={rate.n}" if rate.n else "-"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def rows(stats: list[PairStats]) -> list[list[str]]:
+    """The table's cells, one row per triple."""
+    return [
+        [
+            s.triple.model,
+            s.triple.opponent,
+            s.triple.env,
+            f"{s.games}" + (f" ({s.failed} failed)" if s.failed else ""),
+            f"{s.wins}/{s.draws}/{s.losses}",
+            _rate(s.win_rate),
+            _rate(s.score),
+            _rate_n(s.invalid_rate),
+            _rate_n(s.format_rate),
+            _num(s.mean_turns),
+            _num(s.tokens_per_turn),
+        ]
+        for s in stats
+    ]
+
+
+def rich_table(stats: list[PairStats], title: str) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title)
+    for col in COLUMNS:
+        table.add_column(col, overflow="fold")
+    for row in rows(stats):
+        table.add_row(*(Text(c) for c in row))
+    return table
+
+
+def plain_table(stats: list[PairStats], title: str) -> str:
+    """The same table as aligned plain text (for a pipe, a log file, CI)."""
+    body = [list(COLUMNS), *rows(stats)]
+    widths = [max(len(r[i]) for r in body) for i in range(len(COLUMNS))]
+    lines = [title] + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in body]
+    return "\n".join(lines)

@@ -1,0 +1,253 @@
+"""Playing the games of `unstable eval` on the runtime a run uses: inference actors (one engine per base
+model, checkpoints as LoRA adapters on it), a collector keeping many games in flight, the registry and the
+tracker (which writes every game to `<out>/games/games.jsonl`). No buffer and no learner exist here.
+
+Game k of a (model, opponent, env) triple seats the model at seat k mod 2 and has a seed that depends on
+the evaluation's seed, the env and k only: every model meets the same deals and openings.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from unstable_core.errors import UnstableError
+from unstable_core.eval.targets import EvalTarget, main_model
+from unstable_core.types import GameResult, GameSpec, PlayerSpec, game_result_from_dict
+
+MAIN = "main"
+
+
+@attrs.frozen
+class Triple:
+    """What one group of games measures: `model` against `opponent` on `env`."""
+
+    model: str
+    opponent: str
+    env: str
+
+
+@attrs.frozen
+class PlannedGame:
+    """One game of the evaluation: its spec and where the evaluated model sits."""
+
+    triple: Triple
+    spec: GameSpec
+    model_seat: int
+
+
+def plan_games(
+    models: list[EvalTarget],
+    opponents: list[EvalTarget],
+    envs: list[str],
+    games: int,
+    seed: int,
+    template: str = "default",
+) -> list[PlannedGame]:
+    """N games per (model, opponent, env), seats alternated (game k: the model at seat k mod 2)."""
+    planned = []
+    for env in envs:
+        seeds = [random.Random(f"{seed}:eval:{env}:{k}").randrange(2**31) for k in range(games)]
+        for model in models:
+            for opponent in opponents:
+                for k in range(games):
+                    me = k % 2
+                    uids = {me: model.label, 1 - me: opponent.label}
+                    players = [
+                        PlayerSpec(pid, uids[pid], collect_data=pid == me, prompt_template=template)
+                        for pid in (0, 1)
+                    ]
+                    spec = GameSpec(len(planned), env, seeds[k], players, eval=True)
+                    planned.append(PlannedGame(Triple(model.label, opponent.label, env), spec, me))
+    return planned
+
+
+class EvalScheduler:
+    """Hands the collector the planned games in order (a GameScheduler's place; no training games)."""
+
+    class _Static:
+        def update(self, info: Any) -> None:
+            """Nothing to learn from a game: the plan is fixed."""
+
+    def __init__(self, specs: list[GameSpec]) -> None:
+        self.specs = deque(specs)
+        self.env_sampler = self.model_sampler = self._Static()
+        self.shard, self.num_shards = 0, 1
+
+    def next_eval(self, registry: Any) -> GameSpec:
+        return self.specs.popleft()
+
+    def next_train(self, registry: Any) -> GameSpec:
+        raise UnstableError("an evaluation plays no training games")
+
+
+@attrs.define
+class EvalSettings:
+    """How the games are played (the run's defaults where a run has the same setting)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_generation_len: int = 24
+    max_turns: int = 60
+    error_allowance: int = 0
+    concurrency: int = 16
+    seed: int = 0
+    device: str | None = None
+    max_batch_size: int = 32
+    max_model_len: int = 4096
+    game_timeout_s: float = 600.0
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+
+
+def engines_of(targets: list[EvalTarget]) -> dict[str, str]:
+    """Engine name -> model: `main` for the checkpoints' base model (and that model named itself), one
+    engine per other whole model or API model; `random` needs none."""
+    main = main_model(targets)
+    engines: dict[str, str] = {}
+    for t in targets:
+        if t.kind == "adapter" or (t.kind == "model" and t.model == main):
+            engines[MAIN] = main
+        elif t.kind in ("model", "api"):
+            engines[t.label] = t.model
+    return engines
+
+
+def run_config(targets: list[EvalTarget], settings: EvalSettings) -> Any:
+    """A RunConfig carrying the settings that engine_spec and the API check read."""
+    from unstable_core.config import RunConfig
+    from unstable_core.models import DEFAULT_MODEL
+
+    return RunConfig(
+        model_name=main_model(targets) or DEFAULT_MODEL,
+        fixed_opponents=[t.label for t in targets if t.kind == "api"],
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_generation_len=settings.max_generation_len,
+        max_model_len=settings.max_model_len,
+        max_batch_size=settings.max_batch_size,
+        device=settings.device,
+        base_url=settings.base_url,
+        api_key_env=settings.api_key_env,
+    )
+
+
+def check_before_start(targets: list[EvalTarget], settings: EvalSettings) -> Any:
+    """What can be checked before Ray starts: the API models answer (one line otherwise)."""
+    cfg = run_config(targets, settings)
+    if cfg.api_models():
+        from unstable_core.inference.engines import check_api_models
+
+        check_api_models(cfg)
+    return cfg
+
+
+def play_all(
+    targets: list[EvalTarget],
+    planned: list[PlannedGame],
+    settings: EvalSettings,
+    out_dir: Path,
+    on_progress: Callable[[dict[str, int]], None] | None = None,
+) -> list[GameResult]:
+    """Play every planned game; returns their results (failed ones included), as written to
+    `<out_dir>/games/games.jsonl`."""
+    import ray
+
+    from unstable_core.inference.base import SamplingParams
+    from unstable_core.inference.engines import engine_spec
+    from unstable_core.models import default_device
+    from unstable_core.runtime.cluster import start_ray
+    from unstable_core.runtime.collector import Collector
+    from unstable_core.runtime.inference_actor import create_inference_actor
+    from unstable_core.runtime.registry_host import RegistryHost
+    from unstable_core.runtime.run import _TrackerActor
+
+    cfg = check_before_start(targets, settings)
+    owns_ray = not ray.is_initialized()
+    if owns_ray:
+        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+        start_ray(None, include_dashboard=False, log_to_driver=False, namespace="unstable")
+    try:
+        remote = lambda cls, **opts: ray.remote(cls).options(num_cpus=0, **opts)  # noqa: E731
+        tracker = remote(_TrackerActor).remote(str(out_dir), [])
+        registry = remote(RegistryHost).remote(str(out_dir / "registry.json"))
+        for t in targets:
+            if t.kind == "adapter":
+                ray.get(registry.add_checkpoint.remote(t.label, t.adapter, t.step, inherit=False))
+            elif t.kind == "model" and t.model == main_model(targets):  # served by the main engine
+                ray.get(registry.add_checkpoint.remote(t.label, None, 0, inherit=False))
+            else:
+                ray.get(registry.add_fixed.remote(t.label))
+        engine_models = engines_of(targets)
+        device = settings.device or default_device()
+        local = [k for k, m in engine_models.items() if not engine_spec(m, cfg, {}).remote]
+        gpu = 1 / max(1, len(local)) if device.startswith("cuda") else 0
+        threads = max(1, os.cpu_count() or 1)
+        local_kwargs = {
+            "max_batch_size": settings.max_batch_size,
+            "max_loras": max(1, sum(t.kind == "adapter" for t in targets)),
+            "max_model_len": settings.max_model_len,
+            "device": settings.device,
+        }
+        engines = {}
+        for key, model in engine_models.items():
+            spec = engine_spec(model, cfg, local_kwargs)
+            engines[key] = [
+                create_inference_actor(
+                    spec.backend,
+                    spec.kwargs,
+                    num_gpus=0 if spec.remote else gpu,
+                    torch_threads=None if gpu or spec.remote else threads,
+                )
+            ]
+        params = SamplingParams(
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            max_tokens=settings.max_generation_len,
+            seed=settings.seed,
+        )
+        collector = remote(Collector, max_concurrency=4).remote(
+            engines=engines,
+            tokenizers=engine_models,
+            buffer=None,
+            registry=registry,
+            tracker=tracker,
+            scheduler=EvalScheduler([g.spec for g in planned]),
+            params=params,
+            max_turns=settings.max_turns,
+            game_timeout_s=settings.game_timeout_s,
+            error_allowance=settings.error_allowance,
+        )
+        done = collector.collect.remote(0, settings.concurrency, len(planned))
+        while not ray.wait([done], timeout=1.0)[0]:
+            if on_progress:
+                on_progress(ray.get(collector.stats.remote()))
+        counts = ray.get(done)
+        if on_progress:
+            on_progress(counts)
+        _wait_for_records(tracker, len(planned))
+        ray.get([tracker.close.remote(), registry.flush.remote()])
+    finally:
+        if owns_ray:
+            ray.shutdown()
+    from unstable_core.io import read_jsonl
+
+    return [game_result_from_dict(r) for r in read_jsonl(out_dir / "games" / "games.jsonl")]
+
+
+def _wait_for_records(tracker: Any, expected: int, timeout_s: float = 60.0) -> None:
+    """The collector sends games to the tracker without waiting: wait until it has every one."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if ray.get(tracker.snapshot.remote())["counts"].get("eval_games", 0) >= expected:
+            return
+        time.sleep(0.2)

@@ -1,0 +1,161 @@
+"""What `unstable eval` plays: its MODEL and --opponent arguments resolved to models, without loading any.
+
+An argument is `random`, `base` (the base model of the evaluated models), `openai:MODEL`, a run directory
+(its latest checkpoint, or every one with --all-checkpoints), a checkpoint folder (a LoRA adapter), a
+local model folder, or an alias / hub id. Checkpoints keep the run's uids (`ckpt-N`), so that a run's
+leaderboard reads the evaluation's games as its own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import attrs
+
+from unstable_core.errors import ConfigError, UnstableError
+from unstable_core.games.random_player import RANDOM
+from unstable_core.models import is_api_model, resolve_model
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+BASE = "base"
+STEP_DIR = re.compile(r"step-(\d+)")
+
+
+@attrs.frozen
+class EvalTarget:
+    """One player of the evaluation. `kind`: "adapter" (a LoRA checkpoint on `model`), "model" (a whole
+    model), "api" (openai:MODEL) or "random". `label` is its uid in the games and the tables."""
+
+    label: str
+    kind: str
+    model: str | None = None
+    adapter: str | None = None
+    step: int = 0
+    run_dir: str | None = None
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / "config.toml").is_file() and (path / "checkpoints").is_dir()
+
+
+def run_base_model(run_dir: Path) -> str:
+    """The base model a run trained (its config.toml's model_name)."""
+    try:
+        return str(tomllib.loads((run_dir / "config.toml").read_text())["model_name"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(
+            f"run directory {run_dir}: cannot read model_name from config.toml ({exc})"
+        ) from exc
+
+
+def checkpoints_of(run_dir: Path) -> list[tuple[int, Path]]:
+    """The run's complete checkpoints (adapter written), oldest first."""
+    out = []
+    for folder in (run_dir / "checkpoints").iterdir():
+        match = STEP_DIR.fullmatch(folder.name)
+        if match and (folder / "adapter_config.json").is_file() and any(folder.glob("adapter_model.*")):
+            out.append((int(match.group(1)), folder))
+    return sorted(out)
+
+
+def _checkpoint(folder: Path, step: int | None = None) -> EvalTarget:
+    """A LoRA checkpoint folder; its base model from its run's config.toml, else from the adapter's config."""
+    folder = folder.resolve()
+    run_dir = folder.parent.parent
+    if is_run_dir(run_dir):
+        base = run_base_model(run_dir)
+    else:
+        base = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        if not base:
+            raise ConfigError(f"checkpoint {folder}: adapter_config.json names no base model")
+        run_dir = None
+    match = STEP_DIR.fullmatch(folder.name)
+    step = step if step is not None else int(match.group(1)) if match else 0
+    label = f"ckpt-{step}" if match else folder.name
+    return EvalTarget(label, "adapter", base, str(folder), step, str(run_dir) if run_dir else None)
+
+
+def resolve_argument(arg: str, all_checkpoints: bool = False) -> list[EvalTarget]:
+    """The players one argument names (`base` is left as is: it depends on the others)."""
+    if arg in (RANDOM, BASE):
+        return [EvalTarget(arg, arg)]
+    if is_api_model(arg):
+        return [EvalTarget(arg, "api", arg)]
+    path = Path(arg).expanduser()
+    if path.is_dir():
+        if is_run_dir(path):
+            ckpts = checkpoints_of(path)
+            if not ckpts:
+                raise ConfigError(
+                    f"run directory {arg} has no complete checkpoint yet; evaluate its base model with "
+                    f"`unstable eval {run_base_model(path)}`"
+                )
+            return [_checkpoint(folder, step) for step, folder in (ckpts if all_checkpoints else ckpts[-1:])]
+        if (path / "adapter_config.json").is_file():
+            return [_checkpoint(path)]
+    try:
+        resolve_model(arg)
+    except UnstableError as exc:
+        raise ConfigError(
+            f"{exc}; a model or opponent is a run directory, a checkpoint folder, a model folder, an alias "
+            "or hub id, openai:MODEL, 'base' or 'random'"
+        ) from None
+    return [EvalTarget(arg, "model", arg)]
+
+
+def resolve_players(
+    models: list[str], opponents: list[str], all_checkpoints: bool = False
+) -> tuple[list[EvalTarget], list[EvalTarget]]:
+    """(models, opponents) resolved; `base` becomes the one base model of the models."""
+    resolved = [
+        [t for a in args for t in resolve_argument(a, all_checkpoints)] for args in (models, opponents)
+    ]
+    bases = {t.model for t in resolved[0] if t.kind in ("adapter", "model")}
+    if any(t.kind == BASE for group in resolved for t in group):
+        if len(bases) != 1:
+            raise ConfigError(
+                "'base' is the base model of the evaluated models, but they have "
+                + (f"several ({', '.join(sorted(bases))})" if bases else "none (random or API models only)")
+                + "; name the base model itself instead"
+            )
+        (base,) = bases
+        resolved = [[EvalTarget(BASE, "model", base) if t.kind == BASE else t for t in g] for g in resolved]
+    adapter_bases = {t.model for g in resolved for t in g if t.kind == "adapter"}
+    if len(adapter_bases) > 1:
+        raise ConfigError(
+            f"the checkpoints were trained on different base models ({', '.join(sorted(adapter_bases))}); "
+            "evaluate the checkpoints of one base model at a time"
+        )
+    return _unique_labels(resolved[0]), _unique_labels(resolved[1], taken=resolved[0])
+
+
+def _unique_labels(targets: list[EvalTarget], taken: list[EvalTarget] = ()) -> list[EvalTarget]:
+    """Checkpoints of different runs with the same step get their run's name in front of their label;
+    a target named twice is played once."""
+    seen = {t.label: t for t in taken}
+    out: list[EvalTarget] = []
+    for t in targets:
+        if t.label in seen and seen[t.label] != t and t.run_dir:
+            t = attrs.evolve(t, label=f"{Path(t.run_dir).name}/{t.label}")
+        if t.label in seen and seen[t.label] != t:
+            raise ConfigError(f"two different players are both called {t.label!r}; give their full paths")
+        if t not in out:
+            out.append(t)
+        seen[t.label] = t
+    return out
+
+
+def main_model(targets: list[EvalTarget]) -> str | None:
+    """The model of the main engine: the checkpoints' base model, else the first whole local model."""
+    for kind in ("adapter", "model"):
+        for t in targets:
+            if t.kind == kind:
+                return t.model
+    return None
