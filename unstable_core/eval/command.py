@@ -13,7 +13,7 @@ import attrs
 import click
 
 from unstable_core.config import DEFAULT_ENV, RunConfig
-from unstable_core.errors import ConfigError, UnstableError
+from unstable_core.errors import ConfigError, RunFailed
 
 _RUN = attrs.fields(RunConfig)
 
@@ -197,7 +197,7 @@ def eval_command(models, opponents, envs, games, all_checkpoints, seed, concurre
         err(f"games: {out_dir / 'games' / 'games.jsonl'}\nsummary: {out_dir / 'summary.json'}")
     if all(s.games == 0 for s in stats):
         errors = [e for s in stats for e in s.errors]
-        raise UnstableError(
+        raise RunFailed(
             f"every one of the {len(planned)} games failed; the first error: {errors[0] if errors else 'unknown'} "
             f"(games in {out_dir})"
         )
