@@ -169,6 +169,8 @@ def test_example_configs_load_and_resolve(name, tmp_path):
             400,
         )
         assert [type(t).__name__ for t in comp.final] == ["SpiralRAE"] and comp.final[0].ema_alpha == 0.95
+        assert [s.fixed_opponent for s in cfg.eval_specs()] == ["random", "base"]  # SPIRAL: random, every 16
+        assert (cfg.eval_every, cfg.eval_games) == (16, 128)
         assert comp.step == [] and comp.sampling == []
         assert cfg.algorithm_config == {
             "clip_low": 0.2, "clip_high": 0.2, "epochs": 2, "mini_batches": 1,
