@@ -28,3 +28,30 @@ def test_a_learner_with_its_loss_sign_flipped_fails(tmp_path):
     print(result.summary())
     assert not result.passed
     assert max(result.rates) < GOAL and result.rates[-1] < 0.1  # it learns to avoid the winning letter
+
+
+@pytest.mark.parametrize("learner", ["reinforce", "ppo"])
+def test_group_relative_advantages_learn_with_each_seed_played_g_times(learner, tmp_path):
+    """GRPO's recipe: each seed played G = 8 times, each step's reward centred on its group's mean."""
+    group_relative = get_registry().load("reward_transform", "group-relative")
+    result = check_learner_learns(
+        get_registry().load("learner", learner),
+        tmp_path,
+        sampling_transforms=[group_relative(by="seed")],
+        seed_repeat=8,
+    )
+    print(result.summary())
+    assert result.passed, result.summary()
+
+
+def test_group_relative_gives_no_signal_when_every_seed_is_played_once(tmp_path):
+    """Groups of one have no baseline: every advantage is 0 and nothing is learned (why `repeat` exists)."""
+    group_relative = get_registry().load("reward_transform", "group-relative")
+    result = check_learner_learns(
+        get_registry().load("learner", "reinforce"),
+        tmp_path,
+        sampling_transforms=[group_relative(by="seed")],
+        max_updates=5,
+    )
+    print(result.summary())
+    assert not result.passed and max(result.rates) < GOAL

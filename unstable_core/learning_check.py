@@ -123,8 +123,11 @@ def _transforms() -> dict[str, list[Any]]:
     return {"sampling_transforms": [norm(z_score=True)]}
 
 
-async def _play(backend: Any, lora_path: str | None, version: int, games: int, first_idx: int) -> list[Any]:
-    """`games` games of the letter game with the policy at `lora_path`, concurrently through the backend."""
+async def _play(
+    backend: Any, lora_path: str | None, version: int, games: int, first_idx: int, seed_repeat: int = 1
+) -> list[Any]:
+    """`games` games of the letter game with the policy at `lora_path`, concurrently through the backend;
+    each game seed is played `seed_repeat` times in a row (groups for `group-relative`)."""
     from unstable_core.games.loop import play_game
     from unstable_core.inference.base import SamplingParams
 
@@ -132,7 +135,9 @@ async def _play(backend: Any, lora_path: str | None, version: int, games: int, f
 
     def spec(i: int) -> GameSpec:
         player = PlayerSpec(pid=0, model_uid=f"ckpt-{version}", collect_data=True)
-        return GameSpec(game_idx=first_idx + i, env_id=ENV_ID, seed=first_idx + i, players=[player])
+        return GameSpec(
+            game_idx=first_idx + i, env_id=ENV_ID, seed=(first_idx + i) // seed_repeat, players=[player]
+        )
 
     return await asyncio.gather(
         *(
@@ -159,8 +164,12 @@ def check_learner_learns(
     learning_rate: float = 2e-2,
     algorithm_kwargs: dict[str, Any] | None = None,
     seed: int = 0,
+    sampling_transforms: list[Any] | None = None,
+    seed_repeat: int = 1,
 ) -> LearningResult:
-    """Train `learner_cls` on the letter game until its games reach the goal rate or `max_updates` pass."""
+    """Train `learner_cls` on the letter game until its games reach the goal rate or `max_updates` pass.
+    `sampling_transforms` replace the default (`normalize-by-env`, z-scored); `seed_repeat` plays each game
+    seed that many times in a row, as the env sampler's `repeat` does."""
     import torch
 
     from unstable_core.inference.hf import TransformersBackend
@@ -184,14 +193,18 @@ def check_learner_learns(
         seed=seed,
     )
     learner.initialize_algorithm(**(algorithm_kwargs or {}))
-    buffer = BUFFERS[getattr(learner, "buffer_kind", "step")](10 * games_per_update, **_transforms())
+    transforms = (
+        _transforms() if sampling_transforms is None else {"sampling_transforms": sampling_transforms}
+    )
+    buffer = BUFFERS[getattr(learner, "buffer_kind", "step")](10 * games_per_update, **transforms)
     result = LearningResult(learner=learner_cls.__name__)
     lora_path: str | None = None
 
     async def loop() -> None:
         nonlocal lora_path
         for version in range(max_updates + 1):
-            played = await _play(backend, lora_path, version, games_per_update, version * games_per_update)
+            first = version * games_per_update
+            played = await _play(backend, lora_path, version, games_per_update, first, seed_repeat)
             wins = sum(r.info.final_rewards.get(0, -1.0) > 0 for r in played)
             result.rates.append(wins / len(played))
             result.games.append(len(played))
