@@ -542,8 +542,9 @@ class Run:
             names[c._actor_id.hex()] = f"collector-{i}"
         return names
 
-    def _check_alive(self, timeout_s: float = 60.0) -> None:
-        """Ask every stateful actor a cheap question; a dead one raises RayActorError (a hung one times out)."""
+    def _check_alive(self, timeout_s: float = 300.0) -> None:
+        """Ask every stateful actor a cheap question; a dead one raises RayActorError at once, a hung one
+        times out (generously: on a loaded 2-core machine a busy collector can take a minute to answer)."""
         import ray
 
         refs = [self.actors["tracker"].snapshot.remote(), self.actors["registry"].get_current_ckpt.remote()]
