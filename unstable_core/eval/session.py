@@ -165,7 +165,7 @@ def play_all(
     from unstable_core.models import default_device
     from unstable_core.runtime.cluster import start_ray
     from unstable_core.runtime.collector import Collector
-    from unstable_core.runtime.inference_actor import create_inference_actor
+    from unstable_core.runtime.inference_actor import create_engines
     from unstable_core.runtime.registry_host import RegistryHost
     from unstable_core.runtime.run import _TrackerActor
 
@@ -196,17 +196,7 @@ def play_all(
             "max_model_len": settings.max_model_len,
             "device": settings.device,
         }
-        engines = {}
-        for key, model in engine_models.items():
-            spec = engine_spec(model, cfg, local_kwargs)
-            engines[key] = [
-                create_inference_actor(
-                    spec.backend,
-                    spec.kwargs,
-                    num_gpus=0 if spec.remote else gpu,
-                    torch_threads=None if gpu or spec.remote else threads,
-                )
-            ]
+        engines = create_engines(engine_models, cfg, local_kwargs, gpu=gpu, threads=threads)
         params = SamplingParams(
             temperature=settings.temperature,
             top_p=settings.top_p,

@@ -89,3 +89,31 @@ def create_inference_actor(
         .options(**options)
         .remote(backend_name, dict(backend_kwargs), torch_threads)
     )
+
+
+def create_engines(
+    models: Mapping[str, str],
+    cfg: Any,
+    local_kwargs: Mapping[str, Any],
+    *,
+    gpu: float,
+    threads: int,
+    main_actors: int = 1,
+) -> dict[str, list[Any]]:
+    """One pool of inference actors per engine name (`main`: `main_actors` of them, others one each), each
+    served by the backend `engine_spec` picks for its model; API models take no GPU and no threads."""
+    from unstable_core.inference.engines import engine_spec
+
+    engines: dict[str, list[Any]] = {}
+    for key, model in models.items():
+        spec = engine_spec(model, cfg, local_kwargs)
+        engines[key] = [
+            create_inference_actor(
+                spec.backend,
+                spec.kwargs,
+                num_gpus=0 if spec.remote else gpu,
+                torch_threads=None if gpu or spec.remote else threads,
+            )
+            for _ in range(main_actors if key == "main" else 1)
+        ]
+    return engines

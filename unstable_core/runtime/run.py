@@ -284,10 +284,9 @@ class Run:
         import ray
 
         from unstable_core.inference.base import SamplingParams
-        from unstable_core.inference.engines import engine_spec
         from unstable_core.runtime.buffer import BUFFERS
         from unstable_core.runtime.collector import Collector
-        from unstable_core.runtime.inference_actor import create_inference_actor
+        from unstable_core.runtime.inference_actor import create_engines
         from unstable_core.runtime.learner_host import LearnerHost
         from unstable_core.runtime.registry_host import RegistryHost
         from unstable_core.runtime.scheduler import GameScheduler
@@ -353,20 +352,14 @@ class Run:
                 resume_record["rewards_loaded"] = ray.get(buffer.state_dict.remote())
             record_resume(self.run_dir, resume_record)
 
-        engines: dict[str, list[Any]] = {}
-        backend_kwargs = self.backend_kwargs(placement)
-        gpu = placement.inference_gpus
-        for key, model in self._engines().items():
-            spec = engine_spec(model, cfg, backend_kwargs)
-            engines[key] = [
-                create_inference_actor(
-                    spec.backend,
-                    spec.kwargs,
-                    num_gpus=0 if spec.remote else gpu,
-                    torch_threads=None if gpu or spec.remote else threads,
-                )
-                for _ in range(placement.num_inference_actors if key == "main" else 1)
-            ]
+        engines = create_engines(
+            self._engines(),
+            cfg,
+            self.backend_kwargs(placement),
+            gpu=placement.inference_gpus,
+            threads=threads,
+            main_actors=placement.num_inference_actors,
+        )
         self.actors["engines"] = engines
         params = SamplingParams(
             temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_generation_len
