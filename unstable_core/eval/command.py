@@ -107,14 +107,32 @@ class _Progress:
 @click.option("--seed", default=0, show_default=True, type=int, help="Same seed, same games (local models).")
 @click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1), help="Games in flight.")
 @click.option(
-    "--temperature", default=_RUN.temperature.default, show_default=True, type=click.FloatRange(0, 10)
+    "--temperature",
+    default=_RUN.temperature.default,
+    show_default=True,
+    type=click.FloatRange(0, 10),
+    help="Sampling temperature of every model (as in training).",
 )
 @click.option(
-    "--max-generation-len", default=_RUN.max_generation_len.default, show_default=True, type=click.IntRange(1)
+    "--max-generation-len",
+    default=_RUN.max_generation_len.default,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Max new tokens per turn.",
 )
-@click.option("--max-turns", default=_RUN.max_turns.default, show_default=True, type=click.IntRange(1))
 @click.option(
-    "--error-allowance", default=_RUN.error_allowance.default, show_default=True, type=click.IntRange(0)
+    "--max-turns",
+    default=_RUN.max_turns.default,
+    show_default=True,
+    type=click.IntRange(1),
+    help="A game with more turns fails.",
+)
+@click.option(
+    "--error-allowance",
+    default=_RUN.error_allowance.default,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Invalid moves a player may retry before it loses (0: the first one loses).",
 )
 @click.option("--template", default="default", show_default=True, help="Prompt template.")
 @click.option("--device", default=None, help="Inference device (default: cuda if present, else cpu).")
