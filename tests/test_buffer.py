@@ -178,3 +178,22 @@ def test_shaping_is_recorded_per_step_and_untouched_by_sampling_transforms():
         (1, 1): (-2.0, 0.5, 8.5),
         (1, 3): (-2.0, -0.5, 7.5),
     }
+
+
+def test_a_stale_game_never_reaches_the_final_transforms():
+    """A game dropped as stale on arrival must not move a baseline (e.g. role-advantage's EMA)."""
+    seen = []
+
+    class Record(FinalRewardTransform):
+        def __call__(self, rewards, env_id=None):
+            seen.append(dict(rewards))
+            return rewards
+
+    for cls in (StepBuffer, EpisodeBuffer):
+        seen.clear()
+        buf = cls(100, [Record()], max_staleness=1)
+        buf.set_policy_version(5)
+        assert buf.add_result(game(0, {0: 1.0, 1: -1.0}, version=3)) == 0
+        assert seen == [] and buf.counts["steps_stale_on_add"] == 4 and buf.counts["games"] == 1
+        assert buf.add_result(game(1, {0: 1.0, 1: -1.0}, version=4)) == 4
+        assert seen == [{0: 1.0, 1: -1.0}]

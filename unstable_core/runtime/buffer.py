@@ -130,9 +130,12 @@ class StepBuffer:
     def _version(self, item: Any) -> int:
         return min(s.policy_version for s in self._steps_of(item))
 
+    def _within_bound(self, version: int) -> bool:
+        """Whether data of policy `version` is within `max_staleness` versions of the current one."""
+        return self.max_staleness is None or version >= self.policy_version - self.max_staleness
+
     def _fresh(self, item: Any) -> bool:
-        """Whether `item` is within `max_staleness` versions of the current policy version."""
-        return self.max_staleness is None or self._version(item) >= self.policy_version - self.max_staleness
+        return self._within_bound(self._version(item))
 
     def size(self) -> int:
         """Number of steps held."""
@@ -143,13 +146,18 @@ class StepBuffer:
         (0 for a game played by a version already too old: its steps are counted as stale)."""
         if result.info.failed or result.info.eval:
             return 0
+        self.counts["games"] += 1
+        oldest = min((s.policy_version for t in result.training_trajectories for s in t.steps), default=None)
+        if oldest is not None and not self._within_bound(oldest):
+            # dropped before the transforms run: a game too old to train on must not move their baselines
+            self.counts["steps_stale_on_add"] += sum(len(t.steps) for t in result.training_trajectories)
+            return 0
         items = self._items_of(self.transforms.shape(result))
         fresh = [i for i in items if self._fresh(i)]
         self.counts["steps_stale_on_add"] += sum(len(self._steps_of(i)) for i in items if not self._fresh(i))
         self._items.extend(fresh)
         added = sum(len(self._steps_of(i)) for i in fresh)
         self._n += added
-        self.counts["games"] += 1
         self.counts["steps_added"] += added
         self._evict()
         return added
