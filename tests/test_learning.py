@@ -4,8 +4,14 @@ learner whose loss has the wrong sign does not (the test can fail)."""
 
 import pytest
 
-from unstable_core.learning_check import GOAL, START_MAX, check_learner_learns, sign_flipped
 from unstable_core.plugins import get_registry
+from unstable_core.testing import (
+    GOAL,
+    START_MAX,
+    check_learner_learns,
+    run_default_transforms,
+    sign_flipped,
+)
 
 LEARNERS = get_registry().names("learner")
 
@@ -23,11 +29,36 @@ def test_learner_learns_the_letter_game(name, tmp_path):
     assert result.passed
 
 
-def test_a_learner_with_its_loss_sign_flipped_fails(tmp_path):
-    result = check_learner_learns(sign_flipped(get_registry().load("learner", "reinforce")), tmp_path)
+@pytest.mark.parametrize("name", LEARNERS)
+def test_a_learner_with_its_loss_sign_flipped_fails(name, tmp_path):
+    result = check_learner_learns(sign_flipped(get_registry().load("learner", name)), tmp_path)
     print(result.summary())
     assert not result.passed
     assert max(result.rates) < GOAL and result.rates[-1] < 0.1  # it learns to avoid the winning letter
+
+
+@pytest.mark.parametrize("name", LEARNERS)
+def test_learner_learns_the_two_round_game_with_the_run_transforms(name, tmp_path):
+    """Two rounds, two different letters, one outcome at the end, shaped by `unstable run`'s default reward
+    transforms: the first move is credited only through the game's outcome (an episode learner: GAE)."""
+    result = check_learner_learns(
+        get_registry().load("learner", name), tmp_path, rounds=2, **run_default_transforms()
+    )
+    print(result.summary())
+    assert result.passed, result.summary()
+
+
+def test_the_two_round_game_fails_a2c_without_credit_assignment(tmp_path):
+    """gamma = 0: the first round's move never sees the outcome, so the first letter is never learned."""
+    result = check_learner_learns(
+        get_registry().load("learner", "a2c"),
+        tmp_path,
+        rounds=2,
+        algorithm_kwargs={"gamma": 0.0},
+        **run_default_transforms(),
+    )
+    print(result.summary())
+    assert not result.passed and max(result.rates) < 0.3
 
 
 @pytest.mark.parametrize("learner", ["reinforce", "ppo"])

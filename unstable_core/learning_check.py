@@ -1,7 +1,9 @@
 """The learning test every learner must pass: a tiny game that any correct learner masters in a few updates.
 
 The game, "guess the letter", has one player and one turn: the prompt names the winning letter among
-A-H; answering it wins (+1), anything else loses (-1). The model is a tiny random-weight Llama whose LM head
+A-H; answering it wins (+1), anything else loses (-1). Its multi-round form (`rounds=2`) asks for a
+different letter each round and scores the game once, at its end (-1 + 2 * right / rounds), so a learner
+must carry the outcome back to earlier moves (an episode learner through GAE) and tell the rounds apart. The model is a tiny random-weight Llama whose LM head
 puts almost all of its mass evenly on the eight letters, so the untrained policy wins about 1/8 of the time
 and only learning (through the learner's LoRA adapter: the head itself is frozen) can move it to the
 winning letter. Everything between is the real thing: the transformers backend sampling with the latest
@@ -27,37 +29,50 @@ from unstable_core.types import GameSpec, PlayerSpec
 
 LETTERS = "ABCDEFGH"
 WINNING = "C"
+WINNING_BY_ROUND = "CFBG"  # round k's letter in the multi-round game (round 0: WINNING)
+ROUND_WORDS = ("first", "second", "third", "fourth")  # each a single token that marks its round
 ENV_ID = "GuessTheLetter-v0"
 START_MAX, GOAL = 0.3, 0.9
 
 
 class GuessTheLetterEnv:
-    """One player, one turn, the TextArena protocol of `play_game`: answer the letter the prompt names."""
+    """One player, `rounds` turns, the TextArena protocol of `play_game`: answer the letter each prompt names.
+    The outcome comes only at the end: +1 when every round was right, -1 when none was (one turn: +-1)."""
 
-    def __init__(self, winning: str = WINNING) -> None:
-        self.winning = winning
-        self.action: str | None = None
+    def __init__(self, winning: str = WINNING, rounds: int = 1) -> None:
+        if not 1 <= rounds <= len(WINNING_BY_ROUND):
+            raise ValueError(f"rounds must be in 1..{len(WINNING_BY_ROUND)}, got {rounds}")
+        self.winning = winning + WINNING_BY_ROUND[1:rounds]
+        self.rounds = rounds
+        self.actions: list[str] = []
 
     def reset(self, num_players: int, seed: int | None = None) -> None:
-        self.action = None
+        self.actions = []
 
     def get_observation(self) -> tuple[int, str]:
         letters = ", ".join(LETTERS)
-        return 0, f"Letters: {letters}. The winning letter is {self.winning}. Answer with one letter."
+        ask = f"Letters: {letters}. The winning letter is {self.winning[len(self.actions)]}. Answer with one letter."
+        return 0, ask if self.rounds == 1 else f"{ask} Round: {ROUND_WORDS[len(self.actions)]}"
 
     def step(self, action: str) -> tuple[bool, dict[str, Any]]:
-        self.action = action
-        return True, {}
+        self.actions.append((action or "").strip("[] \n"))
+        return len(self.actions) == self.rounds, {}
 
     def close(self) -> tuple[dict[int, float], dict[int, dict[str, str]]]:
-        won = (self.action or "").strip("[] \n") == self.winning
-        return {0: 1.0 if won else -1.0}, {0: {"reason": "right letter" if won else "wrong letter"}}
+        right = sum(a == w for a, w in zip(self.actions, self.winning, strict=False))
+        return {0: -1.0 + 2.0 * right / self.rounds}, {
+            0: {"reason": f"{right} of {self.rounds} letters right"}
+        }
 
 
 def make_letter_model(folder: str | os.PathLike, hidden_size: int = 32, seed: int = 0) -> str:
     """A tiny Llama (SmolLM2's tokenizer) whose LM head favours the letters A-H equally: the residual stream
     carries a large constant in dimension 0, which each letter's head row reads (logit ~ +14, the rest of
-    the vocabulary ~ 0), and each letter also reads one dimension of its own, which LoRA can learn to raise."""
+    the vocabulary ~ 0), and each letter also reads one dimension of its own, which LoRA can learn to raise.
+    The words naming the rounds carry a dimension each (from the top) in place of dimension 0, which the
+    letters read as they read dimension 0: the multi-round game's prompt ends with one, so each round is
+    answered from its own direction of the residual stream (the game tests learners' credit assignment,
+    not a random network's powers of reading)."""
     import torch
 
     from unstable_core.models import DEFAULT_MODEL, load_tokenizer
@@ -70,13 +85,19 @@ def make_letter_model(folder: str | os.PathLike, hidden_size: int = 32, seed: in
     torch.manual_seed(seed)
     model = tiny_llama(tok, hidden_size, tie_word_embeddings=False)
     with torch.no_grad():
-        model.get_input_embeddings().weight[:, 0] = 10.0  # dominates the RMS norm: h[0] ~ sqrt(H)
+        embed = model.get_input_embeddings().weight
+        embed[:, 0] = 10.0  # dominates the RMS norm: h[0] ~ sqrt(H)
+        for k, word in enumerate(ROUND_WORDS):
+            (token,) = tok.encode(" " + word, add_special_tokens=False)
+            embed[token, 0] = 0.0
+            embed[token, hidden_size - 1 - k] = 10.0
         head = model.get_output_embeddings().weight
         head.normal_(0.0, 0.02)
         for k, letter in enumerate(LETTERS):
             (token,) = tok.encode(letter, add_special_tokens=False)
             head[token] = 0.0
             head[token, 0] = 14.0 / hidden_size**0.5
+            head[token, hidden_size - len(ROUND_WORDS) :] = 14.0 / hidden_size**0.5
             head[token, 1 + k] = 4.0
     model.save_pretrained(folder, safe_serialization=True)
     return str(folder)
@@ -123,8 +144,35 @@ def _transforms() -> dict[str, list[Any]]:
     return {"sampling_transforms": [norm(z_score=True)]}
 
 
+def run_default_transforms() -> dict[str, list[Any]]:
+    """The reward transforms of `unstable run`'s defaults (final, step and sampling stages), instantiated
+    through the plugin registry: `check_learner_learns(cls, dir, **run_default_transforms())`."""
+    from unstable_core.config import RunConfig
+    from unstable_core.runtime.run import instantiate
+
+    cfg = RunConfig()
+    return {
+        f"{stage}_transforms": [
+            instantiate("reward_transform", t) for t in getattr(cfg, f"{stage}_transforms")
+        ]
+        for stage in ("final", "step", "sampling")
+    }
+
+
+def _bare(observation: str, tokenizer: Any) -> str:
+    """The multi-round game's template: the observation alone, so that its last token (the round's word)
+    is the position the answer is sampled from."""
+    return observation
+
+
 async def _play(
-    backend: Any, lora_path: str | None, version: int, games: int, first_idx: int, seed_repeat: int = 1
+    backend: Any,
+    lora_path: str | None,
+    version: int,
+    games: int,
+    first_idx: int,
+    seed_repeat: int = 1,
+    rounds: int = 1,
 ) -> list[Any]:
     """`games` games of the letter game with the policy at `lora_path`, concurrently through the backend;
     each game seed is played `seed_repeat` times in a row (groups for `group-relative`)."""
@@ -148,7 +196,8 @@ async def _play(
                 lora_paths={0: lora_path},
                 policy_versions={0: version},
                 params=params,
-                env_factory=lambda env_id: GuessTheLetterEnv(),
+                env_factory=lambda env_id: GuessTheLetterEnv(rounds=rounds),
+                templates=None if rounds == 1 else {"default": _bare},
             )
             for i in range(games)
         )
@@ -166,10 +215,15 @@ def check_learner_learns(
     seed: int = 0,
     sampling_transforms: list[Any] | None = None,
     seed_repeat: int = 1,
+    rounds: int = 1,
+    final_transforms: list[Any] = (),
+    step_transforms: list[Any] = (),
 ) -> LearningResult:
     """Train `learner_cls` on the letter game until its games reach the goal rate or `max_updates` pass.
-    `sampling_transforms` replace the default (`normalize-by-env`, z-scored); `seed_repeat` plays each game
-    seed that many times in a row, as the env sampler's `repeat` does."""
+    A game counts as won when every round was right. `sampling_transforms` replace the default
+    (`normalize-by-env`, z-scored); `final_transforms` and `step_transforms` (none by default) shape each
+    game as a run's buffer does; `seed_repeat` plays each game seed that many times in a row, as the env
+    sampler's `repeat` does; `rounds` > 1 plays the multi-round game."""
     import torch
 
     from unstable_core.inference.hf import TransformersBackend
@@ -186,8 +240,8 @@ def check_learner_learns(
         run_dir=work_dir / "run",
         lora_cfg={"lora_rank": 8, "lora_alpha": 16},
         learning_rate=learning_rate,
-        batch_size=games_per_update,
-        mini_batch_size=games_per_update,
+        batch_size=games_per_update * rounds,
+        mini_batch_size=games_per_update * rounds,
         max_generation_len=1,
         temperature=1.0,
         seed=seed,
@@ -196,7 +250,8 @@ def check_learner_learns(
     transforms = (
         _transforms() if sampling_transforms is None else {"sampling_transforms": sampling_transforms}
     )
-    buffer = BUFFERS[getattr(learner, "buffer_kind", "step")](10 * games_per_update, **transforms)
+    transforms |= {"final_transforms": list(final_transforms), "step_transforms": list(step_transforms)}
+    buffer = BUFFERS[getattr(learner, "buffer_kind", "step")](10 * games_per_update * rounds, **transforms)
     result = LearningResult(learner=learner_cls.__name__)
     lora_path: str | None = None
 
@@ -204,8 +259,11 @@ def check_learner_learns(
         nonlocal lora_path
         for version in range(max_updates + 1):
             first = version * games_per_update
-            played = await _play(backend, lora_path, version, games_per_update, first, seed_repeat)
-            wins = sum(r.info.final_rewards.get(0, -1.0) > 0 for r in played)
+            played = await _play(backend, lora_path, version, games_per_update, first, seed_repeat, rounds)
+            failed = [r.info.error for r in played if r.info.failed]
+            if failed:
+                raise RuntimeError(f"{len(failed)} letter games failed, e.g.: {failed[0]}")
+            wins = sum(r.info.final_rewards.get(0, -1.0) >= 1.0 for r in played)
             result.rates.append(wins / len(played))
             result.games.append(len(played))
             if version > 0 and result.rates[-1] >= GOAL or version == max_updates:
@@ -213,7 +271,7 @@ def check_learner_learns(
             for r in played:
                 buffer.add_result(r)
             buffer.set_policy_version(version)
-            learner.update(buffer.get_batch(games_per_update))
+            learner.update(buffer.get_batch(games_per_update * rounds))
             lora_path = str(learner.save_checkpoint())
 
     try:
