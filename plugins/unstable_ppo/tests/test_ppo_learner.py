@@ -53,7 +53,10 @@ def _on_policy(lrn, steps: list[Step]) -> list[Step]:
 
 def _grads(lrn, steps: list[Step]) -> dict[str, torch.Tensor]:
     lrn.model.zero_grad(set_to_none=True)
-    lrn._update(lrn.prepare_batch(steps), 1.0)
+    samples = lrn.prepare_batch(steps)
+    if isinstance(lrn, PPOLearner):
+        lrn.fix_logprobs(samples)  # what optimize() does before its first optimizer step
+    lrn._update(samples, 1.0)
     return {n: p.grad.clone() for n, p in lrn.model.named_parameters() if p.grad is not None}
 
 
@@ -64,9 +67,7 @@ def test_one_epoch_on_policy_gradient_equals_reinforces(tiny_model, tmp_path, re
     ref = _make(reinforce.REINFORCELearner, tiny_model, tmp_path / "reinforce")
     for (n, p), (m, q) in zip(ppo.model.named_parameters(), ref.model.named_parameters(), strict=True):
         assert n == m and torch.equal(p, q)  # the same policy
-    steps = (
-        _on_policy(ppo, _batch()) if recorded else _batch()
-    )  # unrecorded: ratio = exp(logp - logp.detach())
+    steps = _on_policy(ppo, _batch()) if recorded else _batch()  # unrecorded: pi_old = pi before the update
     g_ppo, g_ref = _grads(ppo, steps), _grads(ref, steps)
     assert g_ppo.keys() == g_ref.keys() and all("lora_" in n for n in g_ppo)
     assert any(g.abs().sum() > 0 for g in g_ref.values())
@@ -108,6 +109,31 @@ def test_epochs_and_mini_batches_are_optimizer_steps_of_one_policy_version(tiny_
     again = _make(PPOLearner, tiny_model, tmp_path / "again", epochs=2, mini_batches=2)
     again.load_checkpoint(path)
     assert again.step == 1
+
+
+def test_without_recorded_logprobs_later_steps_keep_the_ratio_to_the_policy_before_the_update(
+    tiny_model, tmp_path
+):
+    """pi_old comes from one pass before epoch 0: the second epoch sees r = pi_now / pi_old != 1 and can clip."""
+    lrn = _make(PPOLearner, tiny_model, tmp_path, epochs=3, mini_batches=2, clip_low=0.01, clip_high=0.01)
+    steps = _batch()  # no behaviour log-probs recorded
+    tokens = lrn.collate(steps)
+    with torch.no_grad():
+        before = lrn.policy_logprobs(tokens)
+    lrn.fix_logprobs(steps)
+    mask = tokens.target_mask
+    assert torch.allclose(lrn._old.batch(steps, before)[mask], before[mask], atol=1e-6)
+    metrics = lrn.update(steps)
+    assert metrics["ppo/optimizer_steps"] == 6.0
+    assert metrics["ppo/ratio_max"] > 1.0 and metrics["ppo/approx_kl"] > 0  # were exactly 1 and 0
+    assert metrics["ppo/clip_fraction"] > 0  # the trust region binds on the policy's own, moved, tokens
+    assert metrics["off_policy/tokens"] == 0.0  # no behaviour log-probs: nothing to say how off-policy
+
+
+def test_an_update_step_without_fixed_logprobs_is_refused(tiny_model, tmp_path):
+    lrn = _make(PPOLearner, tiny_model, tmp_path, epochs=1)
+    with pytest.raises(UnstableError, match="no fixed pi_old log-probs.*fix_logprobs"):
+        lrn._update(_batch(), 1.0)
 
 
 def test_zero_advantage_steps_are_filtered(tiny_model, tmp_path):

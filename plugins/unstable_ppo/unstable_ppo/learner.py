@@ -1,7 +1,7 @@
 """PPO: the clipped surrogate per token on r = pi_T / mu, several epochs and mini-batches per batch.
 
-mu is the behaviour log-prob the backend recorded when sampling (where none was recorded, the current
-policy's own, detached: r = 1). pi_T is the policy tempered like the sampler, as REINFORCE computes it,
+mu is the behaviour log-prob the backend recorded when sampling (where none was recorded, pi_old's: the
+policy's own before the update, from one gradient-free pass before epoch 0). pi_T is the policy tempered like the sampler, as REINFORCE computes it,
 so with one epoch and on-policy data (r = 1) the gradient is REINFORCE's.
 """
 
@@ -15,6 +15,7 @@ import attrs
 from unstable_core.errors import ConfigError
 from unstable_core.learners import BaseLearner, TokenBatch
 from unstable_core.types import Step
+from unstable_ppo.fixed import FixedLogprobs, recorded
 from unstable_ppo.loss import clipped_surrogate, k3_kl, ppo_loss
 
 
@@ -130,6 +131,7 @@ class PPOLearner(BaseLearner):
         self._epoch = 0
         self._filtered = 0
         self._stats = PPOStats()
+        self._old = FixedLogprobs("pi_old")
 
     def prepare_batch(self, batch: list[Step]) -> list[Step]:
         """SPIRAL's filter: without the steps whose advantage is exactly 0, when filter_zero_advantage."""
@@ -143,12 +145,14 @@ class PPOLearner(BaseLearner):
         per_step: list[dict[str, float]] = []
         rng = random.Random(self.config.seed * 1_000_003 + self.step)
         order = list(samples)
+        self.fix_logprobs(samples)
         for epoch in range(self.ppo.epochs if samples else 0):
             self._epoch = epoch
             if self.ppo.mini_batches > 1:
                 rng.shuffle(order)
             size = -(-len(order) // self.ppo.mini_batches)  # ceil: a mini-batch is never empty
             per_step += [self.optimizer_step(order[lo : lo + size]) for lo in range(0, len(order), size)]
+        self._old = FixedLogprobs("pi_old")  # this update's only: free them
         metrics: dict[str, float] = {}
         for key in {k for m in per_step for k in m}:
             values = [m[key] for m in per_step if key in m]
@@ -157,6 +161,12 @@ class PPOLearner(BaseLearner):
         metrics["ppo/optimizer_steps"] = float(len(per_step))
         metrics["ppo/zero_advantage_filtered"] = float(self._filtered)
         return metrics
+
+    def fix_logprobs(self, samples: list[Step]) -> None:
+        """Before the update's first optimizer step: pi_old of the steps with no recorded behaviour log-probs."""
+        self._old = FixedLogprobs("pi_old")
+        unrecorded = [s for s in samples if not recorded(s)]
+        self._old.fill(unrecorded, self.policy_logprobs, self.collate, self.config.mini_batch_size)
 
     def base_logprobs(self, tokens: TokenBatch) -> Any:
         """[B, T-1] tempered log-probs of the base model: the same backbone with the adapter disabled."""
@@ -177,7 +187,8 @@ class PPOLearner(BaseLearner):
             entropy = entropy.detach()  # a metric only: frees its graph (a [N, vocab] tensor) at once
         if self._epoch == 0:  # how off-policy the data was (later mini-batches: plus this epoch's own steps)
             self.record_off_policy(logp, tokens)
-        old = torch.where(tokens.behaviour_mask, tokens.behaviour_logprobs, logp.detach())
+        pi_old = self._old.batch(batch, logp.detach(), wanted=[not recorded(s) for s in batch])
+        old = torch.where(tokens.behaviour_mask, tokens.behaviour_logprobs, pi_old)  # mu, else pi_old
         advantages = torch.tensor([s.reward for s in batch], dtype=torch.float32, device=self.device)
         loss = ppo_loss(
             logp,
