@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from unstable_ppo.learner import PPOLearner  # noqa: E402
+from unstable_ppo.learner import PPOLearner, split_evenly  # noqa: E402
 
 from unstable_core.errors import ConfigError, UnstableError  # noqa: E402
 from unstable_core.types import Step  # noqa: E402
@@ -134,6 +134,23 @@ def test_an_update_step_without_fixed_logprobs_is_refused(tiny_model, tmp_path):
     lrn = _make(PPOLearner, tiny_model, tmp_path, epochs=1)
     with pytest.raises(UnstableError, match="no fixed pi_old log-probs.*fix_logprobs"):
         lrn._update(_batch(), 1.0)
+
+
+@pytest.mark.parametrize(
+    ("n", "parts", "sizes"),
+    [(5, 4, [2, 1, 1, 1]), (8, 4, [2, 2, 2, 2]), (3, 4, [1, 1, 1]), (7, 1, [7]), (0, 2, [])],
+)
+def test_split_evenly_is_array_split_without_empty_parts(n, parts, sizes):
+    items = list(range(n))
+    split = split_evenly(items, parts)
+    assert [len(p) for p in split] == sizes and [x for p in split for x in p] == items
+
+
+def test_mini_batches_is_the_number_of_optimizer_steps_per_epoch(tiny_model, tmp_path):
+    lrn = _make(PPOLearner, tiny_model, tmp_path, epochs=1, mini_batches=4)
+    # 5 steps: mini-batches of 2, 1, 1, 1 (ceil(5 / 4) = 2 a mini-batch made 3 optimizer steps)
+    steps = _batch() + _batch((0.5, -0.5, 1.0))[:2]
+    assert lrn.update(_on_policy(lrn, steps))["ppo/optimizer_steps"] == 4.0
 
 
 def test_zero_advantage_steps_are_filtered(tiny_model, tmp_path):

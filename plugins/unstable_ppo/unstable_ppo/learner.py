@@ -39,6 +39,14 @@ def _non_negative(instance: Any, attribute: attrs.Attribute, value: Any) -> None
         raise ConfigError(f"ppo {attribute.name} must be >= 0, got {value!r}")
 
 
+def split_evenly(items: list[Any], parts: int) -> list[list[Any]]:
+    """`items` cut in order into `parts` runs whose sizes differ by at most one (numpy's array_split), the
+    longer first; empty runs dropped (fewer items than parts): 5 into 4 is 2, 1, 1, 1."""
+    size, extra = divmod(len(items), parts)
+    bounds = [i * size + min(i, extra) for i in range(parts + 1)]
+    return [items[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
+
+
 @attrs.frozen
 class PPOConfig:
     """PPO's options (`--algorithm-config`).
@@ -140,7 +148,8 @@ class PPOLearner(BaseLearner):
         return kept
 
     def optimize(self, samples: list[Step]) -> dict[str, float]:
-        """`epochs` passes over the batch, each shuffled and cut into `mini_batches` optimizer steps."""
+        """`epochs` passes over the batch, each shuffled and cut evenly into `mini_batches` optimizer steps
+        (fewer only when the batch has fewer samples than that)."""
         self._stats = PPOStats()
         per_step: list[dict[str, float]] = []
         rng = random.Random(self.config.seed * 1_000_003 + self.step)
@@ -150,8 +159,7 @@ class PPOLearner(BaseLearner):
             self._epoch = epoch
             if self.ppo.mini_batches > 1:
                 rng.shuffle(order)
-            size = -(-len(order) // self.ppo.mini_batches)  # ceil: a mini-batch is never empty
-            per_step += [self.optimizer_step(order[lo : lo + size]) for lo in range(0, len(order), size)]
+            per_step += [self.optimizer_step(part) for part in split_evenly(order, self.ppo.mini_batches)]
         self._old = FixedLogprobs("pi_old")  # this update's only: free them
         metrics: dict[str, float] = {}
         for key in {k for m in per_step for k in m}:
