@@ -184,6 +184,33 @@ def test_kl_to_the_base_uses_the_adapter_disabled_backbone(tiny_model, tmp_path)
     )  # no second adapter or model copy
 
 
+def test_base_logprobs_are_computed_once_per_update_and_give_the_same_loss(tiny_model, tmp_path):
+    from unstable_ppo.loss import ppo_loss
+
+    lrn = _make(PPOLearner, tiny_model, tmp_path, epochs=2, mini_batches=2, kl_coef=0.5)
+    steps = _on_policy(lrn, _batch())
+    rows = []
+    real = lrn.base_logprobs
+
+    def counted(tokens):
+        rows.append(tokens.input_ids.shape[0])
+        return real(tokens)
+
+    lrn.base_logprobs = counted
+    lrn.update(steps)
+    assert sum(rows) == len(steps)  # each step once, not once per optimizer step (2 epochs x 2 = 4 steps)
+
+    tokens = lrn.collate(steps)
+    lrn.fix_logprobs(steps)
+    with torch.no_grad():
+        logp = lrn.policy_logprobs(tokens)
+        expected = ppo_loss(
+            logp, tokens.behaviour_logprobs, torch.tensor([s.reward for s in steps]), tokens.target_mask,
+            max_generation_len=8, clip_low=0.2, clip_high=0.2, kl_coef=0.5, ref_logp=real(tokens),
+        )  # fmt: skip
+    assert lrn._update(steps, 1.0)["loss"] == pytest.approx(float(expected), rel=1e-5)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -140,6 +140,7 @@ class PPOLearner(BaseLearner):
         self._filtered = 0
         self._stats = PPOStats()
         self._old = FixedLogprobs("pi_old")
+        self._base = FixedLogprobs("base")
 
     def prepare_batch(self, batch: list[Step]) -> list[Step]:
         """SPIRAL's filter: without the steps whose advantage is exactly 0, when filter_zero_advantage."""
@@ -160,7 +161,7 @@ class PPOLearner(BaseLearner):
             if self.ppo.mini_batches > 1:
                 rng.shuffle(order)
             per_step += [self.optimizer_step(part) for part in split_evenly(order, self.ppo.mini_batches)]
-        self._old = FixedLogprobs("pi_old")  # this update's only: free them
+        self._old, self._base = FixedLogprobs("pi_old"), FixedLogprobs("base")  # this update's: free them
         metrics: dict[str, float] = {}
         for key in {k for m in per_step for k in m}:
             values = [m[key] for m in per_step if key in m]
@@ -171,10 +172,14 @@ class PPOLearner(BaseLearner):
         return metrics
 
     def fix_logprobs(self, samples: list[Step]) -> None:
-        """Before the update's first optimizer step: pi_old of the steps with no recorded behaviour log-probs."""
-        self._old = FixedLogprobs("pi_old")
+        """Before the update's first optimizer step: pi_old of the steps with no recorded behaviour log-probs
+        and, with a KL term, every step's base log-probs (the base never changes: once per update, not per
+        optimizer step)."""
+        self._old, self._base = FixedLogprobs("pi_old"), FixedLogprobs("base")
         unrecorded = [s for s in samples if not recorded(s)]
         self._old.fill(unrecorded, self.policy_logprobs, self.collate, self.config.mini_batch_size)
+        if self.ppo.kl_coef > 0:
+            self._base.fill(samples, self.base_logprobs, self.collate, self.config.mini_batch_size)
 
     def base_logprobs(self, tokens: TokenBatch) -> Any:
         """[B, T-1] tempered log-probs of the base model: the same backbone with the adapter disabled."""
@@ -189,7 +194,6 @@ class PPOLearner(BaseLearner):
 
         tokens = self.collate(batch)
         mask = tokens.target_mask
-        ref = self.base_logprobs(tokens) if self.ppo.kl_coef > 0 else None
         logp, entropy = self.policy_logprobs(tokens, entropy=True)  # [B, T-1] each, 0 off the completion
         if not self.ppo.entropy_coef:
             entropy = entropy.detach()  # a metric only: frees its graph (a [N, vocab] tensor) at once
@@ -197,6 +201,7 @@ class PPOLearner(BaseLearner):
             self.record_off_policy(logp, tokens)
         pi_old = self._old.batch(batch, logp.detach(), wanted=[not recorded(s) for s in batch])
         old = torch.where(tokens.behaviour_mask, tokens.behaviour_logprobs, pi_old)  # mu, else pi_old
+        ref = self._base.batch(batch, logp.detach()) if self.ppo.kl_coef > 0 else None  # [B, T-1]
         advantages = torch.tensor([s.reward for s in batch], dtype=torch.float32, device=self.device)
         loss = ppo_loss(
             logp,
