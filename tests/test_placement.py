@@ -163,6 +163,35 @@ def test_four_declared_gpus_give_the_learner_its_own(declared_gpus, tmp_path):
     assert [node.gpus for node in cluster_nodes()] == [4]
 
 
+@pytest.mark.parametrize("declared_gpus", [1], indirect=True)
+def test_the_real_learner_and_inference_actors_share_the_declared_gpu(declared_gpus, tiny_model, tmp_path):
+    """The run's own wiring (not stand-ins): Ray gives the learner and the inference actor half of GPU 0 each
+    and sets CUDA_VISIBLE_DEVICES; torch here has no CUDA, so both compute on the CPU (device auto)."""
+    import torch
+
+    cfg = RunConfig(
+        model_name=tiny_model,
+        runs_dir=str(tmp_path),
+        learning_steps=1,
+        batch_size=4,
+        mini_batch_size=2,
+        max_generation_len=8,
+        num_train_workers=2,
+        lora_config={"lora_rank": 4, "lora_alpha": 8},
+    )
+    run = Run(cfg).start()
+    try:
+        learner = ray.get(run.actors["learner"].devices.remote(), timeout=300)
+        inference = ray.get(run.actors["engines"]["main"][0].devices.remote(), timeout=300)
+    finally:
+        run.stop(timeout_s=120)
+    device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    for placed in (learner, inference):
+        assert placed["gpu_ids"] == [0] and placed["cuda_visible_devices"] == "0"
+        assert placed["resources"].get("GPU") == 0.5
+        assert placed["device"] == device
+
+
 @pytest.mark.parametrize("declared_gpus", [4], indirect=True)
 def test_a_run_whose_engine_fits_no_node_fails_before_an_actor_starts(declared_gpus, tmp_path, monkeypatch):
     """The same four GPUs as four one-GPU nodes (as `ray.nodes()` would list a cluster): TP 2 cannot fit."""

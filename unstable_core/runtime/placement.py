@@ -13,6 +13,7 @@ starts: Ray would otherwise wait for the resources forever.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import attrs
 
@@ -194,6 +195,21 @@ def check_nodes(placement: Placement, nodes: list[Node], num_other_engines: int)
     """The plan against each node's GPUs, not only their total: an actor Ray cannot fit on any one node
     would wait forever, so fail now with what was asked and what every node has."""
     fit_on_nodes(gpu_demands(placement, num_other_engines), nodes)
+
+
+def placed_on(device: Any) -> dict[str, Any]:
+    """Where the calling Ray actor runs: the GPU ids and resources Ray assigned it, the CUDA_VISIBLE_DEVICES
+    Ray set from them, and the torch `device` it computes on (a check of the placement from inside)."""
+    import os
+
+    import ray
+
+    return {
+        "gpu_ids": [int(g) for g in ray.get_gpu_ids()],
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "resources": dict(ray.get_runtime_context().get_assigned_resources()),
+        "device": str(device),
+    }
 
 
 def check_backend_available(backend: str, device: str | None, ray_address: str | None) -> None:
