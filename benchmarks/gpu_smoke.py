@@ -49,7 +49,7 @@ def tokens_per_s(backend: Any, batch: int, max_tokens: int, device: str) -> floa
 
 
 def one_update(model: str, backend: Any, tmp: str, device: str) -> dict[str, float]:
-    """A REINFORCE update on the GPU on steps `backend` sampled: its metrics and wall time."""
+    """A REINFORCE update on `device` on steps `backend` sampled: its metrics and wall time."""
     from unstable_core import plugins
     from unstable_core.testing import sampled_steps
 
@@ -60,6 +60,7 @@ def one_update(model: str, backend: Any, tmp: str, device: str) -> dict[str, flo
         batch_size=len(steps),
         mini_batch_size=len(steps),
         temperature=TEMPERATURE,
+        device=device,
     )
     learner.initialize_algorithm()
     start = time.perf_counter()

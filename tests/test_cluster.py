@@ -1,7 +1,9 @@
-"""Joining a Ray cluster by address: a separate local cluster (`ray start --head`, its own port and temp
+"""Joining a Ray cluster by address: a separate local cluster (`ray start --head`, its own ports and temp
 dir, token authentication on) runs a tiny job by explicit address and is still up afterwards; a wrong
 token fails with one line and leaves no run folder."""
 
+import contextlib
+import importlib.util
 import os
 import secrets
 import socket
@@ -18,10 +20,13 @@ from unstable_core.testing import TINY_RUN_ARGS as SMALL
 RAY = str(Path(sys.executable).parent / "ray")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """`n` distinct ports free now (all held open together while chosen, so none is picked twice)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
 
 
 def client_env(token: str) -> dict[str, str]:
@@ -30,15 +35,32 @@ def client_env(token: str) -> dict[str, str]:
     return {**env, "RAY_AUTH_TOKEN": token, "TOKENIZERS_PARALLELISM": "false"}
 
 
+def client_server_installed() -> bool:
+    """Whether `ray start` runs a Ray Client server (it needs `ray[client]`, and refuses its port without)."""
+    try:
+        from ray._private.utils import get_ray_client_dependency_error  # Ray's own check (2.60)
+    except ImportError:
+        return importlib.util.find_spec("grpc") is not None
+    return get_ray_client_dependency_error() is None
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A head node of our own, torn down by killing the processes of its temp dir (never `ray stop`, which
     would stop every Ray on the machine)."""
     temp = tmp_path_factory.mktemp("ray")  # short: Ray's socket paths must stay under 108 characters
-    port, token = free_port(), secrets.token_hex(16)
+    port, client, agent_http, agent_grpc, runtime_env, metrics = free_ports(6)
+    token = secrets.token_hex(16)
     env = {**client_env(token), "RAY_AUTH_MODE": "token"}
     cmd = [RAY, "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--num-cpus=2", "--num-gpus=0"]
     cmd += ["--include-dashboard=false", "--disable-usage-stats"]
+    # every port of its own: Ray's fixed defaults (client server 10001, dashboard agent 52365) would
+    # collide with another Ray on this machine (the client server runs only with ray[client] installed)
+    if client_server_installed():
+        cmd += [f"--ray-client-server-port={client}"]
+    cmd += [f"--dashboard-agent-listen-port={agent_http}"]
+    cmd += [f"--dashboard-agent-grpc-port={agent_grpc}", f"--runtime-env-agent-port={runtime_env}"]
+    cmd += [f"--metrics-export-port={metrics}"]
     start = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert start.returncode == 0, start.stdout[-2000:] + start.stderr[-2000:]
     yield f"127.0.0.1:{port}", token

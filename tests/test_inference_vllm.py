@@ -38,7 +38,7 @@ class FakeEngineArgs:
     max_num_seqs: int = 256
     gpu_memory_utilization: float = 0.9
     max_cpu_loras: int | None = None
-    logprobs_mode: str = "unset"  # so the test sees that the backend asks for raw log-probs
+    logprobs_mode: str = "unset"  # so the test sees that the backend asks for processed (tempered) log-probs
 
 
 @dataclasses.dataclass

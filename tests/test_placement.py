@@ -8,7 +8,16 @@ import ray
 
 from unstable_core.config import RunConfig
 from unstable_core.errors import UnstableError
-from unstable_core.runtime.placement import PlacementError, check_backend_available, plan_placement
+from unstable_core.runtime.placement import (
+    Node,
+    PlacementError,
+    check_backend_available,
+    check_nodes,
+    cluster_nodes,
+    fit_on_nodes,
+    gpu_demands,
+    plan_placement,
+)
 from unstable_core.runtime.run import Run
 
 
@@ -65,6 +74,43 @@ def test_impossible_requests_fail_with_what_was_asked_and_what_there_is():
         plan_placement(2, use_gpu=True, num_inference_actors=9)
 
 
+def test_each_actor_is_fitted_to_one_nodes_gpus():
+    one, four = [Node("a", 1)], [Node("a", 4)]
+    shared = plan_placement(1, use_gpu=True, extra_engines=1)
+    assert fit_on_nodes(gpu_demands(shared, 1), one) == {
+        "learner": ("a", [0]),
+        "inference actor 1": ("a", [0]),
+        "inference actor 2": ("a", [0]),
+    }
+    where = fit_on_nodes(gpu_demands(plan_placement(4, use_gpu=True), 0), four)
+    assert sorted(g for _, (node, gpus) in where.items() for g in gpus) == [0, 1, 2, 3]
+    packed = plan_placement(4, use_gpu=True, num_inference_actors=6)  # 0.5 each: two per GPU, over two nodes
+    check_nodes(packed, [Node("a", 2), Node("b", 2)], 0)
+    tp = plan_placement(4, use_gpu=True, tensor_parallel=2)  # an engine of 2 GPUs and the learner
+    assert fit_on_nodes(gpu_demands(tp, 0), [Node("a", 1), Node("b", 2), Node("c", 1)]) == {
+        "inference actor 1": ("b", [0, 1]),
+        "learner": ("a", [0]),
+    }
+
+
+def test_an_actor_no_single_node_can_hold_fails_naming_every_node():
+    """Four GPUs in total, but one per node: an engine of tensor_parallel_size 2 would wait forever."""
+    tp = plan_placement(4, use_gpu=True, tensor_parallel=2)
+    nodes = [Node(f"10.0.0.{i}", 1) for i in range(1, 5)]
+    with pytest.raises(PlacementError) as err:
+        check_nodes(tp, nodes, 0)
+    message = str(err.value)
+    assert "\n" not in message
+    assert "inference actor 1 needs 2 GPU(s) on one node" in message
+    assert "the run asks for learner 1 GPU, 1 inference actor(s) x 2 GPU;" in message
+    assert "the nodes have 10.0.0.1: 1 GPU, 10.0.0.2: 1 GPU, 10.0.0.3: 1 GPU, 10.0.0.4: 1 GPU" in message
+    with pytest.raises(PlacementError, match="learner needs 1 GPU.*the nodes have no alive node"):
+        fit_on_nodes([("learner", 1.0)], [])
+    thirds = [("learner", 0.5)] + [(f"inference actor {i}", 0.25) for i in (1, 2, 3)]
+    with pytest.raises(PlacementError, match="inference actor 3 needs 0.25 GPU"):
+        fit_on_nodes(thirds, [Node("a", 1)])  # a share never spans two GPUs: 0.5 + 3 x 0.25 > 1
+
+
 @ray.remote
 class Probe:
     """Stands where an actor of the plan would: reports the GPUs Ray gave it."""
@@ -114,6 +160,51 @@ def test_four_declared_gpus_give_the_learner_its_own(declared_gpus, tmp_path):
     used = [learner[0][0]] + [ids[0] for ids, _ in inference]
     assert sorted(used) == [0, 1, 2, 3]  # one GPU each, none shared
     assert all(visible == str(ids[0]) for ids, visible in [learner, *inference])
+    assert [node.gpus for node in cluster_nodes()] == [4]
+
+
+@pytest.mark.parametrize("declared_gpus", [1], indirect=True)
+def test_the_real_learner_and_inference_actors_share_the_declared_gpu(declared_gpus, tiny_model, tmp_path):
+    """The run's own wiring (not stand-ins): Ray gives the learner and the inference actor half of GPU 0 each
+    and sets CUDA_VISIBLE_DEVICES; torch here has no CUDA, so both compute on the CPU (device auto)."""
+    import torch
+
+    cfg = RunConfig(
+        model_name=tiny_model,
+        runs_dir=str(tmp_path),
+        learning_steps=1,
+        batch_size=4,
+        mini_batch_size=2,
+        max_generation_len=8,
+        num_train_workers=2,
+        lora_config={"lora_rank": 4, "lora_alpha": 8},
+    )
+    run = Run(cfg).start()
+    try:
+        learner = ray.get(run.actors["learner"].devices.remote(), timeout=300)
+        inference = ray.get(run.actors["engines"]["main"][0].devices.remote(), timeout=300)
+    finally:
+        run.stop(timeout_s=120)
+    device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    for placed in (learner, inference):
+        assert placed["gpu_ids"] == [0] and placed["cuda_visible_devices"] == "0"
+        assert placed["resources"].get("GPU") == 0.5
+        assert placed["device"] == device
+
+
+@pytest.mark.parametrize("declared_gpus", [4], indirect=True)
+def test_a_run_whose_engine_fits_no_node_fails_before_an_actor_starts(declared_gpus, tmp_path, monkeypatch):
+    """The same four GPUs as four one-GPU nodes (as `ray.nodes()` would list a cluster): TP 2 cannot fit."""
+    import unstable_core.runtime.run as run_module
+
+    nodes = [Node(f"10.0.0.{i}", 1) for i in range(1, 5)]
+    monkeypatch.setattr(run_module, "cluster_nodes", lambda: nodes)
+    run = Run(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), run_name="r"))
+    run.cfg.backend = "vllm"  # set after the checks before Ray: this machine has no vLLM
+    run.cfg.vllm_config = {"engine_kwargs": {"tensor_parallel_size": 2}}
+    with pytest.raises(PlacementError, match="needs 2 GPU.*on one node.*10.0.0.4: 1 GPU"):
+        run.start()
+    assert not (tmp_path / "r").exists() and not run.actors
 
 
 @pytest.mark.parametrize("declared_gpus", [1], indirect=True)

@@ -425,8 +425,9 @@ class RunConfig:
             "the reference's vllm_config (its keys set temperature, max_generation_len, ...) and options of "
             "the vllm backend, as JSON. Set for you: max_lora_rank (lora_rank rounded up to a rank vLLM "
             "accepts), max_loras, max_model_len, max_num_seqs (max_batch_size), logprobs_mode "
-            "(processed_logprobs: the tempered policy's) and gpu_memory_utilization (0.45 over all engines "
-            "on a GPU shared with the learner, 0.9 on their own); a key given here wins"
+            "(processed_logprobs: the tempered policy's) and gpu_memory_utilization (0.45 split over the "
+            "engines on a GPU shared with the learner, 0.9 split over the engines on a GPU without it); a key "
+            "given here wins"
         ),
     )
     game_timeout_s: float = attrs.field(

@@ -7,12 +7,15 @@ living inside the collector; they see the model registry as a `ModelRegistry` sn
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from unstable_core.errors import UnstableError
 from unstable_core.model_registry import ModelRegistry
 from unstable_core.types import EvalEnvSpec, GameInformation, TrainEnvSpec
+
+# an opponent that is the learner's current checkpoint, whichever it is when the game starts
+CURRENT = "@current"
 
 
 def _reject_unknown_options(sampler: str, options: dict[str, Any]) -> None:
@@ -56,6 +59,12 @@ class BaseEnvSampler:
         """The seed of the training game just sampled, given a fresh one from the scheduler (which also
         seeds the seat assignment); a sampler that replays seeds (GRPO's groups) returns an earlier one."""
         return fresh_seed
+
+    def group_opponents(self, sample: Callable[[], list[str]]) -> list[str]:
+        """The opponents of the training game just sampled, given `sample()` that draws fresh ones; a sampler
+        that replays games (GRPO's groups) returns the group's first draw for the rest of it, so a group's
+        games differ only in what the policy samples. Entries may be `CURRENT`: the current checkpoint."""
+        return sample()
 
     def update(self, info: GameInformation) -> None:
         """Learn from a finished game (for adaptive curricula); nothing by default."""

@@ -44,6 +44,12 @@ class InferenceActor:
         """'pong' once the backend is loaded: a liveness check."""
         return "pong"
 
+    async def devices(self) -> dict[str, Any]:
+        """The GPUs Ray gave this actor and the device its backend uses (see `placement.placed_on`)."""
+        from unstable_core.runtime.placement import placed_on
+
+        return placed_on(getattr(self.backend, "device", None))
+
     async def tokenizer_name(self) -> str:
         """What to pass to `unstable_core.models.load_tokenizer` to get this model's tokenizer."""
         return str(self.backend_kwargs["model"])

@@ -63,6 +63,12 @@ class LearnerHost:
     def step(self) -> int:
         return self.learner.step
 
+    def devices(self) -> dict[str, Any]:
+        """The GPUs Ray gave this actor and the learner's device (see `placement.placed_on`)."""
+        from unstable_core.runtime.placement import placed_on
+
+        return placed_on(self.learner.device)
+
     def pid(self) -> int:
         """The actor's process id (fault-injection tests kill it)."""
         return os.getpid()

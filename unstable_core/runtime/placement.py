@@ -5,8 +5,8 @@
   fraction that leaves the learner room) - SPIRAL's collocated mode sleeps vLLM during updates instead,
   which frees more memory but stalls every game for the update;
 - N GPUs: the learner has one, the inference actors split the other N - 1 (by default one actor each);
-- a Ray cluster: the same over every node's GPUs.
-A request that cannot be met fails here, with what was asked and what the cluster has, before an actor
+- a Ray cluster: the same over every node's GPUs, each actor fitted to one node's GPUs as Ray fits it.
+A request that cannot be met fails here, with what was asked and what each node has, before an actor
 starts: Ray would otherwise wait for the resources forever.
 """
 
@@ -114,16 +114,102 @@ def plan_placement(
     return Placement("separate", 1.0 if learn else 0.0, share, main, round(VLLM_MEMORY / per_gpu, 4))
 
 
-def check_resources(placement: Placement, cluster: dict[str, Any], num_other_engines: int) -> None:
-    """The plan's total against Ray's resources (a last check: plan_placement already fits the count)."""
-    need = placement.learner_gpus + placement.inference_gpus * (
-        placement.num_inference_actors + num_other_engines
+@attrs.frozen
+class Node:
+    """One alive node of the Ray cluster: its address and its whole GPUs (Ray's `GPU` resource)."""
+
+    address: str
+    gpus: int
+
+
+def cluster_nodes() -> list[Node]:
+    """The alive nodes of the started Ray cluster (`ray.nodes()`), with their GPU counts."""
+    import ray
+
+    return [
+        Node(str(n.get("NodeManagerAddress", "?")), int(float(n.get("Resources", {}).get("GPU", 0.0))))
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
+
+
+def gpu_demands(placement: Placement, num_other_engines: int) -> list[tuple[str, float]]:
+    """(actor, Ray num_gpus) of every actor the plan starts that takes a GPU."""
+    actors = [("learner", placement.learner_gpus)] if placement.learner_gpus else []
+    engines = placement.num_inference_actors + num_other_engines
+    if placement.inference_gpus:
+        actors += [(f"inference actor {i + 1}", placement.inference_gpus) for i in range(engines)]
+    return actors
+
+
+_UNIT = 10_000  # Ray counts GPU shares in 1e-4 units: fit in integers, as it does
+
+
+def fit_on_nodes(demands: list[tuple[str, float]], nodes: list[Node]) -> dict[str, tuple[str, list[int]]]:
+    """Place each (actor, num_gpus) as Ray would, or raise PlacementError before anything starts: a share
+    below 1 goes on one GPU with that much left; n >= 1 needs n whole free GPUs on one node (Ray never
+    splits an actor over nodes). Largest first, first fit. Returns actor -> (node address, GPU indices)."""
+    free = [[_UNIT] * node.gpus for node in nodes]  # per node, per GPU: what is left
+    where: dict[str, tuple[str, list[int]]] = {}
+    for actor, gpus in sorted(demands, key=lambda d: -d[1]):
+        need = round(gpus * _UNIT)
+        for n, left in enumerate(free):
+            if need < _UNIT:
+                picked = next(([g] for g, room in enumerate(left) if room >= need), None)
+            else:
+                whole = [g for g, room in enumerate(left) if room == _UNIT]
+                picked = whole[: need // _UNIT] if len(whole) >= need // _UNIT else None
+            if picked is not None:
+                for g in picked:
+                    left[g] -= need if need < _UNIT else _UNIT
+                where[actor] = (nodes[n].address, picked)
+                break
+        else:
+            one_node = " on one node (Ray does not split an actor over nodes)" if gpus > 1 else ""
+            raise PlacementError(
+                f"the run's actors do not fit the Ray cluster's nodes: {actor} needs {gpus:g} GPU(s){one_node}; "
+                f"the run asks for {_asked(demands)}; the nodes have {_have(nodes)}: "
+                "lower tensor_parallel_size or --num-inference-actors, or add GPUs to a node"
+            )
+    return where
+
+
+def _asked(demands: list[tuple[str, float]]) -> str:
+    """`learner 1 GPU, 3 inference actor(s) x 2 GPUs`: the demands grouped by kind and size, in order."""
+    groups: dict[tuple[str, float], int] = {}
+    for actor, gpus in demands:
+        key = (actor.rstrip("0123456789 "), gpus)
+        groups[key] = groups.get(key, 0) + 1
+    return ", ".join(
+        f"{kind} {gpus:g} GPU" if count == 1 and kind == "learner" else f"{count} {kind}(s) x {gpus:g} GPU"
+        for (kind, gpus), count in groups.items()
     )
-    have = float(cluster.get("GPU", 0.0))
-    if need > have + 1e-6:
-        raise PlacementError(
-            f"the run needs {need:g} GPUs ({placement.describe()}) but the Ray cluster has {have:g}"
-        )
+
+
+def _have(nodes: list[Node]) -> str:
+    """`10.0.0.1: 1 GPU, 10.0.0.2: 1 GPU`, or that no node is alive."""
+    return ", ".join(f"{node.address}: {node.gpus} GPU" for node in nodes) or "no alive node"
+
+
+def check_nodes(placement: Placement, nodes: list[Node], num_other_engines: int) -> None:
+    """The plan against each node's GPUs, not only their total: an actor Ray cannot fit on any one node
+    would wait forever, so fail now with what was asked and what every node has."""
+    fit_on_nodes(gpu_demands(placement, num_other_engines), nodes)
+
+
+def placed_on(device: Any) -> dict[str, Any]:
+    """Where the calling Ray actor runs: the GPU ids and resources Ray assigned it, the CUDA_VISIBLE_DEVICES
+    Ray set from them, and the torch `device` it computes on (a check of the placement from inside)."""
+    import os
+
+    import ray
+
+    return {
+        "gpu_ids": [int(g) for g in ray.get_gpu_ids()],
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "resources": dict(ray.get_runtime_context().get_assigned_resources()),
+        "device": str(device),
+    }
 
 
 def check_backend_available(backend: str, device: str | None, ray_address: str | None) -> None:

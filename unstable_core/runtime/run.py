@@ -35,7 +35,8 @@ from unstable_core.runtime.placement import (
     Placement,
     PlacementError,
     check_backend_available,
-    check_resources,
+    check_nodes,
+    cluster_nodes,
     plan_placement,
 )
 from unstable_core.runtime.resume import (
@@ -241,7 +242,7 @@ class Run:
                 (self.cfg.vllm_config.get("engine_kwargs") or {}).get("tensor_parallel_size", 1)
             ),
         )
-        check_resources(plan, cluster, others)
+        check_nodes(plan, cluster_nodes(), others)
         return plan
 
     def max_loras(self) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 from unstable_core.errors import UnstableError
 from unstable_core.model_registry import ModelRegistry
 from unstable_core.runtime.scheduled_eval import EvalPlan
-from unstable_core.samplers import BaseEnvSampler, BaseModelSampler
+from unstable_core.samplers import CURRENT, BaseEnvSampler, BaseModelSampler
 from unstable_core.types import GameSpec, PlayerSpec
 
 
@@ -40,7 +40,8 @@ class GameScheduler:
         return random.Random(f"{self.seed}:{game_idx}").randrange(2**31)
 
     def next_train(self, registry: ModelRegistry) -> GameSpec:
-        """A training game: the current checkpoint at `num_actors` random seats, sampled opponents elsewhere."""
+        """A training game: the current checkpoint at `num_actors` random seats, sampled opponents elsewhere
+        (a replayed game of a group - the env sampler's `repeat` - has its group's seed, seats and opponents)."""
         env = self.env_sampler.sample("train")
         idx = self._new_index()
         seed = self.env_sampler.game_seed(self._seed_of(idx))
@@ -52,17 +53,19 @@ class GameScheduler:
             )
         seats = list(range(env.num_players))
         rng.shuffle(seats)
-        players = []
-        for i, pid in enumerate(seats):
-            if i < env.num_actors:
-                players.append(
-                    PlayerSpec(pid, current, collect_data=True, prompt_template=env.prompt_template)
-                )
-            else:
-                opponent = self.model_sampler.sample_opponent(registry)
-                players.append(
-                    PlayerSpec(pid, opponent, collect_data=False, prompt_template=env.prompt_template)
-                )
+
+        def draw() -> list[str]:  # one opponent per seat the learner does not hold; itself as CURRENT
+            drawn = [self.model_sampler.sample_opponent(registry) for _ in seats[env.num_actors :]]
+            return [CURRENT if uid == current else uid for uid in drawn]
+
+        opponents = self.env_sampler.group_opponents(draw)  # a replayed game: its group's opponents
+        players = [
+            PlayerSpec(pid, current, collect_data=True, prompt_template=env.prompt_template)
+            for pid in seats[: env.num_actors]
+        ]
+        for pid, uid in zip(seats[env.num_actors :], opponents, strict=True):
+            uid = current if uid == CURRENT else uid
+            players.append(PlayerSpec(pid, uid, collect_data=False, prompt_template=env.prompt_template))
         players.sort(key=lambda p: p.pid)
         return GameSpec(game_idx=idx, env_id=env.env_id, seed=seed, players=players)
 

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from unstable_ppo.learner import PPOLearner  # noqa: E402
+from unstable_ppo.learner import PPOLearner, split_evenly  # noqa: E402
 
 from unstable_core.errors import ConfigError, UnstableError  # noqa: E402
 from unstable_core.types import Step  # noqa: E402
@@ -53,7 +53,10 @@ def _on_policy(lrn, steps: list[Step]) -> list[Step]:
 
 def _grads(lrn, steps: list[Step]) -> dict[str, torch.Tensor]:
     lrn.model.zero_grad(set_to_none=True)
-    lrn._update(lrn.prepare_batch(steps), 1.0)
+    samples = lrn.prepare_batch(steps)
+    if isinstance(lrn, PPOLearner):
+        lrn.fix_logprobs(samples)  # what optimize() does before its first optimizer step
+    lrn._update(samples, 1.0)
     return {n: p.grad.clone() for n, p in lrn.model.named_parameters() if p.grad is not None}
 
 
@@ -64,9 +67,7 @@ def test_one_epoch_on_policy_gradient_equals_reinforces(tiny_model, tmp_path, re
     ref = _make(reinforce.REINFORCELearner, tiny_model, tmp_path / "reinforce")
     for (n, p), (m, q) in zip(ppo.model.named_parameters(), ref.model.named_parameters(), strict=True):
         assert n == m and torch.equal(p, q)  # the same policy
-    steps = (
-        _on_policy(ppo, _batch()) if recorded else _batch()
-    )  # unrecorded: ratio = exp(logp - logp.detach())
+    steps = _on_policy(ppo, _batch()) if recorded else _batch()  # unrecorded: pi_old = pi before the update
     g_ppo, g_ref = _grads(ppo, steps), _grads(ref, steps)
     assert g_ppo.keys() == g_ref.keys() and all("lora_" in n for n in g_ppo)
     assert any(g.abs().sum() > 0 for g in g_ref.values())
@@ -110,6 +111,48 @@ def test_epochs_and_mini_batches_are_optimizer_steps_of_one_policy_version(tiny_
     assert again.step == 1
 
 
+def test_without_recorded_logprobs_later_steps_keep_the_ratio_to_the_policy_before_the_update(
+    tiny_model, tmp_path
+):
+    """pi_old comes from one pass before epoch 0: the second epoch sees r = pi_now / pi_old != 1 and can clip."""
+    lrn = _make(PPOLearner, tiny_model, tmp_path, epochs=3, mini_batches=2, clip_low=0.01, clip_high=0.01)
+    steps = _batch()  # no behaviour log-probs recorded
+    tokens = lrn.collate(steps)
+    with torch.no_grad():
+        before = lrn.policy_logprobs(tokens)
+    lrn.fix_logprobs(steps)
+    mask = tokens.target_mask
+    assert torch.allclose(lrn._old.batch(steps, before)[mask], before[mask], atol=1e-6)
+    metrics = lrn.update(steps)
+    assert metrics["ppo/optimizer_steps"] == 6.0
+    assert metrics["ppo/ratio_max"] > 1.0 and metrics["ppo/approx_kl"] > 0  # were exactly 1 and 0
+    assert metrics["ppo/clip_fraction"] > 0  # the trust region binds on the policy's own, moved, tokens
+    assert metrics["off_policy/tokens"] == 0.0  # no behaviour log-probs: nothing to say how off-policy
+
+
+def test_an_update_step_without_fixed_logprobs_is_refused(tiny_model, tmp_path):
+    lrn = _make(PPOLearner, tiny_model, tmp_path, epochs=1)
+    with pytest.raises(UnstableError, match="no fixed pi_old log-probs.*fix_logprobs"):
+        lrn._update(_batch(), 1.0)
+
+
+@pytest.mark.parametrize(
+    ("n", "parts", "sizes"),
+    [(5, 4, [2, 1, 1, 1]), (8, 4, [2, 2, 2, 2]), (3, 4, [1, 1, 1]), (7, 1, [7]), (0, 2, [])],
+)
+def test_split_evenly_is_array_split_without_empty_parts(n, parts, sizes):
+    items = list(range(n))
+    split = split_evenly(items, parts)
+    assert [len(p) for p in split] == sizes and [x for p in split for x in p] == items
+
+
+def test_mini_batches_is_the_number_of_optimizer_steps_per_epoch(tiny_model, tmp_path):
+    lrn = _make(PPOLearner, tiny_model, tmp_path, epochs=1, mini_batches=4)
+    # 5 steps: mini-batches of 2, 1, 1, 1 (ceil(5 / 4) = 2 a mini-batch made 3 optimizer steps)
+    steps = _batch() + _batch((0.5, -0.5, 1.0))[:2]
+    assert lrn.update(_on_policy(lrn, steps))["ppo/optimizer_steps"] == 4.0
+
+
 def test_zero_advantage_steps_are_filtered(tiny_model, tmp_path):
     lrn = _make(PPOLearner, tiny_model, tmp_path, epochs=1, filter_zero_advantage=True)
     metrics = lrn.update(_batch((1.0, 0.0, 0.0)))
@@ -139,6 +182,33 @@ def test_kl_to_the_base_uses_the_adapter_disabled_backbone(tiny_model, tmp_path)
     assert sum(1 for n, _ in lrn.model.named_parameters() if "lora_" in n) == sum(
         1 for n, _ in fresh.model.named_parameters() if "lora_" in n
     )  # no second adapter or model copy
+
+
+def test_base_logprobs_are_computed_once_per_update_and_give_the_same_loss(tiny_model, tmp_path):
+    from unstable_ppo.loss import ppo_loss
+
+    lrn = _make(PPOLearner, tiny_model, tmp_path, epochs=2, mini_batches=2, kl_coef=0.5)
+    steps = _on_policy(lrn, _batch())
+    rows = []
+    real = lrn.base_logprobs
+
+    def counted(tokens):
+        rows.append(tokens.input_ids.shape[0])
+        return real(tokens)
+
+    lrn.base_logprobs = counted
+    lrn.update(steps)
+    assert sum(rows) == len(steps)  # each step once, not once per optimizer step (2 epochs x 2 = 4 steps)
+
+    tokens = lrn.collate(steps)
+    lrn.fix_logprobs(steps)
+    with torch.no_grad():
+        logp = lrn.policy_logprobs(tokens)
+        expected = ppo_loss(
+            logp, tokens.behaviour_logprobs, torch.tensor([s.reward for s in steps]), tokens.target_mask,
+            max_generation_len=8, clip_low=0.2, clip_high=0.2, kl_coef=0.5, ref_logp=real(tokens),
+        )  # fmt: skip
+    assert lrn._update(steps, 1.0)["loss"] == pytest.approx(float(expected), rel=1e-5)
 
 
 @pytest.mark.parametrize(

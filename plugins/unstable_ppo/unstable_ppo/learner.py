@@ -1,7 +1,7 @@
 """PPO: the clipped surrogate per token on r = pi_T / mu, several epochs and mini-batches per batch.
 
-mu is the behaviour log-prob the backend recorded when sampling (where none was recorded, the current
-policy's own, detached: r = 1). pi_T is the policy tempered like the sampler, as REINFORCE computes it,
+mu is the behaviour log-prob the backend recorded when sampling (where none was recorded, pi_old's: the
+policy's own before the update, from one gradient-free pass before epoch 0). pi_T is the policy tempered like the sampler, as REINFORCE computes it,
 so with one epoch and on-policy data (r = 1) the gradient is REINFORCE's.
 """
 
@@ -15,6 +15,7 @@ import attrs
 from unstable_core.errors import ConfigError
 from unstable_core.learners import BaseLearner, TokenBatch
 from unstable_core.types import Step
+from unstable_ppo.fixed import FixedLogprobs, recorded
 from unstable_ppo.loss import clipped_surrogate, k3_kl, ppo_loss
 
 
@@ -36,6 +37,14 @@ def _positive_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None
 def _non_negative(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if isinstance(value, bool) or not value >= 0:
         raise ConfigError(f"ppo {attribute.name} must be >= 0, got {value!r}")
+
+
+def split_evenly(items: list[Any], parts: int) -> list[list[Any]]:
+    """`items` cut in order into `parts` runs whose sizes differ by at most one (numpy's array_split), the
+    longer first; empty runs dropped (fewer items than parts): 5 into 4 is 2, 1, 1, 1."""
+    size, extra = divmod(len(items), parts)
+    bounds = [i * size + min(i, extra) for i in range(parts + 1)]
+    return [items[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
 
 
 @attrs.frozen
@@ -130,6 +139,8 @@ class PPOLearner(BaseLearner):
         self._epoch = 0
         self._filtered = 0
         self._stats = PPOStats()
+        self._old = FixedLogprobs("pi_old")
+        self._base = FixedLogprobs("base")
 
     def prepare_batch(self, batch: list[Step]) -> list[Step]:
         """SPIRAL's filter: without the steps whose advantage is exactly 0, when filter_zero_advantage."""
@@ -138,17 +149,19 @@ class PPOLearner(BaseLearner):
         return kept
 
     def optimize(self, samples: list[Step]) -> dict[str, float]:
-        """`epochs` passes over the batch, each shuffled and cut into `mini_batches` optimizer steps."""
+        """`epochs` passes over the batch, each shuffled and cut evenly into `mini_batches` optimizer steps
+        (fewer only when the batch has fewer samples than that)."""
         self._stats = PPOStats()
         per_step: list[dict[str, float]] = []
         rng = random.Random(self.config.seed * 1_000_003 + self.step)
         order = list(samples)
+        self.fix_logprobs(samples)
         for epoch in range(self.ppo.epochs if samples else 0):
             self._epoch = epoch
             if self.ppo.mini_batches > 1:
                 rng.shuffle(order)
-            size = -(-len(order) // self.ppo.mini_batches)  # ceil: a mini-batch is never empty
-            per_step += [self.optimizer_step(order[lo : lo + size]) for lo in range(0, len(order), size)]
+            per_step += [self.optimizer_step(part) for part in split_evenly(order, self.ppo.mini_batches)]
+        self._old, self._base = FixedLogprobs("pi_old"), FixedLogprobs("base")  # this update's: free them
         metrics: dict[str, float] = {}
         for key in {k for m in per_step for k in m}:
             values = [m[key] for m in per_step if key in m]
@@ -157,6 +170,16 @@ class PPOLearner(BaseLearner):
         metrics["ppo/optimizer_steps"] = float(len(per_step))
         metrics["ppo/zero_advantage_filtered"] = float(self._filtered)
         return metrics
+
+    def fix_logprobs(self, samples: list[Step]) -> None:
+        """Before the update's first optimizer step: pi_old of the steps with no recorded behaviour log-probs
+        and, with a KL term, every step's base log-probs (the base never changes: once per update, not per
+        optimizer step)."""
+        self._old, self._base = FixedLogprobs("pi_old"), FixedLogprobs("base")
+        unrecorded = [s for s in samples if not recorded(s)]
+        self._old.fill(unrecorded, self.policy_logprobs, self.collate, self.config.mini_batch_size)
+        if self.ppo.kl_coef > 0:
+            self._base.fill(samples, self.base_logprobs, self.collate, self.config.mini_batch_size)
 
     def base_logprobs(self, tokens: TokenBatch) -> Any:
         """[B, T-1] tempered log-probs of the base model: the same backbone with the adapter disabled."""
@@ -171,13 +194,14 @@ class PPOLearner(BaseLearner):
 
         tokens = self.collate(batch)
         mask = tokens.target_mask
-        ref = self.base_logprobs(tokens) if self.ppo.kl_coef > 0 else None
         logp, entropy = self.policy_logprobs(tokens, entropy=True)  # [B, T-1] each, 0 off the completion
         if not self.ppo.entropy_coef:
             entropy = entropy.detach()  # a metric only: frees its graph (a [N, vocab] tensor) at once
         if self._epoch == 0:  # how off-policy the data was (later mini-batches: plus this epoch's own steps)
             self.record_off_policy(logp, tokens)
-        old = torch.where(tokens.behaviour_mask, tokens.behaviour_logprobs, logp.detach())
+        pi_old = self._old.batch(batch, logp.detach(), wanted=[not recorded(s) for s in batch])
+        old = torch.where(tokens.behaviour_mask, tokens.behaviour_logprobs, pi_old)  # mu, else pi_old
+        ref = self._base.batch(batch, logp.detach()) if self.ppo.kl_coef > 0 else None  # [B, T-1]
         advantages = torch.tensor([s.reward for s in batch], dtype=torch.float32, device=self.device)
         loss = ppo_loss(
             logp,

@@ -151,3 +151,91 @@ def test_repeat_plays_each_seed_and_seating_g_times_in_a_row(cls):
 def test_repeat_must_be_a_positive_integer(repeat):
     with pytest.raises(UnstableError, match="repeat must be an integer >= 1"):
         UniformRandomEnvSampler(TRAIN, repeat=repeat)
+
+
+def _lagged_registry(checkpoints: int):
+    from unstable_core.model_registry import ModelRegistry
+
+    registry = ModelRegistry()
+    for i in range(checkpoints):
+        registry.add_checkpoint(f"ckpt-{i}", None, i, inherit=False)
+    return registry
+
+
+def _key(g):
+    """Everything a game is but its game index: env, seed, and who sits where (and whether it learns)."""
+    return g.env_id, g.seed, tuple((p.pid, p.model_uid, p.collect_data) for p in g.players)
+
+
+@pytest.mark.parametrize("cls", [UniformRandomEnvSampler, AdaptiveEnvSampler])
+def test_a_group_replays_its_opponents(cls):
+    """Lagged self-play over 4 checkpoints, 3 opponents per game: every game of a group has the same
+    opponents at the same seats; the groups themselves draw different ones."""
+    from unstable_samplers.model import AsynchronousModelSampler
+
+    from unstable_core.runtime.scheduler import GameScheduler
+
+    registry = _lagged_registry(4)
+    four = [TrainEnvSpec("A-v0", num_players=4, num_actors=1)]
+    scheduler = GameScheduler(cls(four, seed=1, repeat=4), AsynchronousModelSampler(seed=2, k=4), seed=5)
+    keys = [_key(scheduler.next_train(registry)) for _ in range(24)]
+    groups = [keys[i : i + 4] for i in range(0, 24, 4)]
+    assert all(len(set(group)) == 1 for group in groups)
+    assert len({tuple(uid for _, uid, _ in group[0][2]) for group in groups}) > 1  # opponents vary by group
+
+
+def test_a_group_whose_opponent_was_the_current_checkpoint_keeps_playing_the_current_one():
+    """Self-play stays self-play when the learner publishes a checkpoint in the middle of a group."""
+    from unstable_samplers.model import MirrorModelSampler
+
+    from unstable_core.runtime.scheduler import GameScheduler
+
+    registry = _lagged_registry(1)
+    two = [TrainEnvSpec("A-v0", num_players=2, num_actors=1)]
+    scheduler = GameScheduler(UniformRandomEnvSampler(two, repeat=3), MirrorModelSampler(), seed=5)
+    first = scheduler.next_train(registry)
+    registry.add_checkpoint("ckpt-1", None, 1)
+    second = scheduler.next_train(registry)
+    assert {p.model_uid for p in first.players} == {"ckpt-0"}
+    assert {p.model_uid for p in second.players} == {"ckpt-1"} and second.seed == first.seed
+
+
+@pytest.mark.parametrize("cls", [UniformRandomEnvSampler, AdaptiveEnvSampler])
+def test_a_restored_scheduler_finishes_the_group_in_progress(cls):
+    """Saved after 2 games of a group of 4 (through JSON), a fresh scheduler plays the group's last 2 games
+    as the first would have, then goes on identically."""
+    import json
+
+    from unstable_samplers.model import AsynchronousModelSampler
+
+    from unstable_core.runtime.scheduler import GameScheduler
+
+    registry = _lagged_registry(4)
+    envs = [
+        TrainEnvSpec("A-v0", num_players=3, num_actors=1),
+        TrainEnvSpec("B-v0", num_players=3, num_actors=1),
+    ]
+
+    def scheduler(index_base=0):
+        sampler = cls(envs, seed=1, repeat=4)
+        return GameScheduler(sampler, AsynchronousModelSampler(seed=2, k=4), seed=5, index_base=index_base)
+
+    first = scheduler()
+    played = [_key(first.next_train(registry)) for _ in range(6)]  # a group of 4, then 2 of the next
+    state = json.loads(json.dumps(first.state_dict()))
+    assert state["env_sampler"]["state"]["group"]["left"] == 2
+    second = scheduler(index_base=6)  # a resumed run numbers its games after those recorded
+    second.load_state_dict(state)
+    ahead = [_key(first.next_train(registry)) for _ in range(10)]
+    again = [_key(second.next_train(registry)) for _ in range(10)]
+    assert again == ahead and again[:2] == played[4:6]  # the group is finished, not cut short
+    assert len(set(played[4:6] + ahead[:2])) == 1
+
+
+def test_repeat_one_keeps_no_group_state_and_a_bad_group_is_refused():
+    assert UniformRandomEnvSampler(TRAIN).state_dict() == {}
+    sampler = UniformRandomEnvSampler(TRAIN, repeat=2)
+    with pytest.raises(UnstableError, match="not a saved sampler state"):
+        sampler.load_state_dict({"group": {"env": 7, "left": 1, "seed": 3, "opponents": None}})
+    sampler.load_state_dict({})  # a state saved before groups were kept: a new group starts
+    assert sampler._left == 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from unstable_core.errors import UnstableError
@@ -20,8 +20,10 @@ from unstable_core.types import EvalEnvSpec, GameInformation, TrainEnvSpec
 class UniformRandomEnvSampler(BaseEnvSampler):
     """Training games: every training environment equally likely; evaluation games: every eval env likewise.
 
-    `repeat` = G > 1 plays each drawn (environment, seed, seat assignment) G times in a row, so that the
-    `group-relative` reward transform finds groups of G games of the same seed (GRPO's G samples per prompt).
+    `repeat` = G > 1 plays each drawn (environment, seed, seat assignment, opponents) G times in a row, so
+    that the `group-relative` reward transform finds groups of G games that differ only in what the policy
+    samples (GRPO's G samples per prompt). The group in progress is part of `state_dict`: a resumed run
+    finishes it.
     """
 
     def __init__(
@@ -41,12 +43,19 @@ class UniformRandomEnvSampler(BaseEnvSampler):
         self._current: TrainEnvSpec | None = None
         self._left = 0  # games still to play with the current environment and seed
         self._seed: int | None = None
+        self._opponents: list[str] | None = None  # the group's, drawn by its first game
 
     def game_seed(self, fresh_seed: int) -> int:
         """The current group's seed: the fresh one for the first of its `repeat` games."""
         if self._seed is None:
             self._seed = fresh_seed
         return self._seed
+
+    def group_opponents(self, sample: Callable[[], list[str]]) -> list[str]:
+        """The current group's opponents: `sample()` for the first of its `repeat` games."""
+        if self._opponents is None:
+            self._opponents = list(sample())
+        return list(self._opponents)
 
     def probabilities(self) -> list[float]:
         """The probability of each training spec (aligned with `train_env_specs`)."""
@@ -65,9 +74,35 @@ class UniformRandomEnvSampler(BaseEnvSampler):
             return self.rng.choice(self.eval_env_specs)
         if self._left == 0:
             self._current = self.rng.choices(self.train_env_specs, weights=self.probabilities())[0]
-            self._left, self._seed = self.repeat, None
+            self._left, self._seed, self._opponents = self.repeat, None, None
         self._left -= 1
         return self._current
+
+    def state_dict(self) -> dict[str, Any]:
+        """With `repeat` > 1, the group in progress (env index, games left, seed, opponents), JSON-ready."""
+        if self.repeat == 1:
+            return {}
+        env = self.train_env_specs.index(self._current) if self._current is not None else None
+        group = {"env": env, "left": self._left, "seed": self._seed, "opponents": self._opponents}
+        return {"group": group}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the group in progress (a state without one, or from another repeat, starts a new group)."""
+        group = state.get("group") if isinstance(state, dict) else None
+        if not group or self.repeat == 1:
+            return
+        try:
+            env, left = group["env"], int(group["left"])
+            current = self.train_env_specs[env] if env is not None else None
+            seed = None if group["seed"] is None else int(group["seed"])
+            opponents = None if group["opponents"] is None else [str(o) for o in group["opponents"]]
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise UnstableError(
+                f"{type(self).__name__}: not a saved sampler state ({type(exc).__name__}: {exc})"
+            ) from exc
+        if current is None or not 0 < left < self.repeat:
+            return  # no group was in progress
+        self._current, self._left, self._seed, self._opponents = current, left, seed, opponents
 
 
 def learner_outcome(info: GameInformation) -> float | None:
@@ -135,8 +170,9 @@ class AdaptiveEnvSampler(UniformRandomEnvSampler):
         return [w / total for w in weights]
 
     def state_dict(self) -> dict[str, Any]:
-        """The recent outcomes of every environment, JSON-ready."""
-        return {"window": self.window, "outcomes": {env: list(q) for env, q in self._outcomes.items()}}
+        """The recent outcomes of every environment (and any group in progress), JSON-ready."""
+        outcomes = {env: list(q) for env, q in self._outcomes.items()}
+        return {**super().state_dict(), "window": self.window, "outcomes": outcomes}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the recent outcomes (keeping the last `window` of each environment)."""
@@ -147,3 +183,4 @@ class AdaptiveEnvSampler(UniformRandomEnvSampler):
                 f"AdaptiveEnvSampler: not a saved sampler state ({type(exc).__name__}: {exc})"
             ) from exc
         self._outcomes = {env: deque(xs, maxlen=self.window) for env, xs in outcomes.items()}
+        super().load_state_dict(state)
