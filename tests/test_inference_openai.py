@@ -53,11 +53,12 @@ def backend_for(server, model="openai:some-model", **kw):
 def test_a_completion_sends_the_templates_chat_messages_and_the_key(server, monkeypatch):
     monkeypatch.setenv(KEY_ENV, SECRET)
     [out] = generate(backend_for(server), [request()])
-    assert (out.text, out.finish_reason, out.token_ids, out.logprobs) == (
+    assert (out.text, out.finish_reason, out.token_ids, out.logprobs, out.completion_tokens) == (
         "I play \\boxed{[2]}",
         "stop",
         [],
         [],
+        7,  # the server's usage: an API gives no token ids, only its count
     )
     [sent] = server.chat_requests()
     body = sent["body"]

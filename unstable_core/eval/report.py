@@ -1,6 +1,7 @@
 """What `unstable eval` reports per (model, opponent, env): W/D/L, win rate and score (draw = 1/2) with
 Wilson 95% intervals, the model's invalid-move and format rates per turn (with n and interval), mean
-game length in turns and the model's completion tokens per turn; as a table, plain text, or JSON."""
+game length in turns and the model's completion tokens per turn (an API model's from the server's `usage`;
+none for `random`); as a table, plain text, or JSON. The model's turns are those of its seat in each game."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import attrs
 
 from unstable_core.eval.session import PlannedGame, Triple
 from unstable_core.stats import Rate
-from unstable_core.types import GameResult
+from unstable_core.types import GameResult, Step
 
 
 @attrs.define
@@ -29,7 +30,8 @@ class PairStats:
     steps: int = 0  # the model's turns
     invalid: int = 0
     formatted: int = 0
-    tokens: int = 0  # the model's completion tokens
+    tokens: int = 0  # the model's completion tokens, over the turns whose count is known
+    token_turns: int = 0  # the model's turns with a known token count (none for random; an API's usage)
     errors: Counter = attrs.field(factory=Counter)
 
     @property
@@ -58,7 +60,7 @@ class PairStats:
 
     @property
     def tokens_per_turn(self) -> float | None:
-        return self.tokens / self.steps if self.steps else None
+        return self.tokens / self.token_turns if self.token_turns else None
 
     def add(self, game: GameResult, model_seat: int) -> None:
         """Count one game played by this triple (failed games count only as failed, with their error)."""
@@ -79,7 +81,10 @@ class PairStats:
                     self.steps += 1
                     self.invalid += s.invalid_move
                     self.formatted += s.format_ok
-                    self.tokens += len(s.completion_ids)
+                    tokens = completion_tokens(s)
+                    if tokens is not None:
+                        self.tokens += tokens
+                        self.token_turns += 1
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +106,15 @@ class PairStats:
             "model_turns": self.steps,
             "errors": dict(self.errors.most_common(5)),
         }
+
+
+def completion_tokens(step: Step) -> int | None:
+    """A turn's completion tokens: its token ids, else the API's own count (`usage`), else None (`random`,
+    or a server that reports no usage)."""
+    if step.completion_ids:
+        return len(step.completion_ids)
+    counted = step.step_info.get("completion_tokens")
+    return int(counted) if isinstance(counted, (int, float)) and not isinstance(counted, bool) else None
 
 
 def aggregate(planned: list[PlannedGame], results: list[GameResult]) -> list[PairStats]:

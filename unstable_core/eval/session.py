@@ -3,7 +3,9 @@ model, checkpoints as LoRA adapters on it), a collector keeping many games in fl
 tracker (which writes every game to `<out>/games/games.jsonl`). No buffer and no learner exist here.
 
 Game k of a (model, opponent, env) triple seats the model at seat k mod 2 and has a seed that depends on
-the evaluation's seed, the env and k only: every model meets the same deals and openings.
+the evaluation's seed, the env and k only: every model meets the same deals and openings. No seat collects
+training data (an evaluation never trains), so an API model can be the evaluated model as well as an
+opponent; the report finds the model's turns by its seat.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def plan_games(
     seed: int,
     template: str = "default",
 ) -> list[PlannedGame]:
-    """N games per (model, opponent, env), seats alternated (game k: the model at seat k mod 2)."""
+    """N games per (model, opponent, env), seats alternated (game k: the model at seat k mod 2); no seat is a
+    training seat."""
     planned = []
     for env in envs:
         seeds = [random.Random(f"{seed}:eval:{env}:{k}").randrange(2**31) for k in range(games)]
@@ -61,7 +64,7 @@ def plan_games(
                     me = k % 2
                     uids = {me: model.label, 1 - me: opponent.label}
                     players = [
-                        PlayerSpec(pid, uids[pid], collect_data=pid == me, prompt_template=template)
+                        PlayerSpec(pid, uids[pid], collect_data=False, prompt_template=template)
                         for pid in (0, 1)
                     ]
                     spec = GameSpec(len(planned), env, seeds[k], players, eval=True)

@@ -238,6 +238,15 @@ class OpenAIClient:
         return [str(m.get("id")) for m in data if isinstance(m, dict)]
 
 
+def _usage_tokens(answer: dict[str, Any]) -> int | None:
+    """The completion tokens the server reports in `usage`; None when it reports none (or nonsense)."""
+    usage = answer.get("usage")
+    value = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        return None
+    return int(value)
+
+
 def _retryable(status: int) -> bool:
     return status == 0 or status in RETRY_STATUSES or status >= 500
 
@@ -349,11 +358,13 @@ class OpenAIBackend(InferenceBackend):
             return GenerationOutput.failure(f"{self.model_name}: {exc}")
         choice = answer["choices"][0]
         text = (choice.get("message") or {}).get("content") or ""
-        usage = answer.get("usage") or {}
+        counted = _usage_tokens(answer)
         with self._lock:
-            self.completion_tokens += int(usage.get("completion_tokens") or 0)
+            self.completion_tokens += counted or 0
         reason = "length" if choice.get("finish_reason") == "length" else "stop"
-        return GenerationOutput(text=str(text), token_ids=[], logprobs=[], finish_reason=reason)
+        return GenerationOutput(
+            text=str(text), token_ids=[], logprobs=[], finish_reason=reason, completion_tokens=counted
+        )
 
     def stats(self) -> dict[str, float]:
         """The base figures plus the API's: retries and completion tokens reported by the server."""
