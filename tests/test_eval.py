@@ -171,6 +171,23 @@ def test_bad_arguments_are_one_line_errors(run_dir, tmp_path, tiny_model):
     assert result.output.count("\n") == 1 and "Traceback" not in result.output
     result = runner.invoke(cli, ["eval", tiny_model, "--env", "NoSuchGame-v0"])
     assert result.exit_code == 2 and "unstable envs" in result.output
+    out = tmp_path / "never"
+    result = runner.invoke(cli, ["eval", "openai:m", "--opponent", "random", "--api-concurrency", "0",
+                                 "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 2 and "api_concurrency must be >= 1" in result.output
+    assert result.output.count("\n") == 1 and not out.exists()  # refused before anything is written
+
+
+def test_eval_play_and_run_share_the_api_options():
+    """--base-url, --api-key-env and --api-* are one definition (RunConfig's), on every command that plays
+    API models."""
+    from unstable_core.commands import API_FIELDS, play, run
+    from unstable_core.eval.command import eval_command
+
+    def api(command):
+        return {p.name: (p.opts, p.help) for p in command.params if p.name in API_FIELDS}
+
+    assert len(api(eval_command)) == len(API_FIELDS) and api(eval_command) == api(run) == api(play)
 
 
 def unstable_eval(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
@@ -244,8 +261,9 @@ def test_an_api_model_is_evaluated_and_is_an_opponent(tiny_model, tmp_path):
     try:
         with FakeOpenAIServer(key=secret) as server:
             api = ["--base-url", server.base_url, "--api-key-env", key_env, "--games", "4", "--json"]
-            first = unstable_eval("openai:some-model", "--opponent", "random", *api,
-                                  "--out", str(tmp_path / "api"))  # fmt: skip
+            first = unstable_eval("openai:some-model", "--opponent", "random", *api, "--api-max-tokens", "5",
+                                  "--api-concurrency", "2", "--out", str(tmp_path / "api"))  # fmt: skip
+            sent = {r["body"]["max_tokens"] for r in server.chat_requests()}
             second = unstable_eval(tiny_model, "--opponent", "openai:some-model", *api,
                                    "--max-generation-len", "6", "--error-allowance", "1",
                                    "--out", str(tmp_path / "local"))  # fmt: skip
@@ -255,7 +273,7 @@ def test_an_api_model_is_evaluated_and_is_an_opponent(tiny_model, tmp_path):
     assert (r["model"], r["opponent"], r["games"], r["failed"]) == ("openai:some-model", "random", 4, 0)
     assert r["model_seat0_games"] == 2 and r["wins"] + r["draws"] + r["losses"] == 4
     assert r["invalid_move_rate"]["k"] == 0 and r["tokens_per_turn"] == 7  # the server's usage
-    assert r["model_turns"] >= 4
+    assert r["model_turns"] >= 4 and sent == {5}  # --api-max-tokens reached the server
     games = read_jsonl(tmp_path / "api" / "games" / "games.jsonl")
     assert all(not t["collect_data"] for g in games for t in g["trajectories"])
 

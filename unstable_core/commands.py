@@ -64,6 +64,25 @@ def run_options(fn: Any) -> Any:
     return fn
 
 
+API_FIELDS = (
+    "base_url",
+    "api_key_env",
+    "api_concurrency",
+    "api_timeout_s",
+    "api_max_retries",
+    "api_max_tokens",
+)
+
+
+def api_options(fn: Any) -> Any:
+    """`unstable run`'s options of openai:MODEL players (--base-url, --api-key-env, --api-*), for the other
+    commands that play API models; each is None when not given (RunConfig's default then)."""
+    fields = attrs.fields_dict(RunConfig)
+    for name in reversed(API_FIELDS):
+        fn = _option_for(fields[name])(fn)
+    return fn
+
+
 def overrides_from(options: dict[str, Any]) -> dict[str, Any]:
     """Command-line values that were given (None / empty tuples mean 'not given'); JSON dicts parsed."""
     out: dict[str, Any] = {}
@@ -343,8 +362,7 @@ def run(config_path: str | None, resume_dir: str | None, **options: Any) -> None
     type=click.IntRange(0),
     help=attrs.fields(RunConfig).error_allowance.metadata["help"],
 )
-@click.option("--base-url", default=None, help=attrs.fields(RunConfig).base_url.metadata["help"])
-@click.option("--api-key-env", default=None, help=attrs.fields(RunConfig).api_key_env.metadata["help"])
+@api_options
 @click.option(
     "--progress-every-s",
     default=None,
@@ -366,9 +384,8 @@ def play(
     seed,
     max_turns,
     error_allowance,
-    base_url,
-    api_key_env,
     progress_every_s,
+    **api: Any,
 ) -> None:
     """Play games without learning and report outcomes, format and invalid-move rates and ratings."""
     from unstable_core.models import DEFAULT_MODEL
@@ -389,8 +406,7 @@ def play(
         "seed": seed,
         "max_turns": max_turns,
         "error_allowance": error_allowance,
-        "base_url": base_url,
-        "api_key_env": api_key_env,
+        **api,
         "progress_every_s": progress_every_s,
         "final_transforms": [],
         "step_transforms": [],

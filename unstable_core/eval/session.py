@@ -20,11 +20,13 @@ from typing import Any
 
 import attrs
 
+from unstable_core.config import RunConfig
 from unstable_core.errors import UnstableError
 from unstable_core.eval.targets import EvalTarget, main_model
 from unstable_core.types import GameResult, GameSpec, PlayerSpec, game_result_from_dict
 
 MAIN = "main"
+_RUN = attrs.fields(RunConfig)
 
 
 @attrs.frozen
@@ -107,7 +109,11 @@ class EvalSettings:
     max_model_len: int = 4096
     game_timeout_s: float = 600.0
     base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str = attrs.field(default=_RUN.api_key_env.default)
+    api_concurrency: int = attrs.field(default=_RUN.api_concurrency.default)
+    api_timeout_s: float = attrs.field(default=_RUN.api_timeout_s.default)
+    api_max_retries: int = attrs.field(default=_RUN.api_max_retries.default)
+    api_max_tokens: int | None = None  # None: max_generation_len, as in a run
 
 
 def engines_of(targets: list[EvalTarget]) -> dict[str, str]:
@@ -125,7 +131,6 @@ def engines_of(targets: list[EvalTarget]) -> dict[str, str]:
 
 def run_config(targets: list[EvalTarget], settings: EvalSettings) -> Any:
     """A RunConfig carrying the settings that engine_spec and the API check read."""
-    from unstable_core.config import RunConfig
     from unstable_core.models import DEFAULT_MODEL
 
     return RunConfig(
@@ -139,13 +144,18 @@ def run_config(targets: list[EvalTarget], settings: EvalSettings) -> Any:
         device=settings.device,
         base_url=settings.base_url,
         api_key_env=settings.api_key_env,
+        api_concurrency=settings.api_concurrency,
+        api_timeout_s=settings.api_timeout_s,
+        api_max_retries=settings.api_max_retries,
+        api_max_tokens=settings.api_max_tokens,
     )
 
 
-def check_before_start(targets: list[EvalTarget], settings: EvalSettings) -> Any:
-    """What can be checked before Ray starts: the API models answer (one line otherwise)."""
+def check_before_start(targets: list[EvalTarget], settings: EvalSettings, api: bool = True) -> Any:
+    """What can be checked before Ray starts: the settings (as a RunConfig checks them) and, with `api`, that
+    the API models answer (one line otherwise); returns that RunConfig."""
     cfg = run_config(targets, settings)
-    if cfg.api_models():
+    if api and cfg.api_models():
         from unstable_core.inference.engines import check_api_models
 
         check_api_models(cfg)
@@ -172,7 +182,7 @@ def play_all(
     from unstable_core.runtime.registry_host import RegistryHost
     from unstable_core.runtime.run import _TrackerActor
 
-    cfg = check_before_start(targets, settings)
+    cfg = check_before_start(targets, settings, api=False)  # `unstable eval` checked the API models
     owns_ray = not ray.is_initialized()
     if owns_ray:
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")
