@@ -166,8 +166,8 @@ def test_bad_arguments_are_one_line_errors(run_dir, tmp_path, tiny_model):
     with pytest.raises(ConfigError, match="none"):
         resolve_players(["random"], ["base"])
     runner = CliRunner()
-    result = runner.invoke(cli, ["eval", tiny_model, "--opponent", "random", "--env", "ConnectFour-v0-train"])
-    assert result.exit_code == 2 and "ConnectFour-v0-train" in result.output
+    result = runner.invoke(cli, ["eval", tiny_model, "--opponent", "random", "--env", "Battleship-v0-train"])
+    assert result.exit_code == 2 and "Battleship-v0-train" in result.output
     assert result.output.count("\n") == 1 and "Traceback" not in result.output
     result = runner.invoke(cli, ["eval", tiny_model, "--env", "NoSuchGame-v0"])
     assert result.exit_code == 2 and "unstable envs" in result.output
