@@ -62,6 +62,7 @@ def test_counts_and_wilson_intervals_against_values_computed_by_hand():
     # score: 7 + 2/2 = 8 of 12: 0.39062 .. 0.86188
     assert s.score.rate == pytest.approx(8 / 12)
     assert s.score.interval == pytest.approx((0.3906221, 0.8618799), abs=1e-6)
+    assert s.mean_reward == pytest.approx((7 - 3) / 12)  # final rewards +1 / 0 / -1
     assert (s.invalid_rate.k, s.invalid_rate.n) == (1, 24)
     assert (s.format_rate.k, s.format_rate.n) == (24 - 4, 24)  # i = 0, 3, 6, 9 badly formatted
     assert s.mean_turns == pytest.approx(3.0) and s.tokens_per_turn == pytest.approx(

@@ -125,7 +125,7 @@ def _progress_table(snap: dict[str, Any], learning_steps: int | None, title: str
             "outcomes", ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(outcomes.items()))
         )
     for key in sorted(means):
-        if key.endswith(("format_rate", "invalid_move_rate", "win_rate", "game_length")):
+        if key.endswith(("format_rate", "invalid_move_rate", "win_rate", "score", "game_length")):
             table.add_row(key, f"{means[key]:.3f}")
     learner = snap.get("learner", {})
     for key in ("loss", "policy_loss", "value_loss", "grad_norm", "update_s"):
@@ -182,11 +182,11 @@ def rates_table(run_dir: Any) -> tuple[Any, list[str]] | None:
     for col in ("version", "invalid-move rate (per step)", "format rate (per step)"):
         table.add_column(col)
     for opp in opponents:
-        table.add_column(f"win rate vs {opp} (draw = 1/2)")
+        table.add_column(f"win rate vs {opp} (W/n)")
+        table.add_column(f"score vs {opp} ((W + D/2)/n)")
     for version, r in rates.items():
-        table.add_row(
-            str(version), str(r.invalid_rate), str(r.format_rate), *(str(r.win_rate(o)) for o in opponents)
-        )
+        vs = [str(rate) for o in opponents for rate in (r.win_rate(o), r.score(o))]
+        table.add_row(str(version), str(r.invalid_rate), str(r.format_rate), *vs)
     lines = []
     cmp = compare_quarters(rates)
     if cmp is not None:
@@ -209,7 +209,7 @@ def progress_line(snap: dict[str, Any], learning_steps: int | None) -> str:
         f"eval {counts.get('eval_games', 0)} (failed {counts.get('eval_failed', 0)})"
     )
     for key in sorted(means):
-        if key.endswith(("invalid_move_rate", "format_rate", "win_rate")):
+        if key.endswith(("invalid_move_rate", "format_rate", "win_rate", "score")):
             parts.append(f"{key} {means[key]:.3f}")
     if "loss" in snap.get("learner", {}):
         parts.append(f"loss {snap['learner']['loss']:.4g}")

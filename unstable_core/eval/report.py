@@ -1,5 +1,5 @@
-"""What `unstable eval` reports per (model, opponent, env): W/D/L, win rate and score (draw = 1/2) with
-Wilson 95% intervals, the model's invalid-move and format rates per turn (with n and interval), mean
+"""What `unstable eval` reports per (model, opponent, env): W/D/L, win rate W/n and score (W + D/2)/n with
+Wilson 95% intervals (the score's, with its half counts, a conservative bound), the mean final reward, the model's invalid-move and format rates per turn (with n and interval), mean
 game length in turns and the model's completion tokens per turn (an API model's from the server's `usage`;
 none for `random`); as a table, plain text, or JSON. The model's turns are those of its seat in each game."""
 
@@ -30,6 +30,7 @@ class PairStats:
     steps: int = 0  # the model's turns
     invalid: int = 0
     formatted: int = 0
+    reward: float = 0.0  # the model's final rewards, summed over finished games
     tokens: int = 0  # the model's completion tokens, over the turns whose count is known
     token_turns: int = 0  # the model's turns with a known token count (none for random; an API's usage)
     errors: Counter = attrs.field(factory=Counter)
@@ -40,11 +41,17 @@ class PairStats:
 
     @property
     def win_rate(self) -> Rate:
+        """W / n: a binomial proportion."""
         return Rate(self.wins, self.games)
 
     @property
     def score(self) -> Rate:
+        """(W + D/2) / n; its Wilson interval treats half counts as counts (a conservative bound)."""
         return Rate(self.wins + self.draws / 2, self.games)
+
+    @property
+    def mean_reward(self) -> float | None:
+        return self.reward / self.games if self.games else None
 
     @property
     def invalid_rate(self) -> Rate:
@@ -74,6 +81,7 @@ class PairStats:
         self.draws += mine == theirs
         self.losses += mine < theirs
         self.seat0 += model_seat == 0
+        self.reward += mine
         self.turns += info.num_turns
         for traj in game.trajectories:
             if traj.pid == model_seat:
@@ -99,6 +107,7 @@ class PairStats:
             "model_seat0_games": self.seat0,
             "win_rate": self.win_rate.to_dict(),
             "score": self.score.to_dict(),
+            "mean_reward": self.mean_reward,
             "invalid_move_rate": self.invalid_rate.to_dict(),
             "format_rate": self.format_rate.to_dict(),
             "mean_turns": self.mean_turns,
@@ -138,8 +147,8 @@ COLUMNS = (
     "env",
     "games",
     "W/D/L",
-    "win rate [95% CI]",
-    "score (draw = 1/2) [95% CI]",
+    "win rate W/n [95% CI]",
+    "score (W + D/2)/n [95% CI]",
     "invalid moves / turn",
     "format ok / turn",
     "turns / game",
