@@ -1,7 +1,7 @@
 """Does a real model learn on a CPU? The embedded default trained by each learner within a wall-clock budget,
 then the first and the last quarter of its policy versions compared: invalid-move rate and format rate of
-the training steps, win rate against the base model in evaluation games, each with its count and Wilson
-95% interval, and a two-proportion z-test. Target: at least one rate improves with p < 0.01 per learner.
+the training steps, win rate (W/n) against the base model in evaluation games, each with its count and
+Wilson 95% interval, and a two-proportion z-test; the score (W + D/2)/n is shown beside it, untested. Target: at least one rate improves with p < 0.01 per learner.
 
     python3 benchmarks/learning.py                          # reinforce, then a2c, 30 minutes each
     python3 benchmarks/learning.py --learner a2c --minutes 10
@@ -50,6 +50,8 @@ def report(run_dir: Path, title: str) -> dict:
         print(
             f"{name:<26} {str(test.first):<38} {str(test.second):<38} {test.z:>6.2f} {test.p_value:>9.2g}{' (Fisher)' if test.method == 'fisher' else ''}{'  *' if ok else ''}"
         )
+    for opp in sorted(set(cmp.first.games) | set(cmp.last.games)):  # W + D/2: shown, not tested
+        print(f"{'score_vs_' + opp:<26} {str(cmp.first.score(opp)):<38} {str(cmp.last.score(opp)):<38}")
     verdict = (
         f"target p < {TARGET_P} on at least one rate: {'met (' + ', '.join(met) + ')' if met else 'missed'}"
     )

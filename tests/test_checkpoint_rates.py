@@ -53,7 +53,9 @@ def test_rates_per_version_and_win_rates_against_fixed_opponents(tmp_path):
     assert sorted(rates) == [0, 1]
     assert (rates[0].steps, rates[0].invalid, rates[0].formatted) == (3, 1, 2)
     assert rates[0].win_rate("base").k == 0 and rates[0].win_rate("base").n == 1
-    assert rates[1].win_rate("base").k == 1.5 and rates[1].win_rate("base").n == 2
+    assert rates[1].win_rate("base").k == 1 and rates[1].win_rate("base").n == 2  # a draw is no win
+    assert rates[1].score("base").k == 1.5 and rates[1].wdl("base") == (1, 1, 0)
+    assert rates[1].to_dict()["score"]["base"]["rate"] == 0.75
     assert rates[1].invalid_rate.n == 1
 
 
@@ -70,3 +72,21 @@ def test_compare_quarters_tests_each_rate(tmp_path):
     assert test.z < -8 and test.p_value < 1e-10
     assert cmp.tests["format_rate"].p_value == 1.0  # always formatted: nothing to test
     assert compare_quarters({}) is None
+
+
+def test_compare_quarters_tests_the_strict_win_rate_and_keeps_the_score(tmp_path):
+    """Versions 0-1 draw every game against base, 6-7 win half and draw half: the test is on W / n (0 of 8
+    -> 4 of 8, whole counts, so Fisher's exact test), the score (0.5 -> 0.75) is reported, not tested."""
+    games = []
+    for v in range(8):
+        for i in range(4):
+            win = v >= 6 and i % 2 == 0
+            games.append(
+                game({0: f"ckpt-{v}", 1: "base"}, {0: 1 if win else 0, 1: -1 if win else 0}, eval_=True)
+            )
+    cmp = compare_quarters(rates_by_version(write(tmp_path, games)))
+    test = cmp.tests["win_rate_vs_base"]
+    assert (test.first.k, test.first.n, test.second.k, test.second.n) == (0, 8, 4, 8)
+    assert test.method == "fisher" and not any(name.startswith("score") for name in cmp.tests)
+    assert (cmp.first.score("base").rate, cmp.last.score("base").rate) == (0.5, 0.75)
+    assert cmp.to_dict()["last"]["score"]["base"]["k"] == 6

@@ -62,6 +62,7 @@ def test_counts_and_wilson_intervals_against_values_computed_by_hand():
     # score: 7 + 2/2 = 8 of 12: 0.39062 .. 0.86188
     assert s.score.rate == pytest.approx(8 / 12)
     assert s.score.interval == pytest.approx((0.3906221, 0.8618799), abs=1e-6)
+    assert s.mean_reward == pytest.approx((7 - 3) / 12)  # final rewards +1 / 0 / -1
     assert (s.invalid_rate.k, s.invalid_rate.n) == (1, 24)
     assert (s.format_rate.k, s.format_rate.n) == (24 - 4, 24)  # i = 0, 3, 6, 9 badly formatted
     assert s.mean_turns == pytest.approx(3.0) and s.tokens_per_turn == pytest.approx(
@@ -73,6 +74,25 @@ def test_counts_and_wilson_intervals_against_values_computed_by_hand():
     assert "7/2/3" in plain_table([s], "t") and "12 (1 failed)" in plain_table([s], "t")
 
 
+def test_tokens_per_turn_come_from_token_ids_else_the_apis_usage_else_are_unknown():
+    """A local model's turns count their token ids, an API model's the server's `usage` (no token ids),
+    `random`'s turns and an API without usage count nothing: "-" in the table, null in JSON."""
+    triple = Triple("m", "o", ENV)
+
+    def one(step_info, ids=()):
+        g = game(0, 0, "win", [(False, True, 0)])
+        g.trajectories[0].steps[0].completion_ids = list(ids)
+        g.trajectories[0].steps[0].step_info = step_info
+        (s,) = aggregate([PlannedGame(triple, GameSpec(0, ENV, 0), 0)], [g])
+        return s
+
+    assert one({}, ids=[1, 2, 3]).tokens_per_turn == 3
+    assert one({"completion_tokens": 7}).tokens_per_turn == 7  # an API turn
+    scripted = one({"finish_reason": "scripted"})  # random
+    assert scripted.tokens_per_turn is None and scripted.to_dict()["tokens_per_turn"] is None
+    assert plain_table([scripted], "t").splitlines()[-1].rstrip().endswith("-")
+
+
 def test_seats_alternate_and_every_model_meets_the_same_seeds():
     models = [EvalTarget("a", "model", "x"), EvalTarget("b", "model", "y")]
     opponents = [EvalTarget("random", "random"), EvalTarget("base", "model", "x")]
@@ -81,12 +101,9 @@ def test_seats_alternate_and_every_model_meets_the_same_seeds():
     by_triple = {}
     for g in planned:
         by_triple.setdefault(g.triple, []).append(g)
-        assert (
-            g.spec.players[g.model_seat].model_uid == g.triple.model
-            and g.spec.players[g.model_seat].collect_data
-        )
+        assert g.spec.players[g.model_seat].model_uid == g.triple.model
         assert g.spec.players[1 - g.model_seat].model_uid == g.triple.opponent
-        assert not g.spec.players[1 - g.model_seat].collect_data and g.spec.eval
+        assert not any(p.collect_data for p in g.spec.players) and g.spec.eval  # eval never trains
     for games in by_triple.values():
         assert [g.model_seat for g in games] == [0, 1, 0, 1, 0]
     seeds = {t: [g.spec.seed for g in gs] for t, gs in by_triple.items()}
@@ -150,11 +167,28 @@ def test_bad_arguments_are_one_line_errors(run_dir, tmp_path, tiny_model):
     with pytest.raises(ConfigError, match="none"):
         resolve_players(["random"], ["base"])
     runner = CliRunner()
-    result = runner.invoke(cli, ["eval", tiny_model, "--opponent", "random", "--env", "ConnectFour-v0-train"])
-    assert result.exit_code == 2 and "ConnectFour-v0-train" in result.output
+    result = runner.invoke(cli, ["eval", tiny_model, "--opponent", "random", "--env", "Battleship-v0-train"])
+    assert result.exit_code == 2 and "Battleship-v0-train" in result.output
     assert result.output.count("\n") == 1 and "Traceback" not in result.output
     result = runner.invoke(cli, ["eval", tiny_model, "--env", "NoSuchGame-v0"])
     assert result.exit_code == 2 and "unstable envs" in result.output
+    out = tmp_path / "never"
+    result = runner.invoke(cli, ["eval", "openai:m", "--opponent", "random", "--api-concurrency", "0",
+                                 "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 2 and "api_concurrency must be >= 1" in result.output
+    assert result.output.count("\n") == 1 and not out.exists()  # refused before anything is written
+
+
+def test_eval_play_and_run_share_the_api_options():
+    """--base-url, --api-key-env and --api-* are one definition (RunConfig's), on every command that plays
+    API models."""
+    from unstable_core.commands import API_FIELDS, play, run
+    from unstable_core.eval.command import eval_command
+
+    def api(command):
+        return {p.name: (p.opts, p.help) for p in command.params if p.name in API_FIELDS}
+
+    assert len(api(eval_command)) == len(API_FIELDS) and api(eval_command) == api(run) == api(play)
 
 
 def unstable_eval(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
@@ -214,3 +248,39 @@ def test_every_game_failing_exits_1_with_one_line_as_play_does(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("Error: every one of the 2 games failed") and "max_turns" in last
     assert (tmp_path / "e" / "summary.json").is_file()
+
+
+def test_an_api_model_is_evaluated_and_is_an_opponent(tiny_model, tmp_path):
+    """`unstable eval openai:MODEL --opponent random` and `unstable eval TINY --opponent openai:MODEL`
+    against a loopback OpenAI-compatible server (a fake of the boundary, which plays the first listed
+    move): every game finishes, the rates are the evaluated model's own, and an API model's tokens per
+    turn are the server's usage (7 per answer)."""
+    from unstable_core.testing_openai import FakeOpenAIServer
+
+    key_env, secret = "UNSTABLE_TEST_EVAL_KEY", "sk-eval-secret-42"
+    os.environ[key_env] = secret  # the subprocesses inherit it; removed below
+    try:
+        with FakeOpenAIServer(key=secret) as server:
+            api = ["--base-url", server.base_url, "--api-key-env", key_env, "--games", "4", "--json"]
+            first = unstable_eval("openai:some-model", "--opponent", "random", *api, "--api-max-tokens", "5",
+                                  "--api-concurrency", "2", "--out", str(tmp_path / "api"))  # fmt: skip
+            sent = {r["body"]["max_tokens"] for r in server.chat_requests()}
+            second = unstable_eval(tiny_model, "--opponent", "openai:some-model", *api,
+                                   "--max-generation-len", "6", "--error-allowance", "1",
+                                   "--out", str(tmp_path / "local"))  # fmt: skip
+    finally:
+        del os.environ[key_env]
+    (r,) = json.loads(first.stdout)["results"]
+    assert (r["model"], r["opponent"], r["games"], r["failed"]) == ("openai:some-model", "random", 4, 0)
+    assert r["model_seat0_games"] == 2 and r["wins"] + r["draws"] + r["losses"] == 4
+    assert r["invalid_move_rate"]["k"] == 0 and r["tokens_per_turn"] == 7  # the server's usage
+    assert r["model_turns"] >= 4 and sent == {5}  # --api-max-tokens reached the server
+    games = read_jsonl(tmp_path / "api" / "games" / "games.jsonl")
+    assert all(not t["collect_data"] for g in games for t in g["trajectories"])
+
+    (r,) = json.loads(second.stdout)["results"]
+    assert (r["opponent"], r["games"] + r["failed"]) == ("openai:some-model", 4)
+    assert r["games"] >= 1 and 1 <= r["tokens_per_turn"] <= 6  # the tiny model's own tokens, not 7
+    for folder in ("api", "local"):
+        for path in (tmp_path / folder).rglob("*"):
+            assert not path.is_file() or secret.encode() not in path.read_bytes(), path

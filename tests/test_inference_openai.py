@@ -53,11 +53,12 @@ def backend_for(server, model="openai:some-model", **kw):
 def test_a_completion_sends_the_templates_chat_messages_and_the_key(server, monkeypatch):
     monkeypatch.setenv(KEY_ENV, SECRET)
     [out] = generate(backend_for(server), [request()])
-    assert (out.text, out.finish_reason, out.token_ids, out.logprobs) == (
+    assert (out.text, out.finish_reason, out.token_ids, out.logprobs, out.completion_tokens) == (
         "I play \\boxed{[2]}",
         "stop",
         [],
         [],
+        7,  # the server's usage: an API gives no token ids, only its count
     )
     [sent] = server.chat_requests()
     body = sent["body"]
@@ -165,13 +166,34 @@ def test_an_unreachable_server_is_a_clear_error():
 
 @pytest.mark.parametrize(
     "url",
-    ["ftp://host/v1", "127.0.0.1:8080/v1", "http://user:pw@host/v1"],
-    ids=["scheme", "no-scheme", "credentials"],
+    [
+        "ftp://host/v1",
+        "127.0.0.1:8080/v1",
+        "http://user:pw@host/v1",
+        "http://host/v1?key=pw",
+        "http://h/v1#pw",
+    ],
+    ids=["scheme", "no-scheme", "credentials", "query", "fragment"],
 )
 def test_bad_base_urls_are_refused(url):
     with pytest.raises(UnstableError, match="base_url must") as info:
         OpenAIBackend("openai:x", base_url=url)
     assert "pw" not in str(info.value)
+
+
+def test_a_redirect_to_another_host_never_carries_the_key(server, monkeypatch):
+    """GET /models answered by a redirect: followed within the server with the key, to another origin
+    (another port of 127.0.0.1 here) without it."""
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    with FakeOpenAIServer(models=("elsewhere",)) as other:
+        server.fail(Scripted(302, headers={"Location": f"{other.base_url}/models"}))
+        check_api_model("openai:elsewhere", server.base_url, api_key_env=KEY_ENV)  # other's list
+        [(sent)] = other.requests
+        assert "Authorization" not in sent["headers"] and sent["path"] == "/v1/models"
+    server.fail(Scripted(302, headers={"Location": f"{server.base_url}/models"}))
+    check_api_model("openai:some-model", server.base_url, api_key_env=KEY_ENV)
+    first, second = server.requests[-2:]
+    assert first["headers"]["Authorization"] == second["headers"]["Authorization"] == f"Bearer {SECRET}"
 
 
 def test_retry_after_reads_seconds_and_dates():

@@ -70,11 +70,14 @@ def test_leaderboard_json_matches_hand_computed_counts_and_intervals(tmp_path):
     assert (c1["games"], c1["wins"], c1["draws"], c1["losses"]) == (5, 2, 1, 1)
     base = models["base"]
     assert (base["games"], base["wins"], base["draws"], base["losses"]) == (5, 2, 1, 2)
-    # win rate vs base from the games: (2 + 1/2) / 4 = 0.625, Wilson 95% [0.2194, 0.9081] by hand
+    # win rate vs base from the games: 2 / 4 = 0.5, Wilson 95% [0.1500, 0.8500] by hand
     vs = c1["win_rate_vs"]["base"]
-    assert (vs["wins"], vs["draws"], vs["losses"], vs["n"], vs["k"]) == (2, 1, 1, 4, 2.5)
-    assert vs["rate"] == 0.625
-    assert abs(vs["lo"] - 0.2194) < 1e-3 and abs(vs["hi"] - 0.9081) < 1e-3
+    assert (vs["wins"], vs["draws"], vs["losses"], vs["n"], vs["k"]) == (2, 1, 1, 4, 2)
+    assert vs["rate"] == 0.5
+    assert abs(vs["lo"] - 0.1500) < 1e-3 and abs(vs["hi"] - 0.8500) < 1e-3
+    # score (2 + 1/2) / 4 = 0.625, Wilson 95% [0.2194, 0.9081]
+    assert vs["score"]["k"] == 2.5 and vs["score"]["rate"] == 0.625
+    assert abs(vs["score"]["lo"] - 0.2194) < 1e-3 and abs(vs["score"]["hi"] - 0.9081) < 1e-3
     # ckpt-0: 0 of 1, Wilson [0, 0.7935]
     vs0 = models["ckpt-0"]["win_rate_vs"]["base"]
     assert (vs0["wins"], vs0["draws"], vs0["losses"], vs0["n"]) == (0, 0, 1, 1)
@@ -87,7 +90,7 @@ def test_leaderboard_table_and_picture_in_the_run_dir(tmp_path):
     make_run(tmp_path)
     result = CliRunner().invoke(cli, ["leaderboard", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert "ckpt-1" in result.output and "0.62 [0.22,0.91] 2/1/1" in result.output
+    assert "ckpt-1" in result.output and "0.50 [0.15,0.85] 2/1/1 score 0.62" in result.output
     assert (tmp_path / "leaderboard.png").is_file()
 
 

@@ -46,7 +46,7 @@ def test_curves_draw_rates_per_checkpoint_with_their_intervals(tmp_path):
         )
     append_jsonl(tmp_path / "games" / "games.jsonl", games)
     panels = {label.split("\n")[0]: rest for label, *rest in _rate_panels(tmp_path)}
-    assert set(panels) == {"invalid-move rate", "format rate", "win rate vs base"}
+    assert set(panels) == {"invalid-move rate", "format rate", "win rate (W/n) vs base"}
     xs, rates, los, his = panels["invalid-move rate"]
     assert xs == [0, 1, 2] and rates == [0.75, 0.5, 0.25]
     assert all(lo < r < hi for lo, r, hi in zip(los, rates, his, strict=True))

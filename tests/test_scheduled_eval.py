@@ -71,15 +71,19 @@ def test_summary_counts_and_wilson_intervals_by_hand():
     key = f"eval/{TTT}/vs_base"
     assert (m[f"{key}/games"], m[f"{key}/failed"]) == (4, 1)
     assert (m[f"{key}/wins"], m[f"{key}/draws"], m[f"{key}/losses"]) == (2, 1, 1)
-    assert m[f"{key}/score"] == 0.25  # (1 + 0 - 1 + 1) / 4
-    # (2 + 1/2) / 4 = 0.625, Wilson 95% [0.2194, 0.9081]
-    assert m[f"{key}/win_rate"] == 0.625
-    assert abs(m[f"{key}/win_rate_lo"] - 0.2194) < 1e-3 and abs(m[f"{key}/win_rate_hi"] - 0.9081) < 1e-3
+    assert m[f"{key}/mean_reward"] == 0.25  # (1 + 0 - 1 + 1) / 4
+    # win rate 2 / 4 = 0.5, Wilson 95% [0.1500, 0.8500]; a draw is not a win
+    assert m[f"{key}/win_rate"] == 0.5
+    assert abs(m[f"{key}/win_rate_lo"] - 0.1500) < 1e-3 and abs(m[f"{key}/win_rate_hi"] - 0.8500) < 1e-3
+    # score (2 + 1/2) / 4 = 0.625, Wilson 95% [0.2194, 0.9081]
+    assert m[f"{key}/score"] == 0.625
+    assert abs(m[f"{key}/score_lo"] - 0.2194) < 1e-3 and abs(m[f"{key}/score_hi"] - 0.9081) < 1e-3
     # 2 invalid of 4 steps (the failed game has none): 0.5, Wilson [0.1500, 0.8500]
     assert (m[f"{key}/steps"], m[f"{key}/invalid_move_rate"], m[f"{key}/format_rate"]) == (4, 0.5, 0.5)
     assert abs(m[f"{key}/invalid_move_rate_lo"] - 0.1500) < 1e-3
     failed_only = summarise("ckpt-2", games[-1:])
     assert f"{key}/win_rate" not in failed_only and failed_only[f"{key}/failed"] == 1  # no NaN rate
+    assert f"{key}/score" not in failed_only and f"{key}/mean_reward" not in failed_only
 
 
 def test_curves_draw_the_scheduled_win_rate_per_checkpoint_with_its_band(tmp_path):
@@ -96,7 +100,7 @@ def test_curves_draw_the_scheduled_win_rate_per_checkpoint_with_its_band(tmp_pat
     ]
     append_jsonl(tmp_path / "metrics.jsonl", records)
     ((label, xs, rates, los, his),) = _rate_panels(tmp_path, records)
-    assert label.startswith("win rate vs base") and xs == [1, 2] and rates == [0.0, 1.0]
+    assert label.startswith("win rate (W/n) vs base") and xs == [1, 2] and rates == [0.0, 1.0]
     assert los[1] == records[2][f"{key}/win_rate_lo"] and his[0] == records[3][f"{key}/win_rate_hi"]
     assert [p.name for p in plot_run(tmp_path)] == ["curves.png"]
 
@@ -120,8 +124,25 @@ def test_progress_and_summary_show_each_evaluation_with_its_interval():
     win = [result({0: "ckpt-2", 1: "base"}, {0: 1.0, 1: -1.0})]
     evals = {2: summarise("ckpt-2", win * 3 + [result({0: "base", 1: "ckpt-2"}, {0: 1.0, 1: -1.0})])}
     expected = "0.750 [0.301, 0.954] 3/0/1 (n=4)"  # Wilson 95% of 3 in 4, by hand
-    assert progress_line({"evals": evals}, 2).endswith(f"eval ckpt-2 {TTT}/vs_base {expected}")
+    assert progress_line({"evals": evals}, 2).endswith(
+        f"eval ckpt-2 {TTT}/vs_base 0.750 [0.301, 0.954] 3/0/1 (n=4, score 0.750)"
+    )
     console = Console(width=200, record=True)
     console.print(evals_table(evals))
     (row,) = [line for line in console.export_text().splitlines() if "ckpt-2" in line]
-    assert f"{TTT}/vs_base" in row and expected in row
+    assert f"{TTT}/vs_base" in row and expected in row and "-0.500" not in row
+    assert row.split("│")[-2].strip() == "0.500"  # mean reward: (1 + 1 + 1 - 1) / 4
+
+
+def test_the_trackers_moving_win_rate_counts_wins_and_its_score_draws_as_half(tmp_path):
+    """metrics.jsonl's collection/<kind>/<env>/win_rate is W/n and .../score (W + D/2)/n, as everywhere."""
+    from unstable_core.runtime.tracker import Tracker
+
+    tracker = Tracker(tmp_path)
+    for rewards in ({0: 1.0, 1: -1.0}, {0: 0.0, 1: 0.0}):
+        r = result({0: "ckpt-2", 1: "base"}, rewards)
+        r.info.learner_pids = [0]
+        tracker.add_game(r)
+    tracker.close()
+    means = tracker.means()
+    assert (means[f"eval/{TTT}/win_rate"], means[f"eval/{TTT}/score"]) == (0.5, 0.75)

@@ -1,9 +1,10 @@
 """Did the run learn? Rates per checkpoint (policy version), read from a run's `games/games.jsonl`.
 
-For each policy version: the invalid-move and format rates of its training steps (per step), and its win
-rate against each fixed opponent (eval games, or training games against a fixed model; a draw counts as
-half a win, a loss as none), each a `Rate` with its Wilson interval. `compare_quarters` pools the first and
-the last quarter of the versions and tests each rate's change.
+For each policy version: the invalid-move and format rates of its training steps (per step), and against
+each fixed opponent (eval games, or training games against a fixed model) its win rate W / n and its score
+(W + D/2) / n, each a `Rate` with its Wilson interval (for the score, with its half counts, a conservative
+bound). `compare_quarters` pools the first and the last quarter of the versions and tests the change of each
+rate (the strict win rate, not the score).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class VersionRates:
     steps: int = 0
     invalid: int = 0
     formatted: int = 0
-    wins: dict[str, float] = attrs.field(factory=dict)  # opponent -> wins (draws as 0.5)
+    wins: dict[str, int] = attrs.field(factory=dict)  # opponent -> wins
     games: dict[str, int] = attrs.field(factory=dict)  # opponent -> games
     draws: dict[str, int] = attrs.field(factory=dict)  # opponent -> draws
 
@@ -40,12 +41,16 @@ class VersionRates:
         return Rate(self.formatted, self.steps)
 
     def win_rate(self, opponent: str) -> Rate:
-        return Rate(self.wins.get(opponent, 0.0), self.games.get(opponent, 0))
+        """W / n against `opponent` (a binomial proportion)."""
+        return Rate(self.wins.get(opponent, 0), self.games.get(opponent, 0))
+
+    def score(self, opponent: str) -> Rate:
+        """(W + D/2) / n against `opponent`."""
+        return Rate(self.wins.get(opponent, 0) + self.draws.get(opponent, 0) / 2, self.games.get(opponent, 0))
 
     def wdl(self, opponent: str) -> tuple[int, int, int]:
         """Wins, draws and losses against `opponent`."""
-        draws = self.draws.get(opponent, 0)
-        wins = round(self.wins.get(opponent, 0.0) - draws / 2)
+        wins, draws = self.wins.get(opponent, 0), self.draws.get(opponent, 0)
         return wins, draws, self.games.get(opponent, 0) - wins - draws
 
     def add(self, other: VersionRates) -> None:
@@ -55,7 +60,7 @@ class VersionRates:
         self.formatted += other.formatted
         for opp, n in other.games.items():
             self.games[opp] = self.games.get(opp, 0) + n
-            self.wins[opp] = self.wins.get(opp, 0.0) + other.wins.get(opp, 0.0)
+            self.wins[opp] = self.wins.get(opp, 0) + other.wins.get(opp, 0)
             self.draws[opp] = self.draws.get(opp, 0) + other.draws.get(opp, 0)
 
     def to_dict(self) -> dict[str, Any]:
@@ -64,6 +69,7 @@ class VersionRates:
             "invalid_move_rate": self.invalid_rate.to_dict(),
             "format_rate": self.format_rate.to_dict(),
             "win_rate": {opp: self.win_rate(opp).to_dict() for opp in sorted(self.games)},
+            "score": {opp: self.score(opp).to_dict() for opp in sorted(self.games)},
         }
 
 
@@ -122,9 +128,7 @@ def rates_from_games(games: list[dict[str, Any]]) -> dict[int, VersionRates]:
         theirs = max(r for p, r in rewards.items() if p not in checkpoints)
         v = at(version)
         v.games[opponent] = v.games.get(opponent, 0) + 1
-        v.wins[opponent] = v.wins.get(opponent, 0.0) + (
-            1.0 if mine > theirs else 0.5 if mine == theirs else 0.0
-        )
+        v.wins[opponent] = v.wins.get(opponent, 0) + (mine > theirs)
         v.draws[opponent] = v.draws.get(opponent, 0) + (mine == theirs)
     return dict(sorted(out.items()))
 
@@ -155,8 +159,9 @@ class QuarterComparison:
 
 
 def compare_quarters(rates: dict[int, VersionRates]) -> QuarterComparison | None:
-    """Pool the first and the last quarter of the versions (at least one each) and test every rate;
-    None with fewer than two versions."""
+    """Pool the first and the last quarter of the versions (at least one each) and test every rate (against
+    each opponent the win rate W / n; the score is in `first` and `last`); None with fewer than two
+    versions."""
     versions = sorted(rates)
     if len(versions) < 2:
         return None

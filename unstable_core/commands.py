@@ -64,6 +64,25 @@ def run_options(fn: Any) -> Any:
     return fn
 
 
+API_FIELDS = (
+    "base_url",
+    "api_key_env",
+    "api_concurrency",
+    "api_timeout_s",
+    "api_max_retries",
+    "api_max_tokens",
+)
+
+
+def api_options(fn: Any) -> Any:
+    """`unstable run`'s options of openai:MODEL players (--base-url, --api-key-env, --api-*), for the other
+    commands that play API models; each is None when not given (RunConfig's default then)."""
+    fields = attrs.fields_dict(RunConfig)
+    for name in reversed(API_FIELDS):
+        fn = _option_for(fields[name])(fn)
+    return fn
+
+
 def overrides_from(options: dict[str, Any]) -> dict[str, Any]:
     """Command-line values that were given (None / empty tuples mean 'not given'); JSON dicts parsed."""
     out: dict[str, Any] = {}
@@ -106,7 +125,7 @@ def _progress_table(snap: dict[str, Any], learning_steps: int | None, title: str
             "outcomes", ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(outcomes.items()))
         )
     for key in sorted(means):
-        if key.endswith(("format_rate", "invalid_move_rate", "win_rate", "game_length")):
+        if key.endswith(("format_rate", "invalid_move_rate", "win_rate", "score", "game_length")):
             table.add_row(key, f"{means[key]:.3f}")
     learner = snap.get("learner", {})
     for key in ("loss", "policy_loss", "value_loss", "grad_norm", "update_s"):
@@ -163,11 +182,11 @@ def rates_table(run_dir: Any) -> tuple[Any, list[str]] | None:
     for col in ("version", "invalid-move rate (per step)", "format rate (per step)"):
         table.add_column(col)
     for opp in opponents:
-        table.add_column(f"win rate vs {opp} (draw = 1/2)")
+        table.add_column(f"win rate vs {opp} (W/n)")
+        table.add_column(f"score vs {opp} ((W + D/2)/n)")
     for version, r in rates.items():
-        table.add_row(
-            str(version), str(r.invalid_rate), str(r.format_rate), *(str(r.win_rate(o)) for o in opponents)
-        )
+        vs = [str(rate) for o in opponents for rate in (r.win_rate(o), r.score(o))]
+        table.add_row(str(version), str(r.invalid_rate), str(r.format_rate), *vs)
     lines = []
     cmp = compare_quarters(rates)
     if cmp is not None:
@@ -190,7 +209,7 @@ def progress_line(snap: dict[str, Any], learning_steps: int | None) -> str:
         f"eval {counts.get('eval_games', 0)} (failed {counts.get('eval_failed', 0)})"
     )
     for key in sorted(means):
-        if key.endswith(("invalid_move_rate", "format_rate", "win_rate")):
+        if key.endswith(("invalid_move_rate", "format_rate", "win_rate", "score")):
             parts.append(f"{key} {means[key]:.3f}")
     if "loss" in snap.get("learner", {}):
         parts.append(f"loss {snap['learner']['loss']:.4g}")
@@ -343,8 +362,7 @@ def run(config_path: str | None, resume_dir: str | None, **options: Any) -> None
     type=click.IntRange(0),
     help=attrs.fields(RunConfig).error_allowance.metadata["help"],
 )
-@click.option("--base-url", default=None, help=attrs.fields(RunConfig).base_url.metadata["help"])
-@click.option("--api-key-env", default=None, help=attrs.fields(RunConfig).api_key_env.metadata["help"])
+@api_options
 @click.option(
     "--progress-every-s",
     default=None,
@@ -366,9 +384,8 @@ def play(
     seed,
     max_turns,
     error_allowance,
-    base_url,
-    api_key_env,
     progress_every_s,
+    **api: Any,
 ) -> None:
     """Play games without learning and report outcomes, format and invalid-move rates and ratings."""
     from unstable_core.models import DEFAULT_MODEL
@@ -389,8 +406,7 @@ def play(
         "seed": seed,
         "max_turns": max_turns,
         "error_allowance": error_allowance,
-        "base_url": base_url,
-        "api_key_env": api_key_env,
+        **api,
         "progress_every_s": progress_every_s,
         "final_transforms": [],
         "step_transforms": [],

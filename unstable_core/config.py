@@ -489,7 +489,7 @@ class RunConfig:
     base_url: str | None = attrs.field(
         default=None,
         metadata=_help(
-            "OpenAI-compatible server of openai:MODEL opponents (default: $OPENAI_BASE_URL, else "
+            "OpenAI-compatible server of openai:MODEL players (default: $OPENAI_BASE_URL, else "
             "https://api.openai.com/v1)"
         ),
     )
@@ -498,7 +498,7 @@ class RunConfig:
         metadata=_help("NAME of the environment variable holding the API key (the key is never written)"),
     )
     api_concurrency: int = attrs.field(
-        default=8, validator=_positive, metadata=_help("requests in flight per API opponent")
+        default=8, validator=_positive, metadata=_help("requests in flight per API model")
     )
     api_timeout_s: float = attrs.field(
         default=60.0, validator=_in_range(0.1, 1e6), metadata=_help("seconds to wait for an API answer")
@@ -511,7 +511,7 @@ class RunConfig:
     api_max_tokens: int | None = attrs.field(
         default=None,
         validator=_positive,
-        metadata=_help("max new tokens per turn of API opponents (default: max_generation_len)"),
+        metadata=_help("max new tokens per turn of API models (default: max_generation_len)"),
     )
 
     def __attrs_post_init__(self) -> None:

@@ -1,8 +1,9 @@
 """`unstable leaderboard RUN_DIR`: every checkpoint and fixed opponent of a run with its TrueSkill rating,
-its results, and each checkpoint's win rate against each fixed opponent with a Wilson 95% interval.
+its results, and each checkpoint's win rate W / n and score (W + D/2) / n against each fixed opponent with
+Wilson 95% intervals.
 
 Ratings and W/D/L come from `registry.json` (W/D/L count rated games; mirror self-play is in `games` but
-rates nobody); win rates come from the games themselves (`checkpoint_rates`: draws count as half a win).
+rates nobody); win rates and scores come from the games themselves (`checkpoint_rates`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class Entry:
     wins: int
     draws: int
     losses: int
-    vs: dict[str, tuple[Rate, tuple[int, int, int]]] = attrs.field(factory=dict)  # opponent -> rate, W/D/L
+    # opponent -> (win rate W/n, score (W + D/2)/n, W/D/L)
+    vs: dict[str, tuple[Rate, Rate, tuple[int, int, int]]] = attrs.field(factory=dict)
 
     @property
     def conservative(self) -> float:
@@ -52,8 +54,8 @@ class Entry:
             "draws": self.draws,
             "losses": self.losses,
             "win_rate_vs": {
-                opp: {**rate.to_dict(), "wins": w, "draws": d, "losses": lo}
-                for opp, (rate, (w, d, lo)) in self.vs.items()
+                opp: {**rate.to_dict(), "wins": w, "draws": d, "losses": lo, "score": score.to_dict()}
+                for opp, (rate, score, (w, d, lo)) in self.vs.items()
             },
         }
 
@@ -94,7 +96,7 @@ def leaderboard(run_dir: str | Path) -> list[Entry]:
         )
         if version is not None and version in rates:
             r = rates[version]
-            entry.vs = {opp: (r.win_rate(opp), r.wdl(opp)) for opp in sorted(r.games)}
+            entry.vs = {opp: (r.win_rate(opp), r.score(opp), r.wdl(opp)) for opp in sorted(r.games)}
         entries.append(entry)
     return sorted(entries, key=lambda e: -e.conservative)
 
@@ -106,7 +108,10 @@ def opponents_of(entries: list[Entry]) -> list[str]:
 def leaderboard_table(entries: list[Entry], title: str) -> Any:
     from rich.table import Table
 
-    table = Table(title=title, caption="win rate: draws count 1/2; [95% Wilson interval] W/D/L")
+    table = Table(
+        title=title,
+        caption="vs: win rate W/n [95% Wilson interval] W/D/L, score (W + D/2)/n (its interval in --json)",
+    )
     for col in ("#", "model", "kind", "mu", "sigma", "mu-3σ", "games", "W/D/L"):
         table.add_column(col, justify="left" if col in ("model", "kind") else "right", no_wrap=True)
     opponents = opponents_of(entries)
@@ -116,9 +121,9 @@ def leaderboard_table(entries: list[Entry], title: str) -> Any:
         cells = []
         for opp in opponents:
             if opp in e.vs:
-                rate, (w, d, lo_) = e.vs[opp]
+                rate, score, (w, d, lo_) = e.vs[opp]
                 low, high = rate.interval
-                cells.append(f"{rate.rate:.2f} [{low:.2f},{high:.2f}] {w}/{d}/{lo_}")
+                cells.append(f"{rate.rate:.2f} [{low:.2f},{high:.2f}] {w}/{d}/{lo_} score {score.rate:.2f}")
             else:
                 cells.append("-")
         table.add_row(
@@ -168,7 +173,7 @@ def plot_leaderboard(entries: list[Entry], path: Path, title: str) -> Path:
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("checkpoint (learner step)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylabel("win rate (draw = 1/2), 95% interval")
+        ax.set_ylabel("win rate W/n, 95% interval")
         ax.legend(fontsize=7)
         ax.set_title("win rate against fixed opponents", fontsize=9)
     fig.suptitle(title, fontsize=10)

@@ -90,7 +90,7 @@ def _rate_panels(
     }
     scheduled = eval_panels(list(records))
     for opp in sorted({o for r in rates.values() for o in r.games}) if not scheduled else []:
-        series[f"win rate vs {opp}"] = lambda r, o=opp: r.win_rate(o)
+        series[f"win rate (W/n) vs {opp}"] = lambda r, o=opp: r.win_rate(o)
     panels = []
     for label, get in series.items():
         pts = [(v, get(r)) for v, r in rates.items() if get(r).n]

@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 import click
 
+from unstable_core.commands import api_options
 from unstable_core.config import DEFAULT_ENV, RunConfig
 from unstable_core.errors import ConfigError, RunFailed
 
@@ -136,10 +137,7 @@ class _Progress:
 )
 @click.option("--template", default="default", show_default=True, help="Prompt template.")
 @click.option("--device", default=None, help="Inference device (default: cuda if present, else cpu).")
-@click.option("--base-url", default=None, help="OpenAI-compatible server of openai:MODEL players.")
-@click.option(
-    "--api-key-env", default=_RUN.api_key_env.default, show_default=True, help="Variable holding the API key."
-)
+@api_options
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
@@ -148,11 +146,11 @@ class _Progress:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (progress goes to stderr).")
 def eval_command(models, opponents, envs, games, all_checkpoints, seed, concurrency, temperature,
-                 max_generation_len, max_turns, error_allowance, template, device, base_url, api_key_env,
-                 out, as_json) -> None:  # fmt: skip
+                 max_generation_len, max_turns, error_allowance, template, device, out, as_json,
+                 **api) -> None:  # fmt: skip
     """Evaluate MODEL(s) (run dirs, checkpoints, models, base, openai:MODEL) against fixed opponents."""
     from unstable_core.eval.report import aggregate, plain_table, rich_table
-    from unstable_core.eval.session import EvalSettings, plan_games, play_all
+    from unstable_core.eval.session import EvalSettings, check_before_start, plan_games, play_all
     from unstable_core.eval.targets import resolve_players
     from unstable_core.games.random_player import RANDOM, check_random_supported
     from unstable_core.games.templates import get_template
@@ -174,10 +172,10 @@ def eval_command(models, opponents, envs, games, all_checkpoints, seed, concurre
         concurrency=concurrency,
         seed=seed,
         device=device,
-        base_url=base_url,
-        api_key_env=api_key_env,
+        **{k: v for k, v in api.items() if v is not None},
     )
     targets = list(dict.fromkeys(model_targets + opponent_targets))
+    check_before_start(targets, settings)  # the settings' ranges, and the API models answer
     out_dir = prepare_out_dir(out or default_out_dir(model_targets))
     planned = plan_games(model_targets, opponent_targets, envs, games, seed, template)
     err = click.echo if not as_json else lambda m: click.echo(m, err=True)

@@ -1,6 +1,7 @@
-"""What `unstable eval` reports per (model, opponent, env): W/D/L, win rate and score (draw = 1/2) with
-Wilson 95% intervals, the model's invalid-move and format rates per turn (with n and interval), mean
-game length in turns and the model's completion tokens per turn; as a table, plain text, or JSON."""
+"""What `unstable eval` reports per (model, opponent, env): W/D/L, win rate W/n and score (W + D/2)/n with
+Wilson 95% intervals (the score's, with its half counts, a conservative bound), the mean final reward, the model's invalid-move and format rates per turn (with n and interval), mean
+game length in turns and the model's completion tokens per turn (an API model's from the server's `usage`;
+none for `random`); as a table, plain text, or JSON. The model's turns are those of its seat in each game."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import attrs
 
 from unstable_core.eval.session import PlannedGame, Triple
 from unstable_core.stats import Rate
-from unstable_core.types import GameResult
+from unstable_core.types import GameResult, Step
 
 
 @attrs.define
@@ -29,7 +30,9 @@ class PairStats:
     steps: int = 0  # the model's turns
     invalid: int = 0
     formatted: int = 0
-    tokens: int = 0  # the model's completion tokens
+    reward: float = 0.0  # the model's final rewards, summed over finished games
+    tokens: int = 0  # the model's completion tokens, over the turns whose count is known
+    token_turns: int = 0  # the model's turns with a known token count (none for random; an API's usage)
     errors: Counter = attrs.field(factory=Counter)
 
     @property
@@ -38,11 +41,17 @@ class PairStats:
 
     @property
     def win_rate(self) -> Rate:
+        """W / n: a binomial proportion."""
         return Rate(self.wins, self.games)
 
     @property
     def score(self) -> Rate:
+        """(W + D/2) / n; its Wilson interval treats half counts as counts (a conservative bound)."""
         return Rate(self.wins + self.draws / 2, self.games)
+
+    @property
+    def mean_reward(self) -> float | None:
+        return self.reward / self.games if self.games else None
 
     @property
     def invalid_rate(self) -> Rate:
@@ -58,7 +67,7 @@ class PairStats:
 
     @property
     def tokens_per_turn(self) -> float | None:
-        return self.tokens / self.steps if self.steps else None
+        return self.tokens / self.token_turns if self.token_turns else None
 
     def add(self, game: GameResult, model_seat: int) -> None:
         """Count one game played by this triple (failed games count only as failed, with their error)."""
@@ -72,6 +81,7 @@ class PairStats:
         self.draws += mine == theirs
         self.losses += mine < theirs
         self.seat0 += model_seat == 0
+        self.reward += mine
         self.turns += info.num_turns
         for traj in game.trajectories:
             if traj.pid == model_seat:
@@ -79,7 +89,10 @@ class PairStats:
                     self.steps += 1
                     self.invalid += s.invalid_move
                     self.formatted += s.format_ok
-                    self.tokens += len(s.completion_ids)
+                    tokens = completion_tokens(s)
+                    if tokens is not None:
+                        self.tokens += tokens
+                        self.token_turns += 1
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,6 +107,7 @@ class PairStats:
             "model_seat0_games": self.seat0,
             "win_rate": self.win_rate.to_dict(),
             "score": self.score.to_dict(),
+            "mean_reward": self.mean_reward,
             "invalid_move_rate": self.invalid_rate.to_dict(),
             "format_rate": self.format_rate.to_dict(),
             "mean_turns": self.mean_turns,
@@ -101,6 +115,15 @@ class PairStats:
             "model_turns": self.steps,
             "errors": dict(self.errors.most_common(5)),
         }
+
+
+def completion_tokens(step: Step) -> int | None:
+    """A turn's completion tokens: its token ids, else the API's own count (`usage`), else None (`random`,
+    or a server that reports no usage)."""
+    if step.completion_ids:
+        return len(step.completion_ids)
+    counted = step.step_info.get("completion_tokens")
+    return int(counted) if isinstance(counted, (int, float)) and not isinstance(counted, bool) else None
 
 
 def aggregate(planned: list[PlannedGame], results: list[GameResult]) -> list[PairStats]:
@@ -124,8 +147,8 @@ COLUMNS = (
     "env",
     "games",
     "W/D/L",
-    "win rate [95% CI]",
-    "score (draw = 1/2) [95% CI]",
+    "win rate W/n [95% CI]",
+    "score (W + D/2)/n [95% CI]",
     "invalid moves / turn",
     "format ok / turn",
     "turns / game",

@@ -3,7 +3,9 @@ model, checkpoints as LoRA adapters on it), a collector keeping many games in fl
 tracker (which writes every game to `<out>/games/games.jsonl`). No buffer and no learner exist here.
 
 Game k of a (model, opponent, env) triple seats the model at seat k mod 2 and has a seed that depends on
-the evaluation's seed, the env and k only: every model meets the same deals and openings.
+the evaluation's seed, the env and k only: every model meets the same deals and openings. No seat collects
+training data (an evaluation never trains), so an API model can be the evaluated model as well as an
+opponent; the report finds the model's turns by its seat.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from typing import Any
 
 import attrs
 
+from unstable_core.config import RunConfig
 from unstable_core.errors import UnstableError
 from unstable_core.eval.targets import EvalTarget, main_model
 from unstable_core.types import GameResult, GameSpec, PlayerSpec, game_result_from_dict
 
 MAIN = "main"
+_RUN = attrs.fields(RunConfig)
 
 
 @attrs.frozen
@@ -51,7 +55,8 @@ def plan_games(
     seed: int,
     template: str = "default",
 ) -> list[PlannedGame]:
-    """N games per (model, opponent, env), seats alternated (game k: the model at seat k mod 2)."""
+    """N games per (model, opponent, env), seats alternated (game k: the model at seat k mod 2); no seat is a
+    training seat."""
     planned = []
     for env in envs:
         seeds = [random.Random(f"{seed}:eval:{env}:{k}").randrange(2**31) for k in range(games)]
@@ -61,7 +66,7 @@ def plan_games(
                     me = k % 2
                     uids = {me: model.label, 1 - me: opponent.label}
                     players = [
-                        PlayerSpec(pid, uids[pid], collect_data=pid == me, prompt_template=template)
+                        PlayerSpec(pid, uids[pid], collect_data=False, prompt_template=template)
                         for pid in (0, 1)
                     ]
                     spec = GameSpec(len(planned), env, seeds[k], players, eval=True)
@@ -104,7 +109,11 @@ class EvalSettings:
     max_model_len: int = 4096
     game_timeout_s: float = 600.0
     base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str = attrs.field(default=_RUN.api_key_env.default)
+    api_concurrency: int = attrs.field(default=_RUN.api_concurrency.default)
+    api_timeout_s: float = attrs.field(default=_RUN.api_timeout_s.default)
+    api_max_retries: int = attrs.field(default=_RUN.api_max_retries.default)
+    api_max_tokens: int | None = None  # None: max_generation_len, as in a run
 
 
 def engines_of(targets: list[EvalTarget]) -> dict[str, str]:
@@ -122,7 +131,6 @@ def engines_of(targets: list[EvalTarget]) -> dict[str, str]:
 
 def run_config(targets: list[EvalTarget], settings: EvalSettings) -> Any:
     """A RunConfig carrying the settings that engine_spec and the API check read."""
-    from unstable_core.config import RunConfig
     from unstable_core.models import DEFAULT_MODEL
 
     return RunConfig(
@@ -136,13 +144,18 @@ def run_config(targets: list[EvalTarget], settings: EvalSettings) -> Any:
         device=settings.device,
         base_url=settings.base_url,
         api_key_env=settings.api_key_env,
+        api_concurrency=settings.api_concurrency,
+        api_timeout_s=settings.api_timeout_s,
+        api_max_retries=settings.api_max_retries,
+        api_max_tokens=settings.api_max_tokens,
     )
 
 
-def check_before_start(targets: list[EvalTarget], settings: EvalSettings) -> Any:
-    """What can be checked before Ray starts: the API models answer (one line otherwise)."""
+def check_before_start(targets: list[EvalTarget], settings: EvalSettings, api: bool = True) -> Any:
+    """What can be checked before Ray starts: the settings (as a RunConfig checks them) and, with `api`, that
+    the API models answer (one line otherwise); returns that RunConfig."""
     cfg = run_config(targets, settings)
-    if cfg.api_models():
+    if api and cfg.api_models():
         from unstable_core.inference.engines import check_api_models
 
         check_api_models(cfg)
@@ -169,7 +182,7 @@ def play_all(
     from unstable_core.runtime.registry_host import RegistryHost
     from unstable_core.runtime.run import _TrackerActor
 
-    cfg = check_before_start(targets, settings)
+    cfg = check_before_start(targets, settings, api=False)  # `unstable eval` checked the API models
     owns_ray = not ray.is_initialized()
     if owns_ray:
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")

@@ -189,6 +189,9 @@ class _Game:
                 "ids: a text-only (API) model can be an opponent, never a trained seat"
             )
         action, format_ok = extract_action(output.text)
+        info: dict[str, Any] = {"finish_reason": output.finish_reason, "seed": self.spec.seed}
+        if output.completion_tokens is not None:  # an API's own count: it gives no token ids
+            info["completion_tokens"] = output.completion_tokens
         return Step(
             pid=pid,
             env_id=self.spec.env_id,
@@ -203,7 +206,7 @@ class _Game:
             policy_version=self.policy_versions[pid],
             game_idx=self.spec.game_idx,
             turn=turn,
-            step_info={"finish_reason": output.finish_reason, "seed": self.spec.seed},
+            step_info=info,
         )
 
     def _scripted_step(self, env: Any, pid: int, observation: Any, turn: int) -> Step:

@@ -56,6 +56,8 @@ class GenerationOutput:
 
     `token_ids` end with the EOS token when `finish_reason` is "stop"; `logprobs[i]` is
     log softmax(raw logits)[token_ids[i]] (temperature 1, no top-p), the quantity the learner recomputes.
+    `completion_tokens` is the server's own count where the backend has no token ids (an API's `usage`),
+    else None: reports of tokens per turn read it instead of `len(token_ids)`.
     """
 
     text: str
@@ -63,6 +65,7 @@ class GenerationOutput:
     logprobs: list[float]
     finish_reason: str  # "stop" | "length" | "error"
     error: str | None = None
+    completion_tokens: int | None = None
 
     @classmethod
     def failure(cls, message: str) -> GenerationOutput:

@@ -6,7 +6,8 @@ Standard library only: each request is a blocking `urllib` call in a pool of `co
 concurrency limit), with a timeout, and retries with exponential backoff (or the server's Retry-After) on
 429, 5xx, timeouts and connection errors. Errors are one line without the key: 401/403 name the
 environment variable that holds it, 404 names the model and the server. The key is read from the
-environment by the backend itself: it is never passed around, written or logged.
+environment by the backend itself: it is never passed around, written or logged, nor sent on to another
+host when a server redirects (the Authorization header is dropped on a redirect to another origin).
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ def default_base_url() -> str:
 def check_base_url(url: str) -> str | None:
     """Why `url` cannot be a base URL (None when it can); the problem never repeats a credential."""
     parsed = urllib.parse.urlsplit(url)
+    if parsed.query or parsed.fragment:  # not repeated: it may hold a key, and base_url lands in config.toml
+        return (
+            "base_url must not carry a query string or fragment (?... or #...): it is written to config.toml; "
+            "give the server's path only and put a key in the API key variable"
+        )
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         return f"base_url must be an http:// or https:// URL such as http://127.0.0.1:8080/v1, got {url!r}"
     if parsed.username or parsed.password:
@@ -87,6 +93,27 @@ def retry_after_s(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of `url`, the port made explicit."""
+    parts = urllib.parse.urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
+
+
+class _KeepKeyAtHome(urllib.request.HTTPRedirectHandler):
+    """Follows redirects as urllib does, but drops the Authorization header when the redirect leaves the
+    origin (scheme, host, port) the key was meant for: urllib itself would send it anywhere."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN201 (urllib's API)
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(new.full_url) != _origin(req.full_url):
+            new.remove_header("Authorization")
+        return new
+
+
+_OPENER = urllib.request.build_opener(_KeepKeyAtHome())
 
 
 @attrs.frozen
@@ -163,7 +190,7 @@ class OpenAIClient:
             headers["Authorization"] = f"Bearer {self._key}"
         req = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+            with _OPENER.open(req, timeout=self.timeout_s) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as exc:
             raw_error = exc.read() if exc.fp is not None else b""
@@ -236,6 +263,15 @@ class OpenAIClient:
         if not isinstance(data, list):
             return None
         return [str(m.get("id")) for m in data if isinstance(m, dict)]
+
+
+def _usage_tokens(answer: dict[str, Any]) -> int | None:
+    """The completion tokens the server reports in `usage`; None when it reports none (or nonsense)."""
+    usage = answer.get("usage")
+    value = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        return None
+    return int(value)
 
 
 def _retryable(status: int) -> bool:
@@ -349,11 +385,13 @@ class OpenAIBackend(InferenceBackend):
             return GenerationOutput.failure(f"{self.model_name}: {exc}")
         choice = answer["choices"][0]
         text = (choice.get("message") or {}).get("content") or ""
-        usage = answer.get("usage") or {}
+        counted = _usage_tokens(answer)
         with self._lock:
-            self.completion_tokens += int(usage.get("completion_tokens") or 0)
+            self.completion_tokens += counted or 0
         reason = "length" if choice.get("finish_reason") == "length" else "stop"
-        return GenerationOutput(text=str(text), token_ids=[], logprobs=[], finish_reason=reason)
+        return GenerationOutput(
+            text=str(text), token_ids=[], logprobs=[], finish_reason=reason, completion_tokens=counted
+        )
 
     def stats(self) -> dict[str, float]:
         """The base figures plus the API's: retries and completion tokens reported by the server."""

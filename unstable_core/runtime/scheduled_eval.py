@@ -64,8 +64,10 @@ def pair_key(env_id: str, opponent: str) -> str:
 
 
 def summarise(uid: str, results: list[GameResult]) -> dict[str, float]:
-    """Per (env, opponent) of checkpoint `uid`'s games: win rate (draw = 1/2) with its Wilson interval,
-    W/D/L, games, failed games, mean score, invalid-move and format rates per step with intervals."""
+    """Per (env, opponent) of checkpoint `uid`'s games: W/D/L, games, failed games; `win_rate` = W / n and
+    `score` = (W + D/2) / n, each with its Wilson interval (`_lo`, `_hi`; for the score, with its half
+    counts, a conservative bound); `mean_reward` (mean final reward); invalid-move and format rates per
+    step with intervals."""
     groups: dict[str, list[GameResult]] = {}
     for r in results:
         opponents = {m for m in r.info.models.values() if m != uid}
@@ -74,13 +76,13 @@ def summarise(uid: str, results: list[GameResult]) -> dict[str, float]:
     for key, games in sorted(groups.items()):
         finished = [g for g in games if not g.info.failed]
         wins = draws = losses = steps = invalid = formatted = 0
-        score = 0.0
+        reward = 0.0
         for g in finished:
             mine_pids = [p for p, m in g.info.models.items() if m == uid]
             mine = max(g.info.final_rewards[p] for p in mine_pids)
             theirs = max(r for p, r in g.info.final_rewards.items() if p not in mine_pids)
             wins, draws, losses = wins + (mine > theirs), draws + (mine == theirs), losses + (mine < theirs)
-            score += sum(g.info.final_rewards[p] for p in mine_pids) / len(mine_pids)
+            reward += sum(g.info.final_rewards[p] for p in mine_pids) / len(mine_pids)
             for s in (s for t in g.trajectories if t.model_uid == uid for s in t.steps):
                 steps, invalid, formatted = steps + 1, invalid + s.invalid_move, formatted + s.format_ok
         out.update(
@@ -94,9 +96,10 @@ def summarise(uid: str, results: list[GameResult]) -> dict[str, float]:
             }
         )
         if finished:
-            out[f"{key}/score"] = score / len(finished)
+            out[f"{key}/mean_reward"] = reward / len(finished)
         for name, rate in (
-            ("win_rate", Rate(wins + draws / 2, len(finished))),
+            ("win_rate", Rate(wins, len(finished))),
+            ("score", Rate(wins + draws / 2, len(finished))),
             ("invalid_move_rate", Rate(invalid, steps)),
             ("format_rate", Rate(formatted, steps)),
         ):
@@ -126,7 +129,7 @@ def eval_panels(
         n = max(int(r.get(f"{key}/games", 0)) for r in records if f"{key}/games" in r)
         panels.append(
             (
-                f"win rate vs {opp}\n{env}\n(eval, {n} games)",
+                f"win rate (W/n) vs {opp}\n{env}\n(eval, {n} games)",
                 [p[0] for p in pts],
                 [p[1] for p in pts],
                 [p[2] for p in pts],
@@ -140,12 +143,13 @@ def _pairs(metrics: dict[str, float]) -> list[str]:
     return sorted({k.rsplit("/", 1)[0] for k in metrics if k.endswith("/games")})
 
 
-def _win_text(metrics: dict[str, float], key: str) -> str:
+def _win_text(metrics: dict[str, float], key: str, with_score: bool = True) -> str:
     wdl = "/".join(str(int(metrics[f"{key}/{x}"])) for x in ("wins", "draws", "losses"))
     if f"{key}/win_rate" not in metrics:
         return f"- (n=0, failed {int(metrics[f'{key}/failed'])})"
     lo, hi = metrics[f"{key}/win_rate_lo"], metrics[f"{key}/win_rate_hi"]
-    return f"{metrics[f'{key}/win_rate']:.3f} [{lo:.3f}, {hi:.3f}] {wdl} (n={int(metrics[f'{key}/games'])})"
+    score = f", score {metrics[f'{key}/score']:.3f}" if with_score and f"{key}/score" in metrics else ""
+    return f"{metrics[f'{key}/win_rate']:.3f} [{lo:.3f}, {hi:.3f}] {wdl} (n={int(metrics[f'{key}/games'])}{score})"
 
 
 def last_eval_lines(evals: dict[int, dict[str, float]]) -> list[tuple[str, str]]:
@@ -163,26 +167,29 @@ def evals_table(evals: dict[int, dict[str, float]]) -> Any:
     """Every scheduled evaluation of a run as a rich table (a row per checkpoint and env/opponent)."""
     from rich.table import Table
 
-    table = Table(title="Scheduled evaluation (95% Wilson intervals; a draw counts 1/2)")
+    table = Table(title="Scheduled evaluation (95% Wilson intervals; win rate = W/n, score = (W + D/2)/n)")
     for col in (
         "checkpoint",
         "env / opponent",
         "win rate [95%] W/D/L (n)",
+        "score [95%]",
         "invalid-move rate",
         "format rate",
-        "score",
+        "mean reward",
     ):
         table.add_column(col)
     for version in sorted(evals):
         m = evals[version]
         for key in _pairs(m):
             rates = []
-            for name in ("invalid_move_rate", "format_rate"):
+            for name in ("score", "invalid_move_rate", "format_rate"):
                 rates.append(
                     f"{m[f'{key}/{name}']:.3f} [{m[f'{key}/{name}_lo']:.3f}, {m[f'{key}/{name}_hi']:.3f}]"
-                    if f"{key}/{name}" in m
+                    if f"{key}/{name}_lo" in m
                     else "-"
                 )
-            score = f"{m[f'{key}/score']:.3f}" if f"{key}/score" in m else "-"
-            table.add_row(f"ckpt-{version}", key[len("eval/") :], _win_text(m, key), *rates, score)
+            reward = f"{m[f'{key}/mean_reward']:.3f}" if f"{key}/mean_reward" in m else "-"
+            table.add_row(
+                f"ckpt-{version}", key[len("eval/") :], _win_text(m, key, with_score=False), *rates, reward
+            )
     return table

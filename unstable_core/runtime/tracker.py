@@ -79,8 +79,9 @@ class Tracker:
                 sum(len(s.completion_ids) for s in steps) / len(steps)
             )
         outcome = learner_outcome(info)
-        if outcome is not None:
-            self._window[f"{key}/win_rate"].append(outcome)
+        if outcome is not None:  # win rate W/n; score (W + D/2)/n
+            self._window[f"{key}/win_rate"].append(float(outcome == 1.0))
+            self._window[f"{key}/score"].append(outcome)
         if len(self._pending) >= 64 or time.time() - self._last_flush > 2.0:
             self.flush()
 
