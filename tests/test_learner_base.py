@@ -447,3 +447,73 @@ def test_checkpointing_switches_recompute_layers_without_changing_gradients(tiny
         grads[on] = _grads_at_step(lrn, BATCH)
     for a, b in zip(grads[True], grads[False], strict=True):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-8)
+
+
+def soft_capped_model(folder) -> str:
+    """A tiny random Gemma 2 (SmolLM2's tokenizer) whose logits are soft-capped at 0.5."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    from unstable_core.models import DEFAULT_MODEL, load_tokenizer
+
+    tok = load_tokenizer(DEFAULT_MODEL)
+    tok.save_pretrained(folder)
+    torch.manual_seed(0)
+    config = Gemma2Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        final_logit_softcapping=0.5,
+        tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    model = Gemma2ForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(50.0)  # logits of several units, which the cap squeezes into +-0.5
+    model.save_pretrained(folder)
+    return str(folder)
+
+
+def test_soft_capped_logits_are_not_recomputed_from_the_head(tmp_path):
+    """A model that soft-caps its logits (Gemma 2) is trained on its own logits: recomputing the head from
+    the hidden state would skip the cap and read as an off-policy gap."""
+    from transformers import AutoModelForCausalLM
+
+    from unstable_core.models import plain_linear_head
+
+    path = soft_capped_model(tmp_path / "gemma2")
+    assert not plain_linear_head(AutoModelForCausalLM.from_pretrained(path))
+    lrn = SumLogprobLearner(path, device="cpu", run_dir=tmp_path / "run", temperature=0.7)
+    lrn.initialize_algorithm()
+    tokens = lrn.collate([make_step([1, 2, 3, 4], [5, 6, 7]), make_step([1, 2], [8, 9, 10, 11, 12])])
+    with torch.no_grad():
+        got = lrn.policy_logprobs(tokens)
+        full = lrn.completion_logprobs(lrn.policy_logits(tokens), tokens)
+        uncapped = lrn.model.get_base_model().lm_head(
+            lrn.model.get_base_model().get_decoder()(input_ids=tokens.input_ids).last_hidden_state
+        )
+    assert torch.allclose(got, full, atol=1e-5)
+    assert not torch.allclose(full, lrn.completion_logprobs(uncapped, tokens), atol=1e-2)
+
+
+def test_plain_llama_head_is_recomputed_in_fp32(tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    from unstable_core.models import plain_linear_head
+
+    assert plain_linear_head(AutoModelForCausalLM.from_pretrained(tiny_model))
+
+
+def test_a_bf16_backend_samples_soft_capped_logits_as_the_learner_trains_them(tmp_path):
+    """The bf16 backend's float32 head is skipped for a soft-capping model too: behaviour and learner
+    log-probs agree (without the cap on the backend's side they differ by far more)."""
+    path = soft_capped_model(tmp_path / "gemma2")
+    steps = sampled_steps(path, temperature=0.7, dtype=torch.bfloat16)
+    lrn = SumLogprobLearner(path, device="cpu", run_dir=tmp_path / "run", temperature=0.7)
+    lrn.initialize_algorithm()
+    assert lrn.update(steps)["off_policy/max_abs_log_ratio"] < 0.05

@@ -135,3 +135,30 @@ def load_causal_lm(name: str, device: str | None = None, dtype: Any = None) -> A
             f"could not load model {name!r}: {exc}. Use a local folder, a reachable hub id, or the alias {DEFAULT_MODEL!r}"
         ) from exc
     return model.to(device).eval()
+
+
+# Config keys of architectures whose logits are more than the head's Linear: soft-capping (Gemma 2/3),
+# scaling (Cohere, Granite, Falcon-H1, MiniCPM's width scaling, Phi-3-small's muP).
+LOGIT_POSTPROCESSING = (
+    "final_logit_softcapping",
+    "logit_scale",
+    "logits_scaling",
+    "lm_head_multiplier",
+    "dim_model_base",
+    "mup_width_multiplier",
+)
+
+
+def plain_linear_head(model: Any) -> bool:
+    """Whether the model's logits are exactly its output Linear applied to the last hidden state (no LoRA
+    wrapping the head, no soft-capping or scaling after it): only then may the head be recomputed in float32
+    from the hidden state, as the learner and the transformers backend do."""
+    import torch
+
+    if type(model.get_output_embeddings()) is not torch.nn.Linear:
+        return False
+    config = getattr(model, "config", None)
+    configs = [config, config.get_text_config()] if hasattr(config, "get_text_config") else [config]
+    return not any(
+        getattr(c, key, None) not in (None, 1, 1.0) for c in configs for key in LOGIT_POSTPROCESSING
+    )

@@ -27,7 +27,7 @@ from unstable_core.inference.base import (
 )
 from unstable_core.inference.peft_pool import BASE, PeftAdapterPool
 from unstable_core.inference.sampling import sample_tokens
-from unstable_core.models import load_causal_lm, load_tokenizer
+from unstable_core.models import load_causal_lm, load_tokenizer, plain_linear_head
 
 
 @attrs.define
@@ -146,8 +146,9 @@ class TransformersBackend(InferenceBackend):
     def _decode(self, rows: list[_Row]) -> list[_Row]:
         """Sample every row to EOS or its budget, in one left-padded batch over a shared KV cache."""
         model = self._pool.model
-        # an adapter with a LoRA on lm_head wraps the head: then the model's own logits, cast to float32
-        fp32_head = self._fp32_head and type(self._pool.base_model.get_output_embeddings()) is torch.nn.Linear
+        # an adapter with a LoRA on lm_head wraps the head, and some models cap or scale their logits: then
+        # the model's own logits, cast to float32
+        fp32_head = self._fp32_head and plain_linear_head(self._pool.base_model)
         longest = max(len(r.request.prompt_ids) for r in rows)
         input_ids = torch.full((len(rows), longest), self.pad_id, dtype=torch.long)  # [B, T]
         attention = torch.zeros((len(rows), longest), dtype=torch.long)  # [B, T], 0 on the left padding

@@ -27,6 +27,7 @@ from unstable_core.learners.checkpoint import (
 )
 from unstable_core.learners.lora import make_lora_config, present_target_modules, resolve_lora_cfg
 from unstable_core.learners.off_policy import OffPolicyStats, importance_weights
+from unstable_core.models import plain_linear_head
 from unstable_core.types import Step
 
 POLICY_ADAPTER = "default"  # peft's name for the adapter saved at a checkpoint folder's root
@@ -248,14 +249,13 @@ class BaseLearner:
     def policy_logprobs(self, batch: TokenBatch, entropy: bool = False) -> Any:
         """[B, T-1] log pi_T(y_t | x, y_<t) of the sampled completion tokens, 0 elsewhere: the policy tempered
         like the sampler (logits / T), its LM head and log-softmax in float32, only at completion positions.
-        A head that is more than a plain Linear (a LoRA on lm_head) runs as the model runs it, on all positions.
+        A head that is more than a plain Linear (a LoRA on lm_head, soft-capped or scaled logits) runs as the
+        model runs it, on all positions.
         With `entropy`, also the tempered policy's entropy at those positions: a pair of [B, T-1] tensors."""
-        import torch
-
         base = self.model.get_base_model()
-        head = base.get_output_embeddings()
-        if type(head) is not torch.nn.Linear:
+        if not plain_linear_head(base):
             return self.completion_logprobs(self.policy_logits(batch), batch, entropy)
+        head = base.get_output_embeddings()
         hidden = base.get_decoder()(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
         ).last_hidden_state  # [B, T, H]
