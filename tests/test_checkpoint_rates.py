@@ -90,3 +90,20 @@ def test_compare_quarters_tests_the_strict_win_rate_and_keeps_the_score(tmp_path
     assert test.method == "fisher" and not any(name.startswith("score") for name in cmp.tests)
     assert (cmp.first.score("base").rate, cmp.last.score("base").rate) == (0.5, 0.75)
     assert cmp.to_dict()["last"]["score"]["base"]["k"] == 6
+
+
+def test_step_rates_are_tested_clustered_by_game_seat(tmp_path):
+    """Each seat's moves in a game form one cluster: every invalid move of the first versions sits in the
+    same few seats, so the evidence is that of those seats, not of every move."""
+    games = []
+    for v in range(8):
+        for i in range(10):
+            bad = v < 2 and i < 3  # 3 seats of 4 moves, all invalid, per early version
+            steps = [(0, v, bad, True)] * 4
+            games.append(game({0: f"ckpt-{v}", 1: f"ckpt-{v}"}, {0: 0, 1: 0}, steps))
+    rates = rates_by_version(write(tmp_path, games))
+    assert rates[0].seats[:4] == [(4, 4, 4)] * 3 + [(4, 0, 4)]
+    cmp = compare_quarters(rates)
+    test = cmp.tests["invalid_move_rate"]
+    assert test.method == "cluster-z" and (test.first.k, test.first.n) == (24, 80)
+    assert test.p_value > 0.001  # as plain trials, 24 of 80 against 0 of 80 would read p < 1e-7

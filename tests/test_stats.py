@@ -60,3 +60,36 @@ def test_small_counts_use_fisher_not_the_normal():
     assert halves.method == "none" and halves.p_text == "too few to test"
     # large counts keep the z-test
     assert two_proportion_test(Rate(105, 148), Rate(27, 63)).method == "z"
+
+
+def test_clustered_test_by_hand():
+    """Seats of 2 moves: first 15 of 30 (clusters 1, 0, 2 five times), second 5 of 40 (0, 0, 1, 0 five
+    times). V1 = 15/14 * 10 / 30^2, V2 = 20/19 * 3.75 / 40^2, z = (0.125 - 0.5) / sqrt(V1 + V2)."""
+    from unstable_core.stats import clustered_two_proportion_test
+
+    first = [(1, 2), (0, 2), (2, 2)] * 5
+    second = [(0, 2), (0, 2), (1, 2), (0, 2)] * 5
+    cmp = clustered_two_proportion_test(first, second)
+    assert cmp.method == "cluster-z" and (cmp.first.k, cmp.first.n, cmp.second.k, cmp.second.n) == (
+        15,
+        30,
+        5,
+        40,
+    )
+    assert cmp.z == pytest.approx(-3.12805, abs=1e-4)
+    assert cmp.p_value == pytest.approx(0.0017603, rel=1e-3)
+    assert "clustered" in cmp.p_text
+
+
+def test_correlated_moves_are_weaker_evidence_than_independent_ones():
+    """All-or-nothing seats (every move of a seat alike) carry the evidence of one trial each, not of n."""
+    from unstable_core.stats import clustered_two_proportion_test
+
+    first = [(4, 4)] * 6 + [(0, 4)] * 6  # 24 of 48, in 12 seats
+    second = [(4, 4)] * 2 + [(0, 4)] * 10  # 8 of 48
+    clustered = clustered_two_proportion_test(first, second)
+    plain = two_proportion_test(clustered.first, clustered.second)
+    assert plain.p_value < 0.001 < clustered.p_value
+    # one move per seat: the clustered test is the unpooled z-test (up to the G / (G - 1) correction)
+    single = clustered_two_proportion_test([(1, 1)] * 20 + [(0, 1)] * 20, [(1, 1)] * 5 + [(0, 1)] * 35)
+    assert single.method == "cluster-z" and single.p_value < 0.001

@@ -4,7 +4,8 @@ For each policy version: the invalid-move and format rates of its training steps
 each fixed opponent (eval games, or training games against a fixed model) its win rate W / n and its score
 (W + D/2) / n, each a `Rate` with its Wilson interval (for the score, with its half counts, a conservative
 bound). `compare_quarters` pools the first and the last quarter of the versions and tests the change of each
-rate (the strict win rate, not the score).
+rate (the strict win rate, not the score); the per-step rates with a test clustered by game and seat, since
+the moves of one seat in one game are not independent trials.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import attrs
 
 from unstable_core.io import read_jsonl
-from unstable_core.stats import Comparison, Rate, two_proportion_test
+from unstable_core.stats import Comparison, Rate, clustered_two_proportion_test, two_proportion_test
 
 CKPT_PREFIX = "ckpt-"
 
@@ -31,6 +32,7 @@ class VersionRates:
     wins: dict[str, int] = attrs.field(factory=dict)  # opponent -> wins
     games: dict[str, int] = attrs.field(factory=dict)  # opponent -> games
     draws: dict[str, int] = attrs.field(factory=dict)  # opponent -> draws
+    seats: list[tuple[int, int, int]] = attrs.field(factory=list)  # (steps, invalid, formatted) per game seat
 
     @property
     def invalid_rate(self) -> Rate:
@@ -58,6 +60,7 @@ class VersionRates:
         self.steps += other.steps
         self.invalid += other.invalid
         self.formatted += other.formatted
+        self.seats += other.seats
         for opp, n in other.games.items():
             self.games[opp] = self.games.get(opp, 0) + n
             self.wins[opp] = self.wins.get(opp, 0) + other.wins.get(opp, 0)
@@ -111,11 +114,18 @@ def rates_from_games(games: list[dict[str, Any]]) -> dict[int, VersionRates]:
             for traj in game["trajectories"]:
                 if not traj.get("collect_data"):
                     continue
+                seat: dict[int, list[int]] = {}  # version -> [steps, invalid, formatted] of this game seat
                 for s in traj["steps"]:
-                    v = at(s["policy_version"])
-                    v.steps += 1
-                    v.invalid += bool(s["invalid_move"])
-                    v.formatted += bool(s["format_ok"])
+                    counts = seat.setdefault(s["policy_version"], [0, 0, 0])
+                    counts[0] += 1
+                    counts[1] += bool(s["invalid_move"])
+                    counts[2] += bool(s["format_ok"])
+                for version, (steps, invalid, formatted) in seat.items():
+                    v = at(version)
+                    v.steps += steps
+                    v.invalid += invalid
+                    v.formatted += formatted
+                    v.seats.append((steps, invalid, formatted))
         models = {int(pid): uid for pid, uid in info.get("models", {}).items()}
         rewards = {int(pid): r for pid, r in info.get("final_rewards", {}).items()}
         checkpoints = {pid: _version_of(uid) for pid, uid in models.items() if _version_of(uid) is not None}
@@ -168,8 +178,12 @@ def compare_quarters(rates: dict[int, VersionRates]) -> QuarterComparison | None
     q = max(1, len(versions) // 4)
     first, last = pool(rates, versions[:q]), pool(rates, versions[-q:])
     tests = {
-        "invalid_move_rate": two_proportion_test(first.invalid_rate, last.invalid_rate),
-        "format_rate": two_proportion_test(first.format_rate, last.format_rate),
+        "invalid_move_rate": clustered_two_proportion_test(
+            [(i, n) for n, i, _ in first.seats], [(i, n) for n, i, _ in last.seats]
+        ),
+        "format_rate": clustered_two_proportion_test(
+            [(f, n) for n, _, f in first.seats], [(f, n) for n, _, f in last.seats]
+        ),
     }
     for opp in sorted(set(first.games) | set(last.games)):
         tests[f"win_rate_vs_{opp}"] = two_proportion_test(first.win_rate(opp), last.win_rate(opp))

@@ -1,4 +1,5 @@
-"""Rates with their uncertainty: Wilson 95% intervals, the two-proportion z-test and Fisher's exact test.
+"""Rates with their uncertainty: Wilson 95% intervals, the two-proportion z-test (also with clustered data)
+and Fisher's exact test.
 
 Every rate the project reports (invalid moves, format, wins) comes with its count and an interval, and a
 claim that a rate changed comes with a test, so that 2 games never read as "win rate 1.000".
@@ -7,6 +8,7 @@ claim that a rate changed comes with a test, so that 2 games never read as "win 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import attrs
 
@@ -59,14 +61,15 @@ class Comparison:
     second: Rate
     z: float
     p_value: float
-    method: str = "z"  # "z", "fisher" (small counts) or "none" (too few to test)
+    method: str = "z"  # "z", "cluster-z" (clustered trials), "fisher" (small counts) or "none" (too few)
 
     @property
     def p_text(self) -> str:
         """The p-value as people read it, with the test when it is not the z-test."""
         if self.method == "none":
             return "too few to test"
-        return f"p = {self.p_value:.2g}" + (" (Fisher exact)" if self.method == "fisher" else "")
+        note = {"fisher": " (Fisher exact)", "cluster-z": " (clustered by game)"}.get(self.method, "")
+        return f"p = {self.p_value:.2g}{note}"
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -114,3 +117,31 @@ def two_proportion_test(first: Rate, second: Rate) -> Comparison:
         p = fisher_exact(int(first.k), n1, int(second.k), n2)
         return Comparison(first, second, z, p, method="fisher")
     return Comparison(first, second, z, float("nan"), method="none")
+
+
+def _clustered_variance(clusters: Sequence[tuple[int, int]]) -> float:
+    """Cluster-robust variance of p = sum k / sum n over clusters (k_g, n_g), with the G / (G - 1) correction:
+    G / (G - 1) * sum_g (k_g - p n_g)^2 / (sum n)^2."""
+    n = sum(c[1] for c in clusters)
+    p = sum(c[0] for c in clusters) / n
+    g = len(clusters)
+    return g / (g - 1) * sum((k - p * m) ** 2 for k, m in clusters) / n**2
+
+
+def clustered_two_proportion_test(
+    first: Sequence[tuple[int, int]], second: Sequence[tuple[int, int]]
+) -> Comparison:
+    """Two rates of trials that come in clusters (k_g successes of n_g, e.g. the moves of one seat in one
+    game, which are not independent): z = (p2 - p1) / sqrt(V1 + V2) with cluster-robust variances, so that
+    correlated moves do not pass for independent evidence. Falls back to `two_proportion_test` (and its
+    Fisher rule for small counts) with fewer than 2 clusters on a side, no spread, or a cell expecting < 5."""
+    a = Rate(sum(c[0] for c in first), sum(c[1] for c in first))
+    b = Rate(sum(c[0] for c in second), sum(c[1] for c in second))
+    plain = two_proportion_test(a, b)
+    if plain.method != "z" or len(first) < 2 or len(second) < 2:
+        return plain
+    variance = _clustered_variance(first) + _clustered_variance(second)
+    if variance <= 0:
+        return plain
+    z = (b.rate - a.rate) / math.sqrt(variance)
+    return Comparison(a, b, z, math.erfc(abs(z) / math.sqrt(2)), method="cluster-z")
