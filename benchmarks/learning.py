@@ -85,24 +85,30 @@ def train(args: argparse.Namespace, learner: str) -> Path:
     )
     deadline = time.time() + 60 * args.minutes
     shown = [-1]
+    step_times: list[float] = []  # when each learner step was first seen
 
     def check(snap: dict) -> None:
         step = snap.get("learner_step", 0)
         if step != shown[0]:  # one line per learner step
             shown[0] = step
+            step_times.append(time.time())
             games = snap.get("counts", {}).get("train_games", 0)
             print(
                 f"{learner}: step {step}, {games} training games, {snap.get('elapsed_s', 0):.0f} s",
                 flush=True,
             )
-        if time.time() > deadline:
+        # stop early enough that the step in progress still ends within the budget
+        longest = max((b - a for a, b in zip(step_times[1:], step_times[2:], strict=False)), default=0.0)
+        if time.time() + longest > deadline:
             raise _Budget
 
     run.start()
     try:
         run.wait(on_progress=check, poll_s=5.0)
     except _Budget:
-        print(f"\n{learner}: {args.minutes} minutes spent; stopping after the update in progress")
+        print(
+            f"\n{learner}: budget of {args.minutes} minutes nearly spent; stopping after the update in progress"
+        )
         run.stop()
     return run.run_dir
 
