@@ -127,3 +127,14 @@ def attrs_evolve(step, **changes):
     import attrs
 
     return attrs.evolve(step, **changes)
+
+
+def test_a_non_finite_number_in_a_game_is_null_in_games_jsonl_and_counted(tmp_path):
+    game = _game()
+    game.info.duration_s = float("inf")
+    tracker = Tracker(tmp_path, [JSONLTracker(tmp_path, "r")])
+    tracker.add_game(game)
+    line = (tmp_path / "games" / "games.jsonl").read_text().splitlines()[0]
+    assert strict_loads(line)["info"]["duration_s"] is None
+    tracker.log_learner({"loss": 0.5}, step=1)
+    assert read_jsonl(tmp_path / "metrics.jsonl")[0]["counts/nonfinite_values"] == 1

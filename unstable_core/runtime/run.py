@@ -586,11 +586,7 @@ class Run:
         for c in self.actors.get("collectors", []):
             c.stop.remote()
         ray.wait(self._collect_refs, num_returns=len(self._collect_refs), timeout=60)
-        try:
-            snap = self.progress()
-            ray.get([self.actors["tracker"].close.remote(), self.actors["registry"].flush.remote()])
-        except Exception as exc:  # keep going: shutting down matters more than the last numbers
-            snap = {"error": str(exc)}
+        snap = self._close_files()
         self.summary = {"run_dir": str(self.run_dir), "elapsed_s": time.time() - self.started_at, **snap}
         self.actors.clear()
         if self._owns_ray:
@@ -602,6 +598,31 @@ class Run:
         except Exception as exc:  # a picture is not worth losing the summary
             self.summary["plots_error"] = str(exc)
         return self.summary
+
+    def _close_files(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Flush the tracker's and the registry's files, each on its own with a time limit (a dead or hung
+        actor must not keep the other's data from the disk); then their last numbers, as far as they
+        answer (`stop_errors` says which did not)."""
+        import ray
+
+        errors: list[str] = []
+
+        def ask(key: str, method: str) -> Any:
+            try:
+                return ray.get(getattr(self.actors[key], method).remote(), timeout=timeout_s)
+            except Exception as exc:  # keep going: shutting down matters more than the last numbers
+                errors.append(f"{key}.{method}: {describe(exc)}")
+                return None
+
+        ask("tracker", "close")
+        ask("registry", "flush")
+        snap = ask("tracker", "snapshot") or {}
+        registry = ask("registry", "to_dict")
+        if registry is not None:
+            snap["registry"] = registry
+        if errors:
+            snap["stop_errors"] = errors
+        return snap
 
     def abort(self) -> dict[str, Any]:
         """Stop at once: shut the local Ray cluster down without waiting for the update in progress
