@@ -2,13 +2,20 @@
 flushes each actor on its own, and the run's liveness checks name the actor that died or did not answer
 (real Ray actors)."""
 
+import asyncio
 import json
+import os
+import signal
+import time
 
 import pytest
 import ray
 
 from unstable_core.config import RunConfig
+from unstable_core.errors import RunStopped, UnstableError
 from unstable_core.io import read_jsonl
+from unstable_core.runtime.collector import Collector
+from unstable_core.runtime.liveness import ActorDied, ActorHung, InferenceWatch, check_answers
 from unstable_core.runtime.registry_host import RegistryHost
 from unstable_core.runtime.run import Run, _TrackerActor
 from unstable_core.runtime.tracker import Tracker
@@ -81,3 +88,117 @@ def test_stop_closes_the_tracker_when_the_registry_is_dead(ray_session, tiny_mod
     assert summary["counts"]["train_games"] == 1  # the tracker still answered
     assert len(read_jsonl(run.run_dir / "games" / "games.jsonl")) == 1
     assert "registry" not in summary and any(e.startswith("registry.flush: ") for e in summary["stop_errors"])
+
+
+class Answering:
+    """A stand-in actor: answers `pid` and `ping` (an inference actor's liveness questions), or hangs, or
+    fails to start."""
+
+    def __init__(self, fail: str | None = None) -> None:
+        if fail:
+            raise UnstableError(fail)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    async def ping(self) -> str:
+        return "pong"
+
+    def hang(self) -> None:
+        time.sleep(3600)
+
+
+def answering(**options):
+    return ray.remote(Answering).options(num_cpus=0, **options)
+
+
+def test_check_answers_names_the_actor_that_died_or_did_not_answer(ray_session):
+    alive, dead, stuck = answering().remote(), answering().remote(), answering(max_concurrency=2).remote()
+    ray.get([alive.pid.remote(), dead.pid.remote(), stuck.pid.remote()])
+    ray.kill(dead, no_restart=True)
+    with pytest.raises(ActorDied, match=r"^the collector-1: its process died$"):
+        check_answers({"the tracker": alive.pid.remote(), "the collector-1": dead.pid.remote()})
+    stuck.hang.remote()
+    with pytest.raises(ActorHung) as hung:
+        check_answers(
+            {"the tracker": alive.pid.remote(), "the collector-0": stuck.hang.remote()}, timeout_s=1
+        )
+    assert (hung.value.who, hung.value.what) == ("the collector-0", "actor did not answer within 1 s")
+    ray.kill(stuck)
+
+
+def test_an_actor_that_failed_to_start_shows_its_error(ray_session):
+    broken = answering().remote(fail="checkpoint step-3 is corrupt")
+    with pytest.raises(ActorDied, match=r"^the learner: it failed to start: checkpoint step-3 is corrupt$"):
+        check_answers({"the learner": broken.pid.remote()})
+
+
+def test_a_hung_actor_stops_the_run_saying_it_did_not_answer(ray_session, tiny_model, tmp_path):
+    """Before: 'an actor actor died (GetTimeoutError)'."""
+    run = started_run(tiny_model, tmp_path)
+    stopped = run._stop_after_death(ActorHung("the collector-0", 300))
+    assert isinstance(stopped, RunStopped)
+    assert str(stopped).startswith(
+        "the collector-0 actor did not answer within 300 s; the run stopped at its last complete checkpoint "
+        f"(step 0): continue it with `unstable run --resume {run.run_dir}`"
+    )
+    event = [r for r in read_jsonl(run.run_dir / "metrics.jsonl") if r.get("event")][-1]
+    assert (event["event"], event["actor"]) == ("actor_hung", "the collector-0")
+
+
+def poll_until(watch: InferenceWatch, done, timeout_s: float = 120.0) -> list:
+    """Poll `watch` every 0.2 s until `done(lines so far)`; the lines."""
+    lines: list = []
+    deadline = time.monotonic() + timeout_s
+    while not done(lines):
+        assert time.monotonic() < deadline, f"the watch saw no change: {lines}"
+        lines += watch.poll()
+        time.sleep(0.2)
+    return lines
+
+
+def test_inference_watch_reports_a_restart_and_stops_on_an_actor_dead_for_good(ray_session):
+    """Before: an inference actor that never came back left every game waiting 3 x 300 s, in silence."""
+    actor = answering(max_restarts=1).remote()
+    watch = InferenceWatch({"the inference-main-0": actor})
+    poll_until(watch, lambda _: watch.pids)
+    first = watch.pids["the inference-main-0"]
+    os.kill(first, signal.SIGKILL)
+    lines = poll_until(watch, bool)
+    second = watch.pids["the inference-main-0"]
+    assert lines == [
+        (
+            "the inference-main-0",
+            f"the inference-main-0 restarted (its process {first} died; now {second}): the games it was "
+            "playing are replayed",
+        )
+    ]
+    os.kill(second, signal.SIGKILL)  # no restart left
+    with pytest.raises(ActorDied) as died:
+        poll_until(watch, lambda _: False)
+    assert died.value.who == "the inference-main-0"
+    assert died.value.why == "its process died, and Ray could not restart it"
+
+
+def test_inference_watch_stops_on_an_actor_that_does_not_answer(ray_session):
+    actor = answering(max_concurrency=1).remote()
+    watch = InferenceWatch({"the inference-main-0": actor}, timeout_s=300)
+    poll_until(watch, lambda _: watch.pids)
+    actor.hang.remote()  # its one thread busy: the next question waits
+    assert watch.poll() == []
+    with pytest.raises(ActorHung, match="the inference-main-0: did not answer within 300 s"):
+        watch.poll(now=time.monotonic() + 301)
+    ray.kill(actor)
+
+
+def test_a_game_stops_waiting_for_an_inference_actor_dead_for_good(ray_session):
+    """Before: the collector pinged a dead actor for 300 s per replay (3 replays per game)."""
+    dead = answering().remote()
+    ray.get(dead.ping.remote())
+    ray.kill(dead, no_restart=True)
+    collector = Collector(
+        engines={"main": [dead]}, tokenizers={}, buffer=None, registry=None, tracker=None, scheduler=None,
+        params=None, restart_timeout_s=3600,
+    )  # fmt: skip
+    deadline = time.monotonic() + 3600
+    assert asyncio.run(collector._await_actors({"main"}, 1, 0, deadline)) is False

@@ -44,6 +44,12 @@ class InferenceActor:
         """'pong' once the backend is loaded: a liveness check."""
         return "pong"
 
+    async def pid(self) -> int:
+        """The actor's process id: a new one after Ray restarted it (the run reports restarts)."""
+        import os
+
+        return os.getpid()
+
     async def tokenizer_name(self) -> str:
         """What to pass to `unstable_core.models.load_tokenizer` to get this model's tokenizer."""
         return str(self.backend_kwargs["model"])

@@ -31,6 +31,12 @@ from unstable_core.preflight import (
 )
 from unstable_core.rewards import check_stage
 from unstable_core.runtime.cluster import start_ray
+from unstable_core.runtime.liveness import (
+    ActorDied,
+    InferenceWatch,
+    check_answers,
+    death_reason,
+)
 from unstable_core.runtime.placement import (
     Placement,
     PlacementError,
@@ -472,6 +478,8 @@ class Run:
         watched = list(self._collect_refs) if self._train_ref is not None else []
         shown: set[str] = set()
         who = "an actor"
+        names = self._actor_names()
+        inference = InferenceWatch({names[a._actor_id.hex()]: a for a in self._inference_actors()})
         try:
             while waiting:
                 done, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=poll_s)
@@ -484,6 +492,9 @@ class Run:
                     ray.get(ref)
                     raise ActorDied("a collector", "it stopped collecting")
                 self._check_alive()
+                for name, line in inference.poll():
+                    on_event(line)
+                    record_event(self.run_dir, "actor_restarted", actor=name)
                 snap = self.progress()
                 for entry in snap.get("failures", {}).get("errors", []):
                     if entry["error"] not in shown:
@@ -525,46 +536,54 @@ class Run:
             if on_progress:
                 on_progress(self.progress())
 
+    def _inference_actors(self) -> list[Any]:
+        return [a for pool in self.actors.get("engines", {}).values() for a in pool]
+
     def _actor_names(self) -> dict[str, str]:
-        """Actor id (hex) -> name, for every actor of the run."""
+        """Actor id (hex) -> name as the run's messages give it ('the learner', 'the inference-main-0')."""
         names = {}
         for key in ("tracker", "registry", "buffer", "learner"):
             if key in self.actors:
-                names[self.actors[key]._actor_id.hex()] = key
+                names[self.actors[key]._actor_id.hex()] = f"the {key}"
         for i, c in enumerate(self.actors.get("collectors", [])):
-            names[c._actor_id.hex()] = f"collector-{i}"
+            names[c._actor_id.hex()] = f"the collector-{i}"
+        for engine, pool in self.actors.get("engines", {}).items():
+            for i, a in enumerate(pool):
+                names[a._actor_id.hex()] = f"the inference-{engine}-{i}"
         return names
 
-    def _check_alive(self, timeout_s: float = 300.0) -> None:
-        """Ask every stateful actor a cheap question; a dead one raises RayActorError at once, a hung one
-        times out (generously: on a loaded 2-core machine a busy collector can take a minute to answer)."""
-        import ray
-
-        refs = [self.actors["tracker"].snapshot.remote(), self.actors["registry"].get_current_ckpt.remote()]
-        if "buffer" in self.actors:
-            refs.append(self.actors["buffer"].size.remote())
-        refs += [c.stats.remote() for c in self.actors.get("collectors", [])]
-        ray.get(refs, timeout=timeout_s)
+    def _check_alive(self) -> None:
+        """Ask every stateful actor a cheap question: a dead one raises ActorDied at once, one that does
+        not answer within ANSWER_TIMEOUT_S raises ActorHung (both name the actor)."""
+        names = self._actor_names()
+        asked = {
+            names[a._actor_id.hex()]: getattr(a, method).remote()
+            for key, method in (("tracker", "snapshot"), ("registry", "get_current_ckpt"), ("buffer", "size"))
+            if (a := self.actors.get(key)) is not None
+        }
+        asked.update({names[c._actor_id.hex()]: c.stats.remote() for c in self.actors.get("collectors", [])})
+        check_answers(asked)
 
     def _stop_after_death(self, exc: BaseException) -> RunStopped:
-        """An actor of the run died: stop the others (the last checkpoint stays complete), record it in
-        metrics.jsonl and return the one-line error that says how to continue."""
+        """An actor of the run died or hung: stop the others (the last checkpoint stays complete), record it
+        in metrics.jsonl and return the one-line error that says how to continue."""
         if isinstance(exc, ActorDied):
-            who, why = exc.who, exc.why
-        else:
+            who, what, event, why = exc.who, exc.what, exc.event, exc.why
+        else:  # a RayActorError from a call of the run's own (the learner's train, a collector's collect)
             actor_id = getattr(exc, "actor_id", None)
             who = self._actor_names().get(actor_id or "", "an actor")
-            if who != "an actor":
-                who = f"the {who}"
-            why = "its process died" if actor_id else type(exc).__name__
+            why = death_reason(exc) if actor_id else type(exc).__name__
+            what, event = f"actor died ({why})", "actor_died"
         try:
             self.stop(timeout_s=60.0)
         except Exception:  # the stop of a broken run must not hide why it broke
             self.abort()
         step = max(checkpoint_steps(self.run_dir), default=0)
-        record_event(self.run_dir, "actor_died", actor=who, reason=why, last_checkpoint_step=step)
+        record_event(self.run_dir, event, actor=who, reason=why, last_checkpoint_step=step)
+        fix = "fix that, then " if why.startswith("it failed to start") else ""
         return RunStopped(
-            f"{who} actor died ({why}); the run stopped at its last complete checkpoint (step {step}): "
+            f"{who} {what}; the run stopped at its last complete checkpoint (step {step}): "
+            + fix
             + RESUME_HINT.format(run_dir=self.run_dir)
         )
 
@@ -681,14 +700,6 @@ def _eval_like(spec, opponent: str):
         prompt_template=spec.prompt_template,
         fixed_opponent=opponent,
     )
-
-
-class ActorDied(Exception):
-    """An actor of the run is gone (`who`, `why`): the run stops and says how to resume."""
-
-    def __init__(self, who: str, why: str) -> None:
-        super().__init__(f"{who}: {why}")
-        self.who, self.why = who, why
 
 
 def build(config: RunConfig | None = None, resume: str | os.PathLike | None = None, **overrides: Any) -> Run:
