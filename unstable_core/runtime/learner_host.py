@@ -12,6 +12,7 @@ import ray
 
 from unstable_core.errors import UnstableError
 from unstable_core.runtime.failures import NonFiniteUpdates
+from unstable_core.runtime.liveness import ANSWER_TIMEOUT_S
 from unstable_core.runtime.resume import RUN_STATE
 
 
@@ -71,7 +72,8 @@ class LearnerHost:
         """What a resumed run needs beside the learner's own files: the registry before this checkpoint is
         added, the reward transforms' state, the collectors' samplers and RNG streams, this step's metrics."""
         registry, rewards = ray.get([self.registry.to_dict.remote(), self.buffer.state_dict.remote()])
-        collectors = ray.get([c.state_dict.remote() for c in self.collectors], timeout=60)
+        # as long as the run's liveness check waits: a busy collector on a loaded machine is slow to answer
+        collectors = ray.get([c.state_dict.remote() for c in self.collectors], timeout=ANSWER_TIMEOUT_S)
         return {
             "registry": registry,
             "rewards": rewards,
