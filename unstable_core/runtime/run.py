@@ -30,6 +30,7 @@ from unstable_core.preflight import (
     claim_run_dir,
 )
 from unstable_core.rewards import check_stage
+from unstable_core.run_lock import LOCK_NAME, RunLock
 from unstable_core.runtime.cluster import start_ray
 from unstable_core.runtime.liveness import (
     ActorDied,
@@ -148,6 +149,9 @@ class Run:
         # last, once every check passed: a refused run leaves no folder; an existing one is never touched
         # (but the one --resume continues)
         self.run_dir = self.resume_dir or claim_run_dir(cfg.runs_dir, cfg.run_name)
+        # before anything is written: one process per run directory (a second --resume, or a resume of a
+        # run that is still going, is refused naming the process)
+        self.lock = RunLock.acquire(self.run_dir)
         for _cls, kwargs in self.components.trackers:
             kwargs.update(run_dir=str(self.run_dir), run_name=self.run_dir.name)
         self.actors: dict[str, Any] = {}
@@ -276,8 +280,11 @@ class Run:
 
     def _drop_empty_run_dir(self) -> None:
         """A run that failed before writing anything leaves no folder behind."""
-        with contextlib.suppress(OSError):
-            self.run_dir.rmdir()  # only an empty directory
+        self.lock.release()
+        if [p.name for p in self.run_dir.iterdir()] == [LOCK_NAME]:
+            with contextlib.suppress(OSError):
+                (self.run_dir / LOCK_NAME).unlink()
+                self.run_dir.rmdir()  # only an empty directory
 
     def start(
         self,
@@ -575,11 +582,12 @@ class Run:
             why = death_reason(exc) if actor_id else type(exc).__name__
             what, event = f"actor died ({why})", "actor_died"
         try:
-            self.stop(timeout_s=60.0)
+            self.stop(timeout_s=60.0, release=False)
         except Exception:  # the stop of a broken run must not hide why it broke
-            self.abort()
+            self.abort(release=False)
         step = max(checkpoint_steps(self.run_dir), default=0)
         record_event(self.run_dir, event, actor=who, reason=why, last_checkpoint_step=step)
+        self.lock.release()
         fix = "fix that, then " if why.startswith("it failed to start") else ""
         return RunStopped(
             f"{who} {what}; the run stopped at its last complete checkpoint (step {step}): "
@@ -588,9 +596,17 @@ class Run:
         )
 
     # ---- stop
-    def stop(self, timeout_s: float = 300.0) -> dict[str, Any]:
+    def stop(self, timeout_s: float = 300.0, release: bool = True) -> dict[str, Any]:
         """Stop cleanly: the update in progress finishes (its checkpoint complete), games are cancelled,
-        files are flushed, the local Ray cluster is shut down. Returns the run's summary."""
+        files are flushed, the local Ray cluster is shut down; then (`release`) the run directory's lock
+        is let go. Returns the run's summary."""
+        try:
+            return self._stop(timeout_s)
+        finally:
+            if release:
+                self.lock.release()
+
+    def _stop(self, timeout_s: float) -> dict[str, Any]:
         import ray
 
         if not ray.is_initialized() or not self.actors:
@@ -643,7 +659,7 @@ class Run:
             snap["stop_errors"] = errors
         return snap
 
-    def abort(self) -> dict[str, Any]:
+    def abort(self, release: bool = True) -> dict[str, Any]:
         """Stop at once: shut the local Ray cluster down without waiting for the update in progress
         (checkpoints are written atomically, so the last complete one stays usable)."""
         import ray
@@ -651,6 +667,8 @@ class Run:
         self.actors.clear()
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
+        if release:
+            self.lock.release()
         self.summary = {"run_dir": str(self.run_dir), "aborted": True}
         return self.summary
 
