@@ -14,6 +14,7 @@ from unstable_core.errors import UnstableError
 from unstable_core.runtime.failures import NonFiniteUpdates
 from unstable_core.runtime.liveness import ANSWER_TIMEOUT_S
 from unstable_core.runtime.resume import RUN_STATE
+from unstable_core.test_hooks import pause_point
 
 
 class LearnerHost:
@@ -89,8 +90,10 @@ class LearnerHost:
             batch = self._next_batch()
             if batch is None:
                 break
+            pause_point(f"batch-{self.learner.step + 1}")
             started = time.time()
             metrics = dict(self.learner.update(batch))
+            pause_point(f"update-{self.learner.step}")
             give_up = self.nonfinite.observe(metrics)
             metrics.update(update_s=time.time() - started, batch_steps=len(batch))
             path = self.learner.save_checkpoint(extra_json={RUN_STATE: self.run_state(metrics)})

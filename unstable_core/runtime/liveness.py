@@ -12,6 +12,7 @@ from typing import Any
 # how long an actor may take to answer before it counts as hung: on a loaded 2-core machine a busy
 # collector took over a minute; an inference actor restarting must load its model within it
 ANSWER_TIMEOUT_S = 300.0
+FAILED_TO_START = "it failed to start: "
 
 
 class ActorDied(Exception):
@@ -26,6 +27,8 @@ class ActorDied(Exception):
     @property
     def what(self) -> str:
         """What happened to `who`, for the one line that stops the run."""
+        if self.why.startswith(FAILED_TO_START):
+            return f"actor failed to start ({self.why[len(FAILED_TO_START) :]})"
         return f"actor died ({self.why})"
 
 
@@ -50,7 +53,7 @@ def death_reason(exc: BaseException) -> str:
     text = str(getattr(exc, "error_msg", "") or exc).strip()
     last = text.splitlines()[-1].strip() if text else "unknown error"
     last = re.sub(r"^(?:[A-Za-z_]\w*\.)+(?=\w+: )", "", last)  # `pkg.mod.Error: x` -> `Error: x`
-    return f"it failed to start: {re.sub(r'^(UnstableError|ConfigError): ', '', last)}"
+    return FAILED_TO_START + re.sub(r"^(UnstableError|ConfigError): ", "", last)
 
 
 def check_answers(asked: dict[str, Any], timeout_s: float = ANSWER_TIMEOUT_S) -> None:

@@ -33,6 +33,7 @@ from unstable_core.rewards import check_stage
 from unstable_core.run_lock import LOCK_NAME, RunLock
 from unstable_core.runtime.cluster import start_ray
 from unstable_core.runtime.liveness import (
+    FAILED_TO_START,
     ActorDied,
     InferenceWatch,
     check_answers,
@@ -360,7 +361,11 @@ class Run:
                         buffer.set_policy_version.remote(point.step),
                     ]
                 )
-        if self.resume_dir is not None:  # with the reward state read back from the live buffer
+        if self.resume_dir is not None:  # with the ratings and reward state read back from the live actors
+            models = ray.get(registry.to_dict.remote())["models"]
+            resume_record["ratings_loaded"] = {
+                m["uid"]: {k: m[k] for k in ("mu", "sigma", "games")} for m in models
+            }
             if buffer is not None:
                 resume_record["rewards_loaded"] = ray.get(buffer.state_dict.remote())
             record_resume(self.run_dir, resume_record)
@@ -574,13 +579,11 @@ class Run:
     def _stop_after_death(self, exc: BaseException) -> RunStopped:
         """An actor of the run died or hung: stop the others (the last checkpoint stays complete), record it
         in metrics.jsonl and return the one-line error that says how to continue."""
-        if isinstance(exc, ActorDied):
-            who, what, event, why = exc.who, exc.what, exc.event, exc.why
-        else:  # a RayActorError from a call of the run's own (the learner's train, a collector's collect)
+        if not isinstance(exc, ActorDied):  # a Ray error of the run's own calls (the learner's train, ...)
             actor_id = getattr(exc, "actor_id", None)
             who = self._actor_names().get(actor_id or "", "an actor")
-            why = death_reason(exc) if actor_id else type(exc).__name__
-            what, event = f"actor died ({why})", "actor_died"
+            exc = ActorDied(who, death_reason(exc) if actor_id else type(exc).__name__)
+        who, what, event, why = exc.who, exc.what, exc.event, exc.why
         try:
             self.stop(timeout_s=60.0, release=False)
         except Exception:  # the stop of a broken run must not hide why it broke
@@ -588,7 +591,7 @@ class Run:
         step = max(checkpoint_steps(self.run_dir), default=0)
         record_event(self.run_dir, event, actor=who, reason=why, last_checkpoint_step=step)
         self.lock.release()
-        fix = "fix that, then " if why.startswith("it failed to start") else ""
+        fix = "fix that, then " if why.startswith(FAILED_TO_START) else ""
         return RunStopped(
             f"{who} {what}; the run stopped at its last complete checkpoint (step {step}): "
             + fix
