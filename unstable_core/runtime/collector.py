@@ -104,7 +104,7 @@ class Collector:
         self.restart_timeout_s = restart_timeout_s
         self.error_allowance = error_allowance
         self.running = False
-        self.counts = {"started": 0, "finished": 0, "failed": 0, "retries": 0}
+        self.counts = {"started": 0, "finished": 0, "failed": 0, "retries": 0, "recorded": 0}
         # scheduled evaluation (eval_plan): its games replace the trickle of evaluation games
         self.eval_plan = eval_plan
         self._eval_queue: deque[tuple[str, GameSpec]] = deque()
@@ -209,12 +209,15 @@ class Collector:
         return await self._finish(spec, registry, kind)
 
     async def _finish(self, spec: GameSpec, registry: ModelRegistry, kind: str) -> GameResult:
-        """Play `spec` and send its result on: tracker, ratings, and (training games only) the buffer."""
+        """Play `spec` and send its result on: tracker, ratings, and (training games only) the buffer. The
+        tracker first, and waited for: a game the run rates or learns from is in games.jsonl (when the
+        tracker is dead, the game goes nowhere and the run stops, as for a game in flight)."""
         result = await self.play(spec, registry)
         self.counts["failed" if result.info.failed else "finished"] += 1
         self.scheduler.env_sampler.update(result.info)
         self.scheduler.model_sampler.update(result.info)
-        self.tracker.add_game.remote(result)
+        await self.tracker.add_game.remote(result)
+        self.counts["recorded"] += 1
         if not result.info.failed:
             pids = sorted(result.info.final_rewards)
             self.registry.update_ratings.remote(
@@ -255,6 +258,8 @@ class Collector:
             registry = ModelRegistry.from_dict(await self.registry.to_dict.remote())
             result = await self._finish(spec, registry, "eval")
         except Exception as exc:  # counted as failed: the evaluation of the checkpoint still completes
+            if is_actor_failure(exc):  # but a dead tracker or registry stops the collection
+                raise
             log.error("scheduled evaluation game %d crashed: %r", spec.game_idx, exc)
             result = _failed(spec, f"{type(exc).__name__}: {exc}")
         done = self._eval_results[uid]
@@ -325,6 +330,8 @@ class Collector:
                         # not a game failure (those are results): a component (reward transform, buffer,
                         # registry) raised; the run stops with it instead of losing every game silently
                         self.counts["failed"] += 1
+                        if is_actor_failure(task.exception()):  # the run names the actor that died
+                            raise task.exception()
                         raise UnstableError(describe(task.exception())) from task.exception()
         finally:
             for task in inflight:
