@@ -164,6 +164,8 @@ def test_resume_refuses_an_option_that_changes_what_the_run_learns(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "learner is 'reinforce' in the run, 'a2c' given" in lines[0]
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.toml"]  # nothing written
+    proc = resume(run_dir, "--env", "Nim-v0-train", timeout=60)
+    assert proc.returncode == 2 and "drop --env or start a new run" in proc.stderr  # the flag, not train_envs
 
 
 def actor_pid(proc: subprocess.Popen, title: str, timeout: float = 240) -> int:
