@@ -79,6 +79,8 @@ def test_stop_flushes_the_registry_when_the_tracker_is_dead(ray_session, tiny_mo
     assert saved["ckpt-0"]["games"] == 1 and saved["ckpt-0"]["wins"] == 1
     assert summary["registry"]["current"] == "ckpt-0"
     assert any(e.startswith("tracker.close: ") for e in summary["stop_errors"])
+    stopped = [r for r in read_jsonl(run.run_dir / "metrics.jsonl") if r.get("event") == "stopped"]
+    assert len(stopped) == 1 and stopped[0]["games_recorded"] is None  # the tracker did not answer
 
 
 def test_stop_closes_the_tracker_when_the_registry_is_dead(ray_session, tiny_model, tmp_path):
@@ -88,6 +90,8 @@ def test_stop_closes_the_tracker_when_the_registry_is_dead(ray_session, tiny_mod
     assert summary["counts"]["train_games"] == 1  # the tracker still answered
     assert len(read_jsonl(run.run_dir / "games" / "games.jsonl")) == 1
     assert "registry" not in summary and any(e.startswith("registry.flush: ") for e in summary["stop_errors"])
+    (stopped,) = [r for r in read_jsonl(run.run_dir / "metrics.jsonl") if r.get("event") == "stopped"]
+    assert (stopped["index_base"], stopped["games_sent"], stopped["games_recorded"]) == (0, [], 1)
 
 
 class Answering:

@@ -161,6 +161,8 @@ class Run:
         self._owns_ray = False
         self.started_at = 0.0
         self.summary: dict[str, Any] = {}
+        self.index_base = 0  # the first game index of this process (a resumed run numbers after the recorded)
+        self._watch: InferenceWatch | None = None
 
     def preflight(self) -> None:
         """What can fail inside an actor, checked here before Ray starts: env ids, templates, models."""
@@ -315,11 +317,10 @@ class Run:
         except BaseException:
             self._drop_empty_run_dir()
             raise
-        index_base = 0
         if self.resume_dir is not None:
             self.resume_point = find_resume_point(self.run_dir)
             resume_record = prepare_logs(self.resume_point, self.run_dir, self.resume_changes)
-            index_base = resume_record["next_game_index"]
+            self.index_base = resume_record["next_game_index"]
         else:
             cfg.save(self.run_dir / "config.toml")
         point = self.resume_point
@@ -393,7 +394,7 @@ class Run:
                 seed=cfg.seed,
                 shard=shard,
                 num_shards=cfg.num_collectors,
-                index_base=index_base,
+                index_base=self.index_base,
             )
             saved = point.collector_state(shard) if point is not None else None
             if saved:
@@ -491,7 +492,9 @@ class Run:
         shown: set[str] = set()
         who = "an actor"
         names = self._actor_names()
-        inference = InferenceWatch({names[a._actor_id.hex()]: a for a in self._inference_actors()})
+        self._watch = inference = InferenceWatch(
+            {names[a._actor_id.hex()]: a for a in self._inference_actors()}
+        )
         try:
             while waiting:
                 done, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=poll_s)
@@ -640,27 +643,49 @@ class Run:
     def _close_files(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Flush the tracker's and the registry's files, each on its own with a time limit (a dead or hung
         actor must not keep the other's data from the disk); then their last numbers, as far as they
-        answer (`stop_errors` says which did not)."""
+        answer (`stop_errors` says which did not), and the `stopped` event in metrics.jsonl."""
         import ray
 
         errors: list[str] = []
 
-        def ask(key: str, method: str) -> Any:
+        def ask(name: str, actor: Any, method: str) -> Any:
             try:
-                return ray.get(getattr(self.actors[key], method).remote(), timeout=timeout_s)
+                return ray.get(getattr(actor, method).remote(), timeout=timeout_s)
             except Exception as exc:  # keep going: shutting down matters more than the last numbers
-                errors.append(f"{key}.{method}: {describe(exc)}")
+                errors.append(f"{name}.{method}: {describe(exc)}")
                 return None
 
-        ask("tracker", "close")
-        ask("registry", "flush")
-        snap = ask("tracker", "snapshot") or {}
-        registry = ask("registry", "to_dict")
-        if registry is not None:
-            snap["registry"] = registry
+        tracker, registry = self.actors["tracker"], self.actors["registry"]
+        ask("tracker", tracker, "close")
+        ask("registry", registry, "flush")
+        snap = ask("tracker", tracker, "snapshot") or {}
+        models = ask("registry", registry, "to_dict")
+        if models is not None:
+            snap["registry"] = models
+        collected = [
+            ask(f"collector-{i}", c, "stats") for i, c in enumerate(self.actors.get("collectors", []))
+        ]
+        self._record_stop(snap.get("counts"), collected)
         if errors:
             snap["stop_errors"] = errors
         return snap
+
+    def _record_stop(self, counts: dict[str, int] | None, collected: list[dict[str, int] | None]) -> None:
+        """This process's games and restarts, as a `stopped` event of metrics.jsonl: games each collector
+        had the tracker record (None: it did not answer), games the tracker recorded, games replayed and
+        inference actor restarts seen. Games numbered from `index_base` on are this process's, so a
+        check can compare what was played with what games.jsonl holds (benchmarks/faults.py)."""
+        record_event(
+            self.run_dir,
+            "stopped",
+            index_base=self.index_base,
+            games_sent=[None if c is None else c["recorded"] for c in collected],
+            games_recorded=None
+            if counts is None
+            else counts.get("train_games", 0) + counts.get("eval_games", 0),
+            inference_retries=None if counts is None else counts.get("inference_retries", 0),
+            inference_restarts=self._watch.restarts if self._watch is not None else 0,
+        )
 
     def abort(self, release: bool = True) -> dict[str, Any]:
         """Stop at once: shut the local Ray cluster down without waiting for the update in progress
