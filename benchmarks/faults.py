@@ -1,20 +1,26 @@
-"""Fault injection: kill a random actor of a run, resume it whenever it stops, check the run directory.
+"""Fault injection: kill actors of a run, resume it whenever it stops, check the run directory.
 
 A kill falls at a random moment 0-T s after each (re)start's first new checkpoint, so that every start
 makes progress and kills land during collection, updates and checkpoint writes alike.
 
-    python3 benchmarks/faults.py [--steps 6] [--every 20] [--kills 3] [--model smollm2-135m]
+    python3 benchmarks/faults.py [--steps 60] [--every 4] [--kills 6] [--kinds collector,learner]
 
 Without --model the run uses a tiny random-weight model (seconds per step on a CPU); `--model smollm2-135m`
-uses the embedded default. Each kill is a SIGKILL of one Ray actor's process, chosen at random among the
-collector, buffer, model registry, tracker, learner and inference actors. An inference actor is restarted by
-Ray (its games replayed); any other death stops the run with the line `unstable run --resume RUN_DIR`, and the
-benchmark then resumes it. A run that neither ends nor stops within --hang-s seconds of a kill is a hang.
+uses the embedded default. Each kill is a SIGKILL of one Ray actor's process; the kinds (collector, buffer,
+registry, tracker, learner, inference) are killed in a shuffled cycle, so --kills 6 kills each once. An
+inference actor is restarted by Ray (its games replayed); any other death stops the run with the line
+`unstable run --resume RUN_DIR`, and the benchmark then resumes it. Every wait has a limit: a run that
+makes no progress (no new checkpoint, no exit) for --hang-s seconds is a hang, killed and resumed.
 
-At the end it prints: actors killed (by kind), inference restarts, resumes, hangs, games duplicated (a game
-index recorded twice in games.jsonl), games lost (a games.jsonl line that does not parse: a game cut by a
-kill), learner steps duplicated or missing in metrics.jsonl, checkpoints intact (every step-1..N folder
-loadable), and whether the final step equals the steps asked for.
+At the end it prints: actors killed (by kind); inference restarts the runs saw and games they replayed;
+resumes; hangs; games lost, measured against what was played (each process's `stopped` event in
+metrics.jsonl says how many games each collector had the tracker record, which it waits for before a
+game's steps and rating go on; those of its game indices missing from games.jsonl are lost; a collector
+that was killed cannot say, and is counted apart; games in flight at a kill are played again, not lost);
+games duplicated
+(a game index recorded twice); cut lines in games.jsonl; learner steps duplicated or missing in
+metrics.jsonl; checkpoints intact (every step-1..N folder with its adapter and optimizer tensors loadable);
+whether the final step equals the steps asked for.
 """
 
 from __future__ import annotations
@@ -34,7 +40,14 @@ from pathlib import Path
 
 import psutil
 
-ACTORS = ["Collector", "StepBuffer", "RegistryHost", "_TrackerActor", "LearnerHost", "InferenceActor"]
+KINDS = {  # kind -> the actor classes whose Ray worker title (`ray::<Class>...`) names it
+    "collector": ("Collector",),
+    "buffer": ("StepBuffer", "EpisodeBuffer"),
+    "registry": ("RegistryHost",),
+    "tracker": ("_TrackerActor",),
+    "learner": ("LearnerHost",),
+    "inference": ("InferenceActor",),
+}
 SMALL = [
     "--batch-size", "4", "--mini-batch-size", "2", "--max-generation-len", "8", "--num-train-workers", "4",
     "--device", "cpu", "--lora-config", '{"lora_rank": 4, "lora_alpha": 8}',
@@ -42,7 +55,7 @@ SMALL = [
 
 
 def actor_pids(proc: subprocess.Popen) -> dict[str, list[int]]:
-    """Ray worker processes of the run by actor class (their title is `ray::<Class>...`)."""
+    """Ray worker processes of the run by kind."""
     out: dict[str, list[int]] = collections.defaultdict(list)
     with contextlib.suppress(psutil.Error):
         for p in psutil.Process(proc.pid).children(recursive=True):
@@ -50,9 +63,9 @@ def actor_pids(proc: subprocess.Popen) -> dict[str, list[int]]:
                 cmd = " ".join(p.cmdline())
             except psutil.Error:
                 continue
-            for name in ACTORS:
-                if f"ray::{name}" in cmd:
-                    out[name].append(p.pid)
+            for kind, classes in KINDS.items():
+                if any(f"ray::{c}" in cmd for c in classes):
+                    out[kind].append(p.pid)
     return out
 
 
@@ -80,6 +93,30 @@ def launch(args: list[str]) -> subprocess.Popen:
     )
 
 
+def games_lost(records: list[dict], idx: list[int]) -> tuple[int, int, int, int]:
+    """(games recorded for the collectors that answered at their process's stop, of those the ones missing
+    from games.jsonl, collectors that could not say (killed), processes without a `stopped` event).
+
+    A process numbers its games from its `index_base` (after every game recorded before it), collector i
+    of n takes the indices base + k * n + i; the process's range ends where the next process's begins."""
+    bases = sorted({r["next_game_index"] for r in records if r.get("event") == "resume"})
+    starts = 1 + len(bases)
+    sent = lost = unknown = 0
+    stopped = [r for r in records if r.get("event") == "stopped"]
+    for r in stopped:
+        base, n = r["index_base"], len(r["games_sent"])
+        end = min((b for b in bases if b > base), default=float("inf"))
+        mine = [i for i in idx if base <= i < end]
+        for shard, count in enumerate(r["games_sent"]):
+            if count is None:
+                unknown += 1
+                continue
+            recorded = sum(1 for i in mine if (i - base) % n == shard)
+            sent += count
+            lost += max(0, count - recorded)
+    return sent, lost, unknown, starts - len(stopped)
+
+
 def check_run(run_dir: Path, steps: int) -> dict[str, object]:
     """What the run directory holds at the end."""
     from safetensors import safe_open
@@ -102,21 +139,43 @@ def check_run(run_dir: Path, steps: int) -> dict[str, object]:
             json.loads((folder / "run_state.json").read_text())
             for name in ("adapter_model.safetensors", "optimizer.safetensors"):
                 with safe_open(str(folder / name), "pt") as f:
-                    list(f.keys())
+                    assert list(f.keys())
             intact += 1
         except Exception:
             pass
     registry = json.loads((run_dir / "registry.json").read_text())
+    stopped = [r for r in records if r.get("event") == "stopped"]
+    sent, lost, unknown, unmeasured = games_lost(records, idx)
+    events = collections.Counter(r["event"] for r in records if "event" in r)
     return {
-        "games recorded": len(games),
-        "games duplicated": len(idx) - len(set(idx)),
-        "games lost (cut lines)": broken,
-        "learner steps duplicated": len(logged) - len(set(logged)),
-        "learner steps missing": len(set(range(1, steps + 1)) - set(logged)),
+        "inference restarts seen by the runs": str(events.get("actor_restarted", 0)),
+        "games replayed (counts/inference_retries)": str(sum(r["inference_retries"] or 0 for r in stopped)),
+        "actor deaths recorded (metrics.jsonl)": str(
+            events.get("actor_died", 0) + events.get("actor_hung", 0)
+        ),
+        "games recorded": str(len(games)),
+        "games lost (recorded for a collector, not in games.jsonl)": (
+            f"{lost} of {sent}"
+            + (f" ({unknown} killed collectors could not say)" if unknown else "")
+            + (f" ({unmeasured} processes killed whole: not measured)" if unmeasured else "")
+        ),
+        "games duplicated": str(len(idx) - len(set(idx))),
+        "cut lines in games.jsonl": str(broken),
+        "learner steps duplicated": str(len(logged) - len(set(logged))),
+        "learner steps missing": str(len(set(range(1, steps + 1)) - set(logged))),
         "checkpoints intact": f"{intact} / {steps}",
-        "final step = asked": registry.get("current") == f"ckpt-{steps}" and intact == steps,
-        "events": collections.Counter(r["event"] for r in records if "event" in r),
+        "final step = asked": str(registry.get("current") == f"ckpt-{steps}" and intact == steps),
     }
+
+
+def restarts_seen(run_dir: Path) -> int:
+    """`actor_restarted` events in metrics.jsonl (the run saw an inference actor come back)."""
+    path = run_dir / "metrics.jsonl"
+    return path.read_text().count('"event": "actor_restarted"') if path.is_file() else 0
+
+
+def checkpoints(run_dir: Path) -> int:
+    return len(list((run_dir / "checkpoints").glob("step-*[0-9]")))
 
 
 def main() -> None:
@@ -124,17 +183,22 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", default=None, help="default: a tiny random-weight model")
-    parser.add_argument("--steps", type=int, default=6, help="learning steps of the run")
+    parser.add_argument("--steps", type=int, default=60, help="learning steps of the run")
     parser.add_argument(
-        "--every", type=float, default=20.0, help="a kill falls 0-T s after a start's first checkpoint"
+        "--every", type=float, default=4.0, help="a kill falls 0-T s after a start's first checkpoint"
     )
-    parser.add_argument("--kills", type=int, default=3, help="actors to kill at most")
+    parser.add_argument("--kills", type=int, default=6, help="actors to kill at most")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="kinds of actor to kill, in a cycle")
     parser.add_argument(
-        "--hang-s", type=float, default=240.0, help="a run silent this long after a kill hangs"
+        "--hang-s", type=float, default=300.0, help="a run that makes no progress this long hangs"
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs-dir", default=None)
     args = parser.parse_args()
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        parser.error(f"--kinds: unknown {', '.join(unknown)}; known: {', '.join(KINDS)}")
     rng = random.Random(args.seed)
     tmp = Path(tempfile.mkdtemp(prefix="unstable-faults-"))
     model = args.model
@@ -148,50 +212,75 @@ def main() -> None:
     first += [str(args.steps), *SMALL]
     if args.model is not None:
         first = [a for a in first if a not in ("--lora-config", '{"lora_rank": 4, "lora_alpha": 8}')]
+    order: list[str] = []
     killed: collections.Counter[str] = collections.Counter()
-    resumes = hangs = 0
+    resumes = hangs = stops_without_line = 0
     started = time.monotonic()
+    say = lambda text: print(f"{time.monotonic() - started:6.0f} s  {text}", flush=True)  # noqa: E731
     proc = launch(first)
     while True:
-        # each (re)started run first makes progress (a new checkpoint), then is killed T seconds on average later
-        known = len(list((run_dir / "checkpoints").glob("step-*[0-9]")))
-        next_kill = None
+        # each (re)started run first makes progress (a new checkpoint), then is killed 0-T s later; a run
+        # that makes no progress for --hang-s seconds (no new checkpoint, no exit) hangs
+        known, progress_at, next_kill = checkpoints(run_dir), time.monotonic(), None
         while proc.poll() is None:
-            if next_kill is None and len(list((run_dir / "checkpoints").glob("step-*[0-9]"))) > known:
-                next_kill = time.monotonic() + args.every * rng.uniform(0.0, 1.0)
-            if sum(killed.values()) < args.kills and next_kill is not None and time.monotonic() >= next_kill:
+            now = time.monotonic()
+            if checkpoints(run_dir) > known:
+                known, progress_at = checkpoints(run_dir), now
+                if next_kill is None:
+                    next_kill = now + args.every * rng.uniform(0.0, 1.0)
+            if sum(killed.values()) < args.kills and next_kill is not None and now >= next_kill:
+                break
+            if now - progress_at > args.hang_s:
+                hangs += 1
+                say(f"HANG: no progress for {args.hang_s:.0f} s")
+                kill_group(proc)
                 break
             time.sleep(0.2)
         if proc.poll() is None:  # time for a kill
-            pids = actor_pids(proc)
-            choices = [name for name in ACTORS if pids.get(name)]
-            if choices:
-                name = rng.choice(choices)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(rng.choice(pids[name]), signal.SIGKILL)
-                killed[name] += 1
-                print(f"{time.monotonic() - started:6.0f} s  killed {name}", flush=True)
-                try:
-                    proc.wait(timeout=args.hang_s if name != "InferenceActor" else 1)
-                except subprocess.TimeoutExpired:
-                    if name != "InferenceActor":  # the others stop the run; silence is a hang
+            if not order:
+                order = rng.sample(kinds, len(kinds))
+            kind = order.pop()
+            pids = actor_pids(proc).get(kind)
+            if not pids:
+                say(f"no {kind} actor to kill")
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rng.choice(pids), signal.SIGKILL)
+            killed[kind] += 1
+            say(f"killed {kind}")
+            if kind == "inference":  # Ray restarts it: the run must say so (or end) within --hang-s
+                seen = restarts_seen(run_dir)
+                deadline = time.monotonic() + args.hang_s
+                while proc.poll() is None and restarts_seen(run_dir) == seen:
+                    if time.monotonic() > deadline:
                         hangs += 1
-                        print(f"{time.monotonic() - started:6.0f} s  HANG after killing {name}", flush=True)
+                        say(f"HANG: no restart reported within {args.hang_s:.0f} s of killing {kind}")
                         kill_group(proc)
+                        break
+                    time.sleep(0.2)
+                else:
+                    if proc.poll() is None:
+                        say("the run reported the inference actor's restart")
+            else:  # the others stop the run at once; silence is a hang
+                try:
+                    proc.wait(timeout=args.hang_s)
+                except subprocess.TimeoutExpired:
+                    hangs += 1
+                    say(f"HANG: the run did not stop within {args.hang_s:.0f} s of killing {kind}")
+                    kill_group(proc)
             continue
         err = proc.stderr.read() if proc.stderr else ""
         if proc.returncode == 0:
             break
         last = err.strip().splitlines()[-1] if err.strip() else ""
-        print(
-            f"{time.monotonic() - started:6.0f} s  run stopped ({proc.returncode}): {last[:160]}", flush=True
-        )
+        say(f"run stopped ({proc.returncode}): {last[:200]}")
         if "--resume" not in last and proc.returncode != -9:
-            print("the run stopped without the resume line", flush=True)
+            stops_without_line += 1
+        if resumes >= args.kills + 5:
+            say("giving up: too many resumes")
+            break
         resumes += 1
         proc = launch(["--resume", str(run_dir)])
-    result = check_run(run_dir, args.steps)
-    restarts = result.pop("events")
     rows = [
         ("model", args.model or "tiny random-weight model"),
         ("learning steps asked", str(args.steps)),
@@ -199,11 +288,10 @@ def main() -> None:
             "actors killed",
             f"{sum(killed.values())} ({', '.join(f'{k} {v}' for k, v in sorted(killed.items()))})",
         ),
-        ("actor deaths recorded (metrics.jsonl)", str(restarts.get("actor_died", 0))),
-        ("inference actors restarted by Ray", str(killed.get("InferenceActor", 0))),
         ("resumes", str(resumes)),
+        ("stops without the resume line", str(stops_without_line)),
         ("hangs", str(hangs)),
-        *((k, str(v)) for k, v in result.items()),
+        *check_run(run_dir, args.steps).items(),
         ("wall time", f"{time.monotonic() - started:.0f} s"),
     ]
     width = max(len(k) for k, _ in rows)

@@ -11,6 +11,7 @@ import pytest
 
 from unstable_core.io import read_jsonl
 from unstable_core.models import load_tokenizer
+from unstable_core.testing import TINY_RUN_ARGS
 
 
 def unstable(
@@ -110,6 +111,21 @@ def test_a_runs_dir_that_is_a_file_is_one_line(tiny_model, tmp_path):
     ]
 
 
+def test_an_unwritable_runs_dir_is_one_line(tiny_model):
+    """Even as root: nobody creates folders in sysfs."""
+    try:
+        os.mkdir("/sys/unstable-probe")
+    except OSError:
+        pass
+    else:
+        os.rmdir("/sys/unstable-probe")
+        pytest.skip("/sys is writable here")
+    proc = unstable("run", "--model", tiny_model, "--runs-dir", "/sys", timeout=90)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: --runs-dir '/sys' is not writable ("), lines
+
+
 def _one_error_line(proc: subprocess.CompletedProcess) -> str:
     """The one `Error:` line of stderr, besides Ray's own start-up log lines (time-stamped)."""
     lines = [
@@ -144,6 +160,7 @@ def test_play_exits_non_zero_when_every_game_failed(tiny_model, tmp_path):
 BAD_PLUGIN = """
 from unstable_core import hookimpl
 from unstable_core.rewards import FinalRewardTransform
+from unstable_reinforce.learner import REINFORCELearner
 
 
 class Exploding(FinalRewardTransform):
@@ -151,29 +168,92 @@ class Exploding(FinalRewardTransform):
         raise ZeroDivisionError("baseline of an empty window")
 
 
+class NaNReward(FinalRewardTransform):
+    def __call__(self, rewards, env_id=None):
+        return {pid: float("nan") for pid in rewards}
+
+
+class NaNLossLearner(REINFORCELearner):
+    def update(self, batch):
+        metrics = super().update(batch)
+        metrics.update(loss=float("nan"), skipped_nonfinite=1.0)  # as an update whose gradient was NaN
+        return metrics
+
+
+class RaisingLearner(REINFORCELearner):
+    def update(self, batch):
+        raise RuntimeError("simulated out of memory")
+
+
 @hookimpl
 def register_reward_transforms(register):
     register("exploding", Exploding)
+    register("nan-reward", NaNReward)
+
+
+@hookimpl
+def register_learners(register):
+    register("nan-loss", NaNLossLearner)
+    register("raising", RaisingLearner)
 """
+
+
+def with_bad_plugin(tmp_path: Path) -> dict[str, str]:
+    """Install BAD_PLUGIN (a distribution with an `unstable` entry point) on a PYTHONPATH; its env."""
+    site = tmp_path / "site"
+    dist = site / "bad_run_plugin-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (site / "bad_run_plugin.py").write_text(BAD_PLUGIN)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: bad-run-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[unstable]\nbad = bad_run_plugin\n")
+    return {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
 
 def test_a_final_transform_that_raises_stops_the_run_in_one_line(tiny_model, tmp_path):
     """A plugin's transform raising in the buffer actor: before, the error lived in Ray's worker logs only,
     the screen said 'failed 0' and the learner waited forever."""
-    site = tmp_path / "site"
-    dist = site / "bad_transform_plugin-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (site / "bad_transform_plugin.py").write_text(BAD_PLUGIN)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: bad-transform-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[unstable]\nbad = bad_transform_plugin\n")
-    env = {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = unstable("run", "--model", tiny_model, "--runs-dir", str(tmp_path / "runs"), "--final-transform", "exploding",
                     "--num-train-workers", "2", "--num-eval-workers", "0", "--max-generation-len", "4",
-                    env=env, timeout=240)  # fmt: skip
+                    env=with_bad_plugin(tmp_path), timeout=240)  # fmt: skip
     assert proc.returncode == 1
     line = _one_error_line(proc)
     assert "final reward transform Exploding raised ZeroDivisionError: baseline of an empty window" in line
     assert "--debug" in line
+
+
+def test_a_final_transform_returning_nan_stops_the_run_in_one_line(tiny_model, tmp_path):
+    proc = unstable("run", "--model", tiny_model, "--runs-dir", str(tmp_path / "runs"), "--final-transform", "nan-reward",
+                    "--num-train-workers", "2", "--num-eval-workers", "0", "--max-generation-len", "4",
+                    env=with_bad_plugin(tmp_path), timeout=240)  # fmt: skip
+    assert proc.returncode == 1
+    line = _one_error_line(proc)
+    assert "run stopped: collection failed: final reward transform NaNReward returned nan for seat 0" in line
+    assert "transforms must return finite numbers" in line
+
+
+def test_non_finite_updates_in_a_row_stop_the_run_and_are_counted(tiny_model, tmp_path):
+    proc = unstable("run", "--model", tiny_model, "--runs-dir", str(tmp_path / "runs"), "--run-name", "r", *TINY_RUN_ARGS,
+                    "--learner", "nan-loss", "--learning-steps", "5", "--max-nonfinite-updates", "2",
+                    env=with_bad_plugin(tmp_path), timeout=300)  # fmt: skip
+    assert proc.returncode == 1
+    line = _one_error_line(proc)
+    assert "run stopped: the learner failed: 2 learner updates in a row had a non-finite loss" in line
+    logged = [r for r in read_jsonl(tmp_path / "runs" / "r" / "metrics.jsonl") if "learner/loss" in r]
+    assert [(r["step"], r["learner/loss"], r["learner/nonfinite_updates"]) for r in logged] == [
+        (1, None, 1.0), (2, None, 2.0),
+    ]  # fmt: skip
+    assert logged[-1]["counts/nonfinite_values"] >= 2  # each NaN loss written as null, and counted
+
+
+def test_a_learner_that_raises_stops_the_run_in_one_line(tiny_model, tmp_path):
+    proc = unstable("run", "--model", tiny_model, "--runs-dir", str(tmp_path / "runs"), *TINY_RUN_ARGS,
+                    "--learner", "raising", env=with_bad_plugin(tmp_path), timeout=300)  # fmt: skip
+    assert proc.returncode == 1
+    line = _one_error_line(proc)
+    assert line == (
+        "Error: run stopped: the learner failed: RuntimeError: simulated out of memory (rerun with --debug "
+        "for the traceback)"
+    )
 
 
 def test_debug_shows_the_traceback_too(tiny_model, tmp_path):

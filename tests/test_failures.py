@@ -127,3 +127,47 @@ def attrs_evolve(step, **changes):
     import attrs
 
     return attrs.evolve(step, **changes)
+
+
+def test_a_non_finite_number_in_a_game_is_null_in_games_jsonl_and_counted(tmp_path):
+    game = _game()
+    game.info.duration_s = float("inf")
+    tracker = Tracker(tmp_path, [JSONLTracker(tmp_path, "r")])
+    tracker.add_game(game)
+    line = (tmp_path / "games" / "games.jsonl").read_text().splitlines()[0]
+    assert strict_loads(line)["info"]["duration_s"] is None
+    tracker.log_learner({"loss": 0.5}, step=1)
+    assert read_jsonl(tmp_path / "metrics.jsonl")[0]["counts/nonfinite_values"] == 1
+
+
+def test_eval_json_writes_null_for_a_rate_that_is_not_a_number(tiny_model, tmp_path, monkeypatch):
+    """Before: json.dumps(allow_nan=False) raised a ValueError traceback where summary.json held null."""
+    from click.testing import CliRunner
+
+    import unstable_core.eval.report as report
+    import unstable_core.eval.session as session
+    from unstable_core.cli import cli
+
+    class Stats:  # a pair whose rate is not a number (e.g. no game it could be computed on)
+        games, errors = 1, []
+
+        def to_dict(self):
+            return {"games": 1, "win_rate": float("nan")}
+
+    monkeypatch.setattr(session, "play_all", lambda *args, **kwargs: [])
+    monkeypatch.setattr(report, "aggregate", lambda planned, results: [Stats()])
+    args = [
+        "eval",
+        tiny_model,
+        "--opponent",
+        "random",
+        "--games",
+        "1",
+        "--json",
+        "--out",
+        str(tmp_path / "e"),
+    ]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    summary = strict_loads(result.stdout)
+    assert summary["results"] == [{"games": 1, "win_rate": None}]

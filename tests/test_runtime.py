@@ -106,7 +106,7 @@ def test_games_finish_and_produce_steps(engine, tiny_model, tmp_path):
         tmp_path, engine, tiny_model, [TrainEnvSpec(TTT, 2, 2)]
     )
     counts = ray.get(collector.collect.remote(2, 0, 4), timeout=300)
-    assert counts == {"started": 4, "finished": 4, "failed": 0, "retries": 0}
+    assert counts == {"started": 4, "finished": 4, "failed": 0, "retries": 0, "recorded": 4}
 
     wait_until(
         lambda: ray.get(registry.to_dict.remote())["env_games"].get(TTT) == 4, what="ratings of 4 games"
@@ -131,6 +131,23 @@ def test_games_finish_and_produce_steps(engine, tiny_model, tmp_path):
     assert stats["games"] == 4 and stats["steps_added"] == stats["size"] == len(steps)
 
 
+def test_a_dead_tracker_stops_collection_and_its_games_reach_neither_buffer_nor_ratings(
+    engine, tiny_model, tmp_path
+):
+    """Before: the collector kept playing for the dead tracker (fire and forget), training on and rating
+    games that never reached games.jsonl."""
+    collector, registry, buffer, tracker = start_collector(
+        tmp_path, engine, tiny_model, [TrainEnvSpec(TTT, 2, 2)]
+    )
+    ray.kill(tracker, no_restart=True)
+    with pytest.raises(ray.exceptions.RayTaskError) as stopped:
+        ray.get(collector.collect.remote(2, 0, 4), timeout=300)
+    assert isinstance(stopped.value.cause, ray.exceptions.RayActorError)  # the run names the dead actor
+    assert ray.get(buffer.stats.remote())["games"] == 0
+    assert ray.get(registry.to_dict.remote())["env_games"].get(TTT, 0) == 0
+    assert ray.get(collector.stats.remote())["recorded"] == 0
+
+
 def test_failing_env_is_recorded_as_failed_while_the_others_finish(engine, tiny_model, tmp_path):
     specs = [TrainEnvSpec(TTT, 2, 2), TrainEnvSpec(MISSING_ENV, 2, 2)]
     # game i is played in the i-th env the seeded sampler draws: replay those draws here
@@ -141,7 +158,7 @@ def test_failing_env_is_recorded_as_failed_while_the_others_finish(engine, tiny_
 
     collector, registry, buffer, tracker = start_collector(tmp_path, engine, tiny_model, specs, seed=3)
     counts = ray.get(collector.collect.remote(2, 0, 6), timeout=300)
-    assert counts == {"started": 6, "finished": 6 - len(bad), "failed": len(bad), "retries": 0}
+    assert counts == {"started": 6, "finished": 6 - len(bad), "failed": len(bad), "retries": 0, "recorded": 6}
 
     snap, _ = finish(tracker, registry, 6)
     assert (snap["counts"]["train_games"], snap["counts"]["train_failed"]) == (6, len(bad))

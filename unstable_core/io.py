@@ -54,16 +54,37 @@ def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
     atomic_write_text(path, dumps_json(data, indent=2))
 
 
-def append_jsonl(path: str | os.PathLike, records: list[dict[str, Any]]) -> None:
-    """Append records as JSON lines, flushed to disk (a crash loses at most the line being written)."""
+def append_jsonl(path: str | os.PathLike, records: list[dict[str, Any]], sync: bool = True) -> int:
+    """Append records as JSON lines, flushed to disk (a crash loses at most the line being written); with
+    `sync=False` flushed to the OS only (a killed process loses nothing, a machine crash may). Returns
+    how many non-finite numbers were written as null."""
     if not records:
-        return
+        return 0
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    lines, nonfinite = [], 0
+    for record in records:
+        clean, n = finite_json(record)
+        lines.append(json.dumps(clean, allow_nan=False, default=_json_default) + "\n")
+        nonfinite += n
     with open(path, "a") as f:
-        f.write("".join(dumps_json(r) + "\n" for r in records))
+        f.write("".join(lines))
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
+    return nonfinite
+
+
+def fsync_file(path: str | os.PathLike) -> None:
+    """Flush what was written to `path` (by any process) to disk; nothing when it does not exist."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:

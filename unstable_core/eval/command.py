@@ -3,7 +3,6 @@ alternated, many games in flight, a table with 95% intervals, every game and a s
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -154,7 +153,7 @@ def eval_command(models, opponents, envs, games, all_checkpoints, seed, concurre
     from unstable_core.eval.targets import resolve_players
     from unstable_core.games.random_player import RANDOM, check_random_supported
     from unstable_core.games.templates import get_template
-    from unstable_core.io import atomic_write_json
+    from unstable_core.io import atomic_write_json, dumps_json
 
     envs = list(envs) or [DEFAULT_ENV]
     check_envs(envs)
@@ -201,7 +200,7 @@ def eval_command(models, opponents, envs, games, all_checkpoints, seed, concurre
     atomic_write_json(out_dir / "summary.json", summary)
     title = f"unstable eval: {games} games per pair, seats alternated, 95% Wilson intervals ({wall_s:.0f} s)"
     if as_json:
-        click.echo(json.dumps(summary, indent=2, allow_nan=False))
+        click.echo(dumps_json(summary, indent=2))  # a rate of no games (NaN) is null, as in summary.json
     else:
         from rich.console import Console
 

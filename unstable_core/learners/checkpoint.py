@@ -14,6 +14,7 @@ from typing import Any
 
 from unstable_core.errors import UnstableError
 from unstable_core.io import atomic_write_text, dumps_json
+from unstable_core.test_hooks import pause_point
 
 
 def optimizer_state_to_flat(state_dict: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -99,6 +100,7 @@ def write_folder_atomically(final: Path, fill: Callable[[Path], None]) -> Path:
     tmp.mkdir(parents=True)
     fill(tmp)
     _fsync_tree(tmp)
+    pause_point(f"checkpoint-{final.name}")
     if final.exists():  # re-saving the same step (after a resume)
         if exchange(tmp, final):
             fsync_path(final.parent)

@@ -2,7 +2,8 @@
 
 Each game is an asyncio task (not a Ray task or process), so a thousand games in flight cost megabytes.
 A game whose inference actor died is replayed from scratch on another (or the restarted) actor, up to
-`max_retries` times; its index and seed stay the same, so it is counted once.
+`max_retries` times and `restart_timeout_s` of waiting in all; its index and seed stay the same, so it is
+counted once.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from unstable_core.games.loop import InferenceUnavailable, play_game
 from unstable_core.games.random_player import RANDOM, RandomPlayer, random_seat_seed
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
 from unstable_core.model_registry import ModelRegistry
+from unstable_core.runtime.liveness import ANSWER_TIMEOUT_S
 from unstable_core.runtime.scheduled_eval import EvalPlan, summarise
 from unstable_core.runtime.scheduler import GameScheduler
 from unstable_core.types import GameInformation, GameResult, GameSpec
@@ -57,6 +59,13 @@ def route_of(registry: ModelRegistry, uid: str, engines: set[str]) -> Route:
     return Route(MAIN_ENGINE, name, -1)  # a LoRA adapter folder on the main model
 
 
+def is_restarting(exc: BaseException) -> bool:
+    """True for Ray's error of an actor that is restarting (a later call may succeed)."""
+    import ray.exceptions as rex
+
+    return isinstance(exc, rex.ActorUnavailableError)
+
+
 def is_actor_failure(exc: BaseException) -> bool:
     """True when an exception means the inference actor died or is restarting (retry elsewhere)."""
     import ray.exceptions as rex
@@ -81,7 +90,7 @@ class Collector:
         game_timeout_s: float | None = None,
         error_allowance: int | None = 0,
         max_retries: int = 3,
-        restart_timeout_s: float = 300.0,
+        restart_timeout_s: float = ANSWER_TIMEOUT_S,
         eval_plan: EvalPlan | None = None,
     ) -> None:
         from unstable_core.models import load_tokenizer
@@ -95,7 +104,7 @@ class Collector:
         self.restart_timeout_s = restart_timeout_s
         self.error_allowance = error_allowance
         self.running = False
-        self.counts = {"started": 0, "finished": 0, "failed": 0, "retries": 0}
+        self.counts = {"started": 0, "finished": 0, "failed": 0, "retries": 0, "recorded": 0}
         # scheduled evaluation (eval_plan): its games replace the trickle of evaluation games
         self.eval_plan = eval_plan
         self._eval_queue: deque[tuple[str, GameSpec]] = deque()
@@ -131,8 +140,10 @@ class Collector:
         return self._generator(engine, attempt, spec.game_idx)
 
     async def play(self, spec: GameSpec, registry: ModelRegistry) -> GameResult:
-        """Play one game, replaying it when its inference actor dies."""
+        """Play one game, replaying it when its inference actor dies (waiting for the restart at most
+        `restart_timeout_s` in all, not per replay)."""
         error = ""
+        deadline: float | None = None
         for attempt in range(self.max_retries + 1):
             try:
                 routes = {p.pid: route_of(registry, p.model_uid, set(self.engines)) for p in spec.players}
@@ -159,24 +170,38 @@ class Collector:
                 self.tracker.add_count.remote("inference_retries")  # in metrics.jsonl as counts/...
                 log.warning("game %d: %s; replaying (attempt %d)", spec.game_idx, error, attempt + 1)
                 engines = {r.engine for r in routes.values()} - {RANDOM}
-                await self._await_actors(engines, attempt + 1, spec.game_idx)
+                deadline = deadline or time.monotonic() + self.restart_timeout_s
+                if not await self._await_actors(engines, attempt + 1, spec.game_idx, deadline):
+                    return _failed(
+                        spec,
+                        f"{error}; its inference actor did not come back (waited up to {self.restart_timeout_s:.0f} s)",
+                    )
         return _failed(spec, f"gave up after {self.max_retries} retries: {error}")
 
-    async def _await_actors(self, engines: set[str], attempt: int, game_idx: int) -> None:
-        """Wait (up to `restart_timeout_s`) until the actors that `attempt` will use answer a ping: a killed
-        actor fails calls at once while it restarts, which takes as long as loading its model."""
-        deadline = time.monotonic() + self.restart_timeout_s
+    async def _await_actors(self, engines: set[str], attempt: int, game_idx: int, deadline: float) -> bool:
+        """Wait (until `deadline`) for the actors that `attempt` will use to answer a ping: a restarting
+        actor answers once it has loaded its model. False at the deadline, or when an actor fails the ping
+        a few times in a row (dead for good: Ray could not restart it; the run stops on that)."""
         for engine in engines:
             pool = self.engines[engine]
             actor = pool[(game_idx + attempt) % len(pool)]
-            while time.monotonic() < deadline:
+            dead = 0
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or dead >= 3:
+                    return False
                 try:
-                    await asyncio.wait_for(actor.ping.remote(), timeout=30.0)
+                    await asyncio.wait_for(actor.ping.remote(), timeout=min(30.0, left))
                     break
+                except asyncio.TimeoutError:
+                    continue
                 except Exception as exc:
-                    if not (is_actor_failure(exc) or isinstance(exc, asyncio.TimeoutError)):
+                    if not is_actor_failure(exc):
                         raise
+                    if not is_restarting(exc):
+                        dead += 1
                     await asyncio.sleep(0.5)
+        return True
 
     async def _run(self, kind: str) -> GameResult:
         registry = ModelRegistry.from_dict(await self.registry.to_dict.remote())
@@ -184,12 +209,15 @@ class Collector:
         return await self._finish(spec, registry, kind)
 
     async def _finish(self, spec: GameSpec, registry: ModelRegistry, kind: str) -> GameResult:
-        """Play `spec` and send its result on: tracker, ratings, and (training games only) the buffer."""
+        """Play `spec` and send its result on: tracker, ratings, and (training games only) the buffer. The
+        tracker first, and waited for: a game the run rates or learns from is in games.jsonl (when the
+        tracker is dead, the game goes nowhere and the run stops, as for a game in flight)."""
         result = await self.play(spec, registry)
         self.counts["failed" if result.info.failed else "finished"] += 1
         self.scheduler.env_sampler.update(result.info)
         self.scheduler.model_sampler.update(result.info)
-        self.tracker.add_game.remote(result)
+        await self.tracker.add_game.remote(result)
+        self.counts["recorded"] += 1
         if not result.info.failed:
             pids = sorted(result.info.final_rewards)
             self.registry.update_ratings.remote(
@@ -230,6 +258,8 @@ class Collector:
             registry = ModelRegistry.from_dict(await self.registry.to_dict.remote())
             result = await self._finish(spec, registry, "eval")
         except Exception as exc:  # counted as failed: the evaluation of the checkpoint still completes
+            if is_actor_failure(exc):  # but a dead tracker or registry stops the collection
+                raise
             log.error("scheduled evaluation game %d crashed: %r", spec.game_idx, exc)
             result = _failed(spec, f"{type(exc).__name__}: {exc}")
         done = self._eval_results[uid]
@@ -300,6 +330,8 @@ class Collector:
                         # not a game failure (those are results): a component (reward transform, buffer,
                         # registry) raised; the run stops with it instead of losing every game silently
                         self.counts["failed"] += 1
+                        if is_actor_failure(task.exception()):  # the run names the actor that died
+                            raise task.exception()
                         raise UnstableError(describe(task.exception())) from task.exception()
         finally:
             for task in inflight:

@@ -50,6 +50,12 @@ class InferenceActor:
 
         return placed_on(getattr(self.backend, "device", None))
 
+    async def pid(self) -> int:
+        """The actor's process id: a new one after Ray restarted it (the run reports restarts)."""
+        import os
+
+        return os.getpid()
+
     async def tokenizer_name(self) -> str:
         """What to pass to `unstable_core.models.load_tokenizer` to get this model's tokenizer."""
         return str(self.backend_kwargs["model"])

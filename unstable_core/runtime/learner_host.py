@@ -12,7 +12,9 @@ import ray
 
 from unstable_core.errors import UnstableError
 from unstable_core.runtime.failures import NonFiniteUpdates
+from unstable_core.runtime.liveness import ANSWER_TIMEOUT_S
 from unstable_core.runtime.resume import RUN_STATE
+from unstable_core.test_hooks import pause_point
 
 
 class LearnerHost:
@@ -77,7 +79,8 @@ class LearnerHost:
         """What a resumed run needs beside the learner's own files: the registry before this checkpoint is
         added, the reward transforms' state, the collectors' samplers and RNG streams, this step's metrics."""
         registry, rewards = ray.get([self.registry.to_dict.remote(), self.buffer.state_dict.remote()])
-        collectors = ray.get([c.state_dict.remote() for c in self.collectors], timeout=60)
+        # as long as the run's liveness check waits: a busy collector on a loaded machine is slow to answer
+        collectors = ray.get([c.state_dict.remote() for c in self.collectors], timeout=ANSWER_TIMEOUT_S)
         return {
             "registry": registry,
             "rewards": rewards,
@@ -93,8 +96,10 @@ class LearnerHost:
             batch = self._next_batch()
             if batch is None:
                 break
+            pause_point(f"batch-{self.learner.step + 1}")
             started = time.time()
             metrics = dict(self.learner.update(batch))
+            pause_point(f"update-{self.learner.step}")
             give_up = self.nonfinite.observe(metrics)
             metrics.update(update_s=time.time() - started, batch_steps=len(batch))
             path = self.learner.save_checkpoint(extra_json={RUN_STATE: self.run_state(metrics)})

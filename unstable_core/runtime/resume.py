@@ -123,9 +123,15 @@ def resume_config(run_dir: str | os.PathLike, overrides: dict[str, Any]) -> tupl
         raise ConfigError(
             f"--resume {run_dir}: {key} is {base.get(key)!r} in the run, {given[key]!r} given; a resumed run "
             f"keeps what it learns (only {', '.join(sorted(RESUMABLE_OPTIONS))} may change): drop "
-            f"--{key.replace('_', '-')} or start a new run"
+            f"{cli_flag(key)} or start a new run"
         )
     return config_from_dict(merge_layers(base, {k: v[1] for k, v in changed.items()})), changed
+
+
+def cli_flag(key: str) -> str:
+    """The command-line option of a RunConfig key (`trackers` -> `--tracker`, `batch_size` -> `--batch-size`)."""
+    field = attrs.fields_dict(RunConfig).get(key)
+    return (field.metadata.get("cli") if field is not None else None) or "--" + key.replace("_", "-")
 
 
 def _end_partial_line(path: Path) -> bool:

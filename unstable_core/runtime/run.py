@@ -30,7 +30,15 @@ from unstable_core.preflight import (
     claim_run_dir,
 )
 from unstable_core.rewards import check_stage
+from unstable_core.run_lock import LOCK_NAME, RunLock
 from unstable_core.runtime.cluster import start_ray
+from unstable_core.runtime.liveness import (
+    FAILED_TO_START,
+    ActorDied,
+    InferenceWatch,
+    check_answers,
+    death_reason,
+)
 from unstable_core.runtime.placement import (
     Placement,
     PlacementError,
@@ -143,6 +151,9 @@ class Run:
         # last, once every check passed: a refused run leaves no folder; an existing one is never touched
         # (but the one --resume continues)
         self.run_dir = self.resume_dir or claim_run_dir(cfg.runs_dir, cfg.run_name)
+        # before anything is written: one process per run directory (a second --resume, or a resume of a
+        # run that is still going, is refused naming the process)
+        self.lock = RunLock.acquire(self.run_dir)
         for _cls, kwargs in self.components.trackers:
             kwargs.update(run_dir=str(self.run_dir), run_name=self.run_dir.name)
         self.actors: dict[str, Any] = {}
@@ -151,6 +162,8 @@ class Run:
         self._owns_ray = False
         self.started_at = 0.0
         self.summary: dict[str, Any] = {}
+        self.index_base = 0  # the first game index of this process (a resumed run numbers after the recorded)
+        self._watch: InferenceWatch | None = None
 
     def preflight(self) -> None:
         """What can fail inside an actor, checked here before Ray starts: env ids, templates, models."""
@@ -271,8 +284,11 @@ class Run:
 
     def _drop_empty_run_dir(self) -> None:
         """A run that failed before writing anything leaves no folder behind."""
-        with contextlib.suppress(OSError):
-            self.run_dir.rmdir()  # only an empty directory
+        self.lock.release()
+        if [p.name for p in self.run_dir.iterdir()] == [LOCK_NAME]:
+            with contextlib.suppress(OSError):
+                (self.run_dir / LOCK_NAME).unlink()
+                self.run_dir.rmdir()  # only an empty directory
 
     def start(
         self,
@@ -302,11 +318,10 @@ class Run:
         except BaseException:
             self._drop_empty_run_dir()
             raise
-        index_base = 0
         if self.resume_dir is not None:
             self.resume_point = find_resume_point(self.run_dir)
             resume_record = prepare_logs(self.resume_point, self.run_dir, self.resume_changes)
-            index_base = resume_record["next_game_index"]
+            self.index_base = resume_record["next_game_index"]
         else:
             cfg.save(self.run_dir / "config.toml")
         point = self.resume_point
@@ -348,7 +363,11 @@ class Run:
                         buffer.set_policy_version.remote(point.step),
                     ]
                 )
-        if self.resume_dir is not None:  # with the reward state read back from the live buffer
+        if self.resume_dir is not None:  # with the ratings and reward state read back from the live actors
+            models = ray.get(registry.to_dict.remote())["models"]
+            resume_record["ratings_loaded"] = {
+                m["uid"]: {k: m[k] for k in ("mu", "sigma", "games")} for m in models
+            }
             if buffer is not None:
                 resume_record["rewards_loaded"] = ray.get(buffer.state_dict.remote())
             record_resume(self.run_dir, resume_record)
@@ -376,7 +395,7 @@ class Run:
                 seed=cfg.seed,
                 shard=shard,
                 num_shards=cfg.num_collectors,
-                index_base=index_base,
+                index_base=self.index_base,
             )
             saved = point.collector_state(shard) if point is not None else None
             if saved:
@@ -473,6 +492,10 @@ class Run:
         watched = list(self._collect_refs) if self._train_ref is not None else []
         shown: set[str] = set()
         who = "an actor"
+        names = self._actor_names()
+        self._watch = inference = InferenceWatch(
+            {names[a._actor_id.hex()]: a for a in self._inference_actors()}
+        )
         try:
             while waiting:
                 done, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=poll_s)
@@ -485,6 +508,9 @@ class Run:
                     ray.get(ref)
                     raise ActorDied("a collector", "it stopped collecting")
                 self._check_alive()
+                for name, line in inference.poll():
+                    on_event(line)
+                    record_event(self.run_dir, "actor_restarted", actor=name)
                 snap = self.progress()
                 for entry in snap.get("failures", {}).get("errors", []):
                     if entry["error"] not in shown:
@@ -526,53 +552,68 @@ class Run:
             if on_progress:
                 on_progress(self.progress())
 
+    def _inference_actors(self) -> list[Any]:
+        return [a for pool in self.actors.get("engines", {}).values() for a in pool]
+
     def _actor_names(self) -> dict[str, str]:
-        """Actor id (hex) -> name, for every actor of the run."""
+        """Actor id (hex) -> name as the run's messages give it ('the learner', 'the inference-main-0')."""
         names = {}
         for key in ("tracker", "registry", "buffer", "learner"):
             if key in self.actors:
-                names[self.actors[key]._actor_id.hex()] = key
+                names[self.actors[key]._actor_id.hex()] = f"the {key}"
         for i, c in enumerate(self.actors.get("collectors", [])):
-            names[c._actor_id.hex()] = f"collector-{i}"
+            names[c._actor_id.hex()] = f"the collector-{i}"
+        for engine, pool in self.actors.get("engines", {}).items():
+            for i, a in enumerate(pool):
+                names[a._actor_id.hex()] = f"the inference-{engine}-{i}"
         return names
 
-    def _check_alive(self, timeout_s: float = 300.0) -> None:
-        """Ask every stateful actor a cheap question; a dead one raises RayActorError at once, a hung one
-        times out (generously: on a loaded 2-core machine a busy collector can take a minute to answer)."""
-        import ray
-
-        refs = [self.actors["tracker"].snapshot.remote(), self.actors["registry"].get_current_ckpt.remote()]
-        if "buffer" in self.actors:
-            refs.append(self.actors["buffer"].size.remote())
-        refs += [c.stats.remote() for c in self.actors.get("collectors", [])]
-        ray.get(refs, timeout=timeout_s)
+    def _check_alive(self) -> None:
+        """Ask every stateful actor a cheap question: a dead one raises ActorDied at once, one that does
+        not answer within ANSWER_TIMEOUT_S raises ActorHung (both name the actor)."""
+        names = self._actor_names()
+        asked = {
+            names[a._actor_id.hex()]: getattr(a, method).remote()
+            for key, method in (("tracker", "snapshot"), ("registry", "get_current_ckpt"), ("buffer", "size"))
+            if (a := self.actors.get(key)) is not None
+        }
+        asked.update({names[c._actor_id.hex()]: c.stats.remote() for c in self.actors.get("collectors", [])})
+        check_answers(asked)
 
     def _stop_after_death(self, exc: BaseException) -> RunStopped:
-        """An actor of the run died: stop the others (the last checkpoint stays complete), record it in
-        metrics.jsonl and return the one-line error that says how to continue."""
-        if isinstance(exc, ActorDied):
-            who, why = exc.who, exc.why
-        else:
+        """An actor of the run died or hung: stop the others (the last checkpoint stays complete), record it
+        in metrics.jsonl and return the one-line error that says how to continue."""
+        if not isinstance(exc, ActorDied):  # a Ray error of the run's own calls (the learner's train, ...)
             actor_id = getattr(exc, "actor_id", None)
             who = self._actor_names().get(actor_id or "", "an actor")
-            if who != "an actor":
-                who = f"the {who}"
-            why = "its process died" if actor_id else type(exc).__name__
+            exc = ActorDied(who, death_reason(exc) if actor_id else type(exc).__name__)
+        who, what, event, why = exc.who, exc.what, exc.event, exc.why
         try:
-            self.stop(timeout_s=60.0)
+            self.stop(timeout_s=60.0, release=False)
         except Exception:  # the stop of a broken run must not hide why it broke
-            self.abort()
+            self.abort(release=False)
         step = max(checkpoint_steps(self.run_dir), default=0)
-        record_event(self.run_dir, "actor_died", actor=who, reason=why, last_checkpoint_step=step)
+        record_event(self.run_dir, event, actor=who, reason=why, last_checkpoint_step=step)
+        self.lock.release()
+        fix = "fix that, then " if why.startswith(FAILED_TO_START) else ""
         return RunStopped(
-            f"{who} actor died ({why}); the run stopped at its last complete checkpoint (step {step}): "
+            f"{who} {what}; the run stopped at its last complete checkpoint (step {step}): "
+            + fix
             + RESUME_HINT.format(run_dir=self.run_dir)
         )
 
     # ---- stop
-    def stop(self, timeout_s: float = 300.0) -> dict[str, Any]:
+    def stop(self, timeout_s: float = 300.0, release: bool = True) -> dict[str, Any]:
         """Stop cleanly: the update in progress finishes (its checkpoint complete), games are cancelled,
-        files are flushed, the local Ray cluster is shut down. Returns the run's summary."""
+        files are flushed, the local Ray cluster is shut down; then (`release`) the run directory's lock
+        is let go. Returns the run's summary."""
+        try:
+            return self._stop(timeout_s)
+        finally:
+            if release:
+                self.lock.release()
+
+    def _stop(self, timeout_s: float) -> dict[str, Any]:
         import ray
 
         if not ray.is_initialized() or not self.actors:
@@ -587,11 +628,7 @@ class Run:
         for c in self.actors.get("collectors", []):
             c.stop.remote()
         ray.wait(self._collect_refs, num_returns=len(self._collect_refs), timeout=60)
-        try:
-            snap = self.progress()
-            ray.get([self.actors["tracker"].close.remote(), self.actors["registry"].flush.remote()])
-        except Exception as exc:  # keep going: shutting down matters more than the last numbers
-            snap = {"error": str(exc)}
+        snap = self._close_files()
         self.summary = {"run_dir": str(self.run_dir), "elapsed_s": time.time() - self.started_at, **snap}
         self.actors.clear()
         if self._owns_ray:
@@ -604,7 +641,54 @@ class Run:
             self.summary["plots_error"] = str(exc)
         return self.summary
 
-    def abort(self) -> dict[str, Any]:
+    def _close_files(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Flush the tracker's and the registry's files, each on its own with a time limit (a dead or hung
+        actor must not keep the other's data from the disk); then their last numbers, as far as they
+        answer (`stop_errors` says which did not), and the `stopped` event in metrics.jsonl."""
+        import ray
+
+        errors: list[str] = []
+
+        def ask(name: str, actor: Any, method: str) -> Any:
+            try:
+                return ray.get(getattr(actor, method).remote(), timeout=timeout_s)
+            except Exception as exc:  # keep going: shutting down matters more than the last numbers
+                errors.append(f"{name}.{method}: {describe(exc)}")
+                return None
+
+        tracker, registry = self.actors["tracker"], self.actors["registry"]
+        ask("tracker", tracker, "close")
+        ask("registry", registry, "flush")
+        snap = ask("tracker", tracker, "snapshot") or {}
+        models = ask("registry", registry, "to_dict")
+        if models is not None:
+            snap["registry"] = models
+        collected = [
+            ask(f"collector-{i}", c, "stats") for i, c in enumerate(self.actors.get("collectors", []))
+        ]
+        self._record_stop(snap.get("counts"), collected)
+        if errors:
+            snap["stop_errors"] = errors
+        return snap
+
+    def _record_stop(self, counts: dict[str, int] | None, collected: list[dict[str, int] | None]) -> None:
+        """This process's games and restarts, as a `stopped` event of metrics.jsonl: games each collector
+        had the tracker record (None: it did not answer), games the tracker recorded, games replayed and
+        inference actor restarts seen. Games numbered from `index_base` on are this process's, so a
+        check can compare what was played with what games.jsonl holds (benchmarks/faults.py)."""
+        record_event(
+            self.run_dir,
+            "stopped",
+            index_base=self.index_base,
+            games_sent=[None if c is None else c["recorded"] for c in collected],
+            games_recorded=None
+            if counts is None
+            else counts.get("train_games", 0) + counts.get("eval_games", 0),
+            inference_retries=None if counts is None else counts.get("inference_retries", 0),
+            inference_restarts=self._watch.restarts if self._watch is not None else 0,
+        )
+
+    def abort(self, release: bool = True) -> dict[str, Any]:
         """Stop at once: shut the local Ray cluster down without waiting for the update in progress
         (checkpoints are written atomically, so the last complete one stays usable)."""
         import ray
@@ -612,6 +696,8 @@ class Run:
         self.actors.clear()
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
+        if release:
+            self.lock.release()
         self.summary = {"run_dir": str(self.run_dir), "aborted": True}
         return self.summary
 
@@ -661,14 +747,6 @@ def _eval_like(spec, opponent: str):
         prompt_template=spec.prompt_template,
         fixed_opponent=opponent,
     )
-
-
-class ActorDied(Exception):
-    """An actor of the run is gone (`who`, `why`): the run stops and says how to resume."""
-
-    def __init__(self, who: str, why: str) -> None:
-        super().__init__(f"{who}: {why}")
-        self.who, self.why = who, why
 
 
 def build(config: RunConfig | None = None, resume: str | os.PathLike | None = None, **overrides: Any) -> Run:

@@ -8,11 +8,12 @@ from collections import defaultdict, deque
 from pathlib import Path
 from typing import Any
 
-from unstable_core.io import append_jsonl, finite_json
+from unstable_core.io import append_jsonl, finite_json, fsync_file
 from unstable_core.runtime.failures import FailureMonitor
 from unstable_core.types import GameResult, to_dict
 
 WINDOW = 100  # games per moving mean, as in the reference
+SYNC_EVERY_S = 2.0  # games.jsonl reaches the disk at least this often (the OS has each game at once)
 
 
 def learner_outcome(info) -> float | None:
@@ -49,21 +50,21 @@ class Tracker:
         self.failures = FailureMonitor(failure_window, max_failure_rate)
         (self.run_dir / "games").mkdir(parents=True, exist_ok=True)
         self.trackers = list(trackers)
-        self._pending: list[dict[str, Any]] = []
+        self.games_path = self.run_dir / "games" / "games.jsonl"
         self._window: dict[str, deque] = defaultdict(lambda: deque(maxlen=WINDOW))
         self.counts: dict[str, int] = defaultdict(int)
         self.learner: dict[str, float] = {}
         self.learner_step = 0
         self.inference: dict[str, float] = {}
         self.evals: dict[int, dict[str, float]] = {}  # checkpoint version -> scheduled evaluation summary
-        self.started = self._last_flush = time.time()
+        self.started = self._synced_at = time.time()
 
     def add_game(self, result: GameResult) -> None:
         """Record a finished (or failed) game."""
         info = result.info
         kind = "eval" if info.eval else "train"
         self.counts[f"{kind}_games"] += 1
-        self._pending.append(to_dict(result))
+        self._write_game(result)
         self.failures.add(info.failed, info.error, info.game_idx, kind)
         if info.failed:
             self.counts[f"{kind}_failed"] += 1
@@ -82,8 +83,14 @@ class Tracker:
         if outcome is not None:  # win rate W/n; score (W + D/2)/n
             self._window[f"{key}/win_rate"].append(float(outcome == 1.0))
             self._window[f"{key}/score"].append(outcome)
-        if len(self._pending) >= 64 or time.time() - self._last_flush > 2.0:
-            self.flush()
+
+    def _write_game(self, result: GameResult) -> None:
+        """Append the game to games.jsonl at once (a tracker that dies loses only the games on their way
+        to it), fsynced at most every SYNC_EVERY_S seconds; its non-finite numbers are counted."""
+        sync = time.time() - self._synced_at >= SYNC_EVERY_S
+        self.counts["nonfinite_values"] += append_jsonl(self.games_path, [to_dict(result)], sync=sync)
+        if sync:
+            self._synced_at = time.time()
 
     def add_games(self, results: list[GameResult]) -> None:
         for r in results:
@@ -138,10 +145,9 @@ class Tracker:
         }
 
     def flush(self) -> None:
-        """Write the games recorded since the last flush."""
-        pending, self._pending = self._pending, []
-        self._last_flush = time.time()
-        append_jsonl(self.run_dir / "games" / "games.jsonl", pending)
+        """Put the games written so far on disk (each game reaches the file when it is recorded)."""
+        fsync_file(self.games_path)
+        self._synced_at = time.time()
 
     def close(self) -> None:
         self.flush()

@@ -1,0 +1,208 @@
+"""Nothing lost and never a hang when an actor dies: games reach games.jsonl as they are recorded, stop()
+flushes each actor on its own, and the run's liveness checks name the actor that died or did not answer
+(real Ray actors)."""
+
+import asyncio
+import json
+import os
+import signal
+import time
+
+import pytest
+import ray
+
+from unstable_core.config import RunConfig
+from unstable_core.errors import RunStopped, UnstableError
+from unstable_core.io import read_jsonl
+from unstable_core.runtime.collector import Collector
+from unstable_core.runtime.liveness import ActorDied, ActorHung, InferenceWatch, check_answers
+from unstable_core.runtime.registry_host import RegistryHost
+from unstable_core.runtime.run import Run, _TrackerActor
+from unstable_core.runtime.tracker import Tracker
+from unstable_core.types import GameInformation, GameResult
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="unstable-liveness")
+    yield
+    ray.shutdown()
+
+
+def game(idx: int) -> GameResult:
+    info = GameInformation(
+        game_idx=idx, env_id="E", seed=idx, eval=False, models={0: "ckpt-0", 1: "base"}, learner_pids=[0],
+        final_rewards={0: 1.0, 1: -1.0}, failed=False, num_turns=3,
+    )  # fmt: skip
+    return GameResult(info=info)
+
+
+def test_each_game_reaches_games_jsonl_when_it_is_recorded(tmp_path):
+    """Before: up to 64 games (2 s) waited in the tracker's memory, lost when it died."""
+    tracker = Tracker(tmp_path)
+    tracker.add_game(game(0))
+    tracker.add_game(game(1))
+    assert [g["info"]["game_idx"] for g in read_jsonl(tmp_path / "games" / "games.jsonl")] == [0, 1]
+
+
+def test_a_killed_tracker_loses_no_recorded_game(ray_session, tmp_path):
+    tracker = ray.remote(_TrackerActor).options(num_cpus=0).remote(str(tmp_path), [])
+    for i in range(3):
+        tracker.add_game.remote(game(i))
+    assert ray.get(tracker.snapshot.remote())["counts"]["train_games"] == 3
+    ray.kill(tracker, no_restart=True)
+    assert len(read_jsonl(tmp_path / "games" / "games.jsonl")) == 3
+
+
+def started_run(tiny_model: str, tmp_path) -> Run:
+    """A Run with a real tracker and registry (rated once, not yet saved) and nothing else started."""
+    cfg = RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), run_name="r", trackers=[])
+    run = Run(cfg, learn=False)
+    remote = lambda cls: ray.remote(cls).options(num_cpus=0)  # noqa: E731
+    run.actors["tracker"] = remote(_TrackerActor).remote(str(run.run_dir), [])
+    registry = remote(RegistryHost).remote(str(run.run_dir / "registry.json"), save_every_s=3600)
+    run.actors["registry"] = registry
+    ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
+    ray.get(registry.add_fixed.remote("base"))
+    # rated in memory only: save_every_s keeps it off the disk until a flush
+    ray.get(registry.update_ratings.remote(["ckpt-0", "base"], [1.0, -1.0], "E"))
+    ray.get(run.actors["tracker"].add_game.remote(game(0)))
+    return run
+
+
+def test_stop_flushes_the_registry_when_the_tracker_is_dead(ray_session, tiny_model, tmp_path):
+    """Before: the tracker's dead snapshot raised first, so the registry's last ratings never reached disk."""
+    run = started_run(tiny_model, tmp_path)
+    ray.kill(run.actors["tracker"], no_restart=True)
+    summary = run.stop()
+    saved = {m["uid"]: m for m in json.loads((run.run_dir / "registry.json").read_text())["models"]}
+    assert saved["ckpt-0"]["games"] == 1 and saved["ckpt-0"]["wins"] == 1
+    assert summary["registry"]["current"] == "ckpt-0"
+    assert any(e.startswith("tracker.close: ") for e in summary["stop_errors"])
+    stopped = [r for r in read_jsonl(run.run_dir / "metrics.jsonl") if r.get("event") == "stopped"]
+    assert len(stopped) == 1 and stopped[0]["games_recorded"] is None  # the tracker did not answer
+
+
+def test_stop_closes_the_tracker_when_the_registry_is_dead(ray_session, tiny_model, tmp_path):
+    run = started_run(tiny_model, tmp_path)
+    ray.kill(run.actors["registry"], no_restart=True)
+    summary = run.stop()
+    assert summary["counts"]["train_games"] == 1  # the tracker still answered
+    assert len(read_jsonl(run.run_dir / "games" / "games.jsonl")) == 1
+    assert "registry" not in summary and any(e.startswith("registry.flush: ") for e in summary["stop_errors"])
+    (stopped,) = [r for r in read_jsonl(run.run_dir / "metrics.jsonl") if r.get("event") == "stopped"]
+    assert (stopped["index_base"], stopped["games_sent"], stopped["games_recorded"]) == (0, [], 1)
+
+
+class Answering:
+    """A stand-in actor: answers `pid` and `ping` (an inference actor's liveness questions), or hangs, or
+    fails to start."""
+
+    def __init__(self, fail: str | None = None) -> None:
+        if fail:
+            raise UnstableError(fail)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    async def ping(self) -> str:
+        return "pong"
+
+    def hang(self) -> None:
+        time.sleep(3600)
+
+
+def answering(**options):
+    return ray.remote(Answering).options(num_cpus=0, **options)
+
+
+def test_check_answers_names_the_actor_that_died_or_did_not_answer(ray_session):
+    alive, dead, stuck = answering().remote(), answering().remote(), answering(max_concurrency=2).remote()
+    ray.get([alive.pid.remote(), dead.pid.remote(), stuck.pid.remote()])
+    ray.kill(dead, no_restart=True)
+    with pytest.raises(ActorDied, match=r"^the collector-1: its process died$"):
+        check_answers({"the tracker": alive.pid.remote(), "the collector-1": dead.pid.remote()})
+    stuck.hang.remote()
+    with pytest.raises(ActorHung) as hung:
+        check_answers(
+            {"the tracker": alive.pid.remote(), "the collector-0": stuck.hang.remote()}, timeout_s=1
+        )
+    assert (hung.value.who, hung.value.what) == ("the collector-0", "actor did not answer within 1 s")
+    ray.kill(stuck)
+
+
+def test_an_actor_that_failed_to_start_shows_its_error(ray_session):
+    broken = answering().remote(fail="checkpoint step-3 is corrupt")
+    with pytest.raises(ActorDied, match=r"^the learner: it failed to start: checkpoint step-3 is corrupt$"):
+        check_answers({"the learner": broken.pid.remote()})
+
+
+def test_a_hung_actor_stops_the_run_saying_it_did_not_answer(ray_session, tiny_model, tmp_path):
+    """Before: 'an actor actor died (GetTimeoutError)'."""
+    run = started_run(tiny_model, tmp_path)
+    stopped = run._stop_after_death(ActorHung("the collector-0", 300))
+    assert isinstance(stopped, RunStopped)
+    assert str(stopped).startswith(
+        "the collector-0 actor did not answer within 300 s; the run stopped at its last complete checkpoint "
+        f"(step 0): continue it with `unstable run --resume {run.run_dir}`"
+    )
+    event = [r for r in read_jsonl(run.run_dir / "metrics.jsonl") if r.get("event")][-1]
+    assert (event["event"], event["actor"]) == ("actor_hung", "the collector-0")
+
+
+def poll_until(watch: InferenceWatch, done, timeout_s: float = 120.0) -> list:
+    """Poll `watch` every 0.2 s until `done(lines so far)`; the lines."""
+    lines: list = []
+    deadline = time.monotonic() + timeout_s
+    while not done(lines):
+        assert time.monotonic() < deadline, f"the watch saw no change: {lines}"
+        lines += watch.poll()
+        time.sleep(0.2)
+    return lines
+
+
+def test_inference_watch_reports_a_restart_and_stops_on_an_actor_dead_for_good(ray_session):
+    """Before: an inference actor that never came back left every game waiting 3 x 300 s, in silence."""
+    actor = answering(max_restarts=1).remote()
+    watch = InferenceWatch({"the inference-main-0": actor})
+    poll_until(watch, lambda _: watch.pids)
+    first = watch.pids["the inference-main-0"]
+    os.kill(first, signal.SIGKILL)
+    lines = poll_until(watch, bool)
+    second = watch.pids["the inference-main-0"]
+    assert lines == [
+        (
+            "the inference-main-0",
+            f"the inference-main-0 restarted (its process {first} died; now {second}): the games it was "
+            "playing are replayed",
+        )
+    ]
+    os.kill(second, signal.SIGKILL)  # no restart left
+    with pytest.raises(ActorDied) as died:
+        poll_until(watch, lambda _: False)
+    assert died.value.who == "the inference-main-0"
+    assert died.value.why == "its process died, and Ray could not restart it"
+
+
+def test_inference_watch_stops_on_an_actor_that_does_not_answer(ray_session):
+    actor = answering(max_concurrency=1).remote()
+    watch = InferenceWatch({"the inference-main-0": actor}, timeout_s=300)
+    poll_until(watch, lambda _: watch.pids)
+    actor.hang.remote()  # its one thread busy: the next question waits
+    assert watch.poll() == []
+    with pytest.raises(ActorHung, match="the inference-main-0: did not answer within 300 s"):
+        watch.poll(now=time.monotonic() + 301)
+    ray.kill(actor)
+
+
+def test_a_game_stops_waiting_for_an_inference_actor_dead_for_good(ray_session):
+    """Before: the collector pinged a dead actor for 300 s per replay (3 replays per game)."""
+    dead = answering().remote()
+    ray.get(dead.ping.remote())
+    ray.kill(dead, no_restart=True)
+    collector = Collector(
+        engines={"main": [dead]}, tokenizers={}, buffer=None, registry=None, tracker=None, scheduler=None,
+        params=None, restart_timeout_s=3600,
+    )  # fmt: skip
+    deadline = time.monotonic() + 3600
+    assert asyncio.run(collector._await_actors({"main"}, 1, 0, deadline)) is False
