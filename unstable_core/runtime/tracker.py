@@ -88,7 +88,9 @@ class Tracker:
         """Append the game to games.jsonl at once (a tracker that dies loses only the games on their way
         to it), fsynced at most every SYNC_EVERY_S seconds; its non-finite numbers are counted."""
         sync = time.time() - self._synced_at >= SYNC_EVERY_S
-        self.counts["nonfinite_values"] += append_jsonl(self.games_path, [to_dict(result)], sync=sync)
+        nonfinite = append_jsonl(self.games_path, [to_dict(result)], sync=sync)
+        if nonfinite:
+            self.counts["nonfinite_values"] += nonfinite
         if sync:
             self._synced_at = time.time()
 
