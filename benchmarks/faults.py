@@ -40,6 +40,8 @@ from pathlib import Path
 
 import psutil
 
+from unstable_core.runtime.resume import is_learner_record
+
 KINDS = {  # kind -> the actor classes whose Ray worker title (`ray::<Class>...`) names it
     "collector": ("Collector",),
     "buffer": ("StepBuffer", "EpisodeBuffer"),
@@ -130,7 +132,7 @@ def check_run(run_dir: Path, steps: int) -> dict[str, object]:
             broken += 1
     idx = [g["info"]["game_idx"] for g in games]
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
-    logged = [r["step"] for r in records if any(k.startswith("learner/") for k in r)]
+    logged = [r["step"] for r in records if is_learner_record(r)]
     intact = 0
     for k in range(1, steps + 1):
         folder = run_dir / "checkpoints" / f"step-{k}"

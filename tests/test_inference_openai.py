@@ -17,6 +17,7 @@ from unstable_core.inference.chat_prompt import MessagesTokenizer, prompt_messag
 from unstable_core.inference.openai_api import ApiError, OpenAIBackend, check_api_model, retry_after_s
 from unstable_core.io import read_jsonl
 from unstable_core.models import load_tokenizer
+from unstable_core.runtime.resume import is_learner_record
 from unstable_core.testing_openai import FakeOpenAIServer, Scripted
 
 OBS = "Current Board: ...\nAvailable Moves: '[2]', '[5]'"
@@ -279,7 +280,7 @@ def test_unstable_run_against_an_api_opponent(tiny_model, tmp_path):
                 assert t["collect_data"] and all(s["completion_ids"] for s in t["steps"])
     assert api_turns >= 1 and chat_calls >= api_turns  # every API turn was a request to the server
     assert any(g["info"]["eval"] for g in games) or chat_calls > 0
-    [metrics] = read_jsonl(run_dir / "metrics.jsonl")
+    [metrics] = [r for r in read_jsonl(run_dir / "metrics.jsonl") if is_learner_record(r)]
     assert metrics["step"] == 1 and metrics["learner/batch_steps"] >= 4
 
     cfg = tomllib.loads((run_dir / "config.toml").read_text())

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from unstable_core.io import read_jsonl
+from unstable_core.runtime.resume import is_learner_record
 from unstable_core.testing import TINY_RUN_ARGS
 
 ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
@@ -120,7 +121,7 @@ def test_resume_after_sigkill_during_collection_an_update_and_a_checkpoint_write
     assert learner.step == 5
 
     records = read_jsonl(run_dir / "metrics.jsonl")
-    learner_steps = [r["step"] for r in records if any(k.startswith("learner/") for k in r)]
+    learner_steps = [r["step"] for r in records if is_learner_record(r)]
     assert learner_steps == [1, 2, 3, 4, 5]  # none duplicated, none missing, in order
     resumes = [r for r in records if r.get("event") == "resume"]
     assert [r["resumed_from_step"] for r in resumes] == [0, 1, 2]

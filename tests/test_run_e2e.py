@@ -12,6 +12,7 @@ import tomllib
 from safetensors import safe_open
 
 from unstable_core.io import read_jsonl
+from unstable_core.runtime.resume import is_learner_record
 from unstable_core.testing import TINY_RUN_ARGS
 
 SMALL = TINY_RUN_ARGS
@@ -49,7 +50,7 @@ def check_run_dir(run_dir: Path, tiny_model: str, learner: str) -> tuple[list[di
             lora_a = [k for k in f.keys() if "lora_A" in k]  # noqa: SIM118 (not a dict)
             assert lora_a and all(f.get_tensor(k).shape[0] == 4 for k in lora_a)  # --lora-config rank 4
 
-    metrics = [m for m in read_jsonl(run_dir / "metrics.jsonl") if not is_eval_record(m)]
+    metrics = [m for m in read_jsonl(run_dir / "metrics.jsonl") if is_learner_record(m)]
     assert [m["step"] for m in metrics] == [1, 2]
     for m in metrics:
         assert m["learner/batch_steps"] >= 4 and math.isfinite(m["learner/grad_norm"])
@@ -119,7 +120,8 @@ def test_unstable_run_a2c_against_fixed_base(tiny_model, tmp_path):
     run_dir = tmp_path / "a2c"
     finished, registry = check_run_dir(run_dir, tiny_model, "a2c")
     assert (run_dir / "checkpoints" / "step-2" / "critic" / "value_head.safetensors").is_file()
-    assert all(math.isfinite(m["learner/value_loss"]) for m in read_jsonl(run_dir / "metrics.jsonl"))
+    learner_records = [m for m in read_jsonl(run_dir / "metrics.jsonl") if is_learner_record(m)]
+    assert learner_records and all(math.isfinite(m["learner/value_loss"]) for m in learner_records)
     for g in finished:  # one learner seat, the other played by the base model
         models = g["info"]["models"]
         assert sorted(models.values())[0] == "base" and sorted(models.values())[1].startswith("ckpt-")

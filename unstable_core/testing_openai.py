@@ -133,6 +133,7 @@ def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self, method: str) -> None:
             server.enter()
+            left = False
             try:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
@@ -140,6 +141,10 @@ def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 answer = server.answer(method, self.path, dict(self.headers), body)
                 time.sleep(answer.delay_s)
                 data = json.dumps(answer.body if answer.body is not None else {}).encode()
+                # the request leaves before its answer is sent: once the client has the answer it may send
+                # the next request, which must not find this one still counted in flight
+                server.leave()
+                left = True
                 self.send_response(answer.status)
                 for key, value in {"Content-Type": "application/json", **answer.headers}.items():
                     self.send_header(key, value)
@@ -149,7 +154,8 @@ def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):  # the client gave up (its timeout)
                 pass
             finally:
-                server.leave()
+                if not left:
+                    server.leave()
 
         def do_GET(self) -> None:
             self._serve("GET")

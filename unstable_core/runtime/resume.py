@@ -165,7 +165,7 @@ def prepare_logs(point: ResumePoint | None, run_dir: Path, changed: dict[str, An
     games_path = run_dir / "games" / "games.jsonl"
     cut = [str(p.relative_to(run_dir)) for p in (metrics_path, games_path) if _end_partial_line(p)]
     step = point.step if point is not None else 0
-    logged = {r["step"] for r in read_jsonl(metrics_path) if any(k.startswith("learner/") for k in r)}
+    logged = {r["step"] for r in read_jsonl(metrics_path) if is_learner_record(r)}
     restored = []
     for k in checkpoint_steps(run_dir):
         if k in logged or k > step:
@@ -185,6 +185,12 @@ def prepare_logs(point: ResumePoint | None, run_dir: Path, changed: dict[str, An
         "next_game_index": max_game_index(run_dir) + 1,
     }
     return record
+
+
+def is_learner_record(record: dict[str, Any]) -> bool:
+    """A learner step's line of metrics.jsonl (one per update, with `learner/...` keys); the others are
+    scheduled evaluations (`eval/...` at a step) and events (resume, actor_died, stopped: no step)."""
+    return "step" in record and any(k.startswith("learner/") for k in record)
 
 
 def record_resume(run_dir: Path, record: dict[str, Any]) -> None:
