@@ -3,7 +3,7 @@
 A kill falls at a random moment 0-T s after each (re)start's first new checkpoint, so that every start
 makes progress and kills land during collection, updates and checkpoint writes alike.
 
-    python3 benchmarks/faults.py [--steps 60] [--every 4] [--kills 6] [--kinds collector,learner]
+    python3 benchmarks/faults.py [--steps 150] [--every 4] [--kills 6] [--kinds collector,learner]
 
 Without --model the run uses a tiny random-weight model (seconds per step on a CPU); `--model smollm2-135m`
 uses the embedded default. Each kill is a SIGKILL of one Ray actor's process; the kinds (collector, buffer,
@@ -185,7 +185,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", default=None, help="default: a tiny random-weight model")
-    parser.add_argument("--steps", type=int, default=60, help="learning steps of the run")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=150,
+        help="learning steps of the run (enough for every kill to land on a quiet machine)",
+    )
     parser.add_argument(
         "--every", type=float, default=4.0, help="a kill falls 0-T s after a start's first checkpoint"
     )
