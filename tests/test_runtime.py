@@ -60,14 +60,20 @@ def wait_until(check, timeout_s: float = 180.0, what: str = "condition") -> None
 
 
 def start_collector(
-    run_dir: Path, engine, tiny_model: str, specs: list[TrainEnvSpec], seed: int = 0, eval_plan=None
+    run_dir: Path,
+    engine,
+    tiny_model: str,
+    specs: list[TrainEnvSpec],
+    seed: int = 0,
+    eval_plan=None,
+    tracker_cls: type = Tracker,
 ):
     """A collector actor with a real registry, buffer and tracker (all Ray actors), sampling `specs`."""
     reg = get_registry()
     registry = ray.remote(RegistryHost).options(num_cpus=0).remote(str(run_dir / "registry.json"))
     ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
     buffer = ray.remote(StepBuffer).options(num_cpus=0).remote(10_000)
-    tracker = ray.remote(Tracker).options(num_cpus=0).remote(str(run_dir))
+    tracker = ray.remote(tracker_cls).options(num_cpus=0).remote(str(run_dir))
     scheduler = GameScheduler(
         reg.load("env_sampler", "random")(specs, seed=seed),
         reg.load("model_sampler", "mirror")(seed=seed),
@@ -146,6 +152,31 @@ def test_a_dead_tracker_stops_collection_and_its_games_reach_neither_buffer_nor_
     assert ray.get(buffer.stats.remote())["games"] == 0
     assert ray.get(registry.to_dict.remote())["env_games"].get(TTT, 0) == 0
     assert ray.get(collector.stats.remote())["recorded"] == 0
+
+
+class SlowTracker(Tracker):
+    """A tracker that takes a second per game: stopping the collection finds games waiting for it."""
+
+    def add_game(self, result) -> None:
+        time.sleep(1.0)
+        super().add_game(result)
+
+
+def test_games_finished_when_collection_stops_are_rated_and_buffered_whole(engine, tiny_model, tmp_path):
+    """Before: stopping cancelled a finished game while it waited for the tracker, so it reached
+    games.jsonl but neither the ratings nor the buffer (a run's summary rated fewer games than it had)."""
+    collector, registry, buffer, tracker = start_collector(
+        tmp_path, engine, tiny_model, [TrainEnvSpec(TTT, 2, 2)], tracker_cls=SlowTracker
+    )
+    collecting = collector.collect.remote(4, 0)
+    wait_until(lambda: ray.get(collector.stats.remote())["finished"] >= 3, what="3 finished games")
+    ray.get(collector.stop.remote())
+    counts = ray.get(collecting, timeout=120)
+
+    recorded = ray.get(tracker.snapshot.remote())["counts"]["train_games"]
+    assert counts["finished"] >= 3 and recorded == counts["recorded"] == counts["finished"]
+    assert ray.get(registry.to_dict.remote())["env_games"][TTT] == recorded
+    assert ray.get(buffer.stats.remote())["games"] == recorded
 
 
 def test_failing_env_is_recorded_as_failed_while_the_others_finish(engine, tiny_model, tmp_path):

@@ -30,6 +30,7 @@ from unstable_core.types import GameInformation, GameResult, GameSpec
 log = logging.getLogger(__name__)
 
 MAIN_ENGINE = "main"
+RECORD_TIMEOUT_S = 30.0  # how long a stopping collection waits for its finished games to be recorded
 
 
 @attrs.define
@@ -105,6 +106,7 @@ class Collector:
         self.error_allowance = error_allowance
         self.running = False
         self.counts = {"started": 0, "finished": 0, "failed": 0, "retries": 0, "recorded": 0}
+        self._recording: set[asyncio.Future] = set()  # finished games being recorded (see `_finish`)
         # scheduled evaluation (eval_plan): its games replace the trickle of evaluation games
         self.eval_plan = eval_plan
         self._eval_queue: deque[tuple[str, GameSpec]] = deque()
@@ -209,18 +211,26 @@ class Collector:
         return await self._finish(spec, registry, kind)
 
     async def _finish(self, spec: GameSpec, registry: ModelRegistry, kind: str) -> GameResult:
-        """Play `spec` and send its result on: tracker, ratings, and (training games only) the buffer. The
-        tracker first, and waited for: a game the run rates or learns from is in games.jsonl (when the
-        tracker is dead, the game goes nowhere and the run stops, as for a game in flight)."""
+        """Play `spec` and send its result on (`_record`). A game that has finished is recorded whole even
+        when collection stops meanwhile: `collect` cancels games in flight, not their recording."""
         result = await self.play(spec, registry)
         self.counts["failed" if result.info.failed else "finished"] += 1
         self.scheduler.env_sampler.update(result.info)
         self.scheduler.model_sampler.update(result.info)
+        recording = asyncio.ensure_future(self._record(result, kind))
+        self._recording.add(recording)
+        recording.add_done_callback(self._recording.discard)
+        return await asyncio.shield(recording)
+
+    async def _record(self, result: GameResult, kind: str) -> GameResult:
+        """Tracker, ratings, and (training games only) the buffer. The tracker first, and waited for: a game
+        the run rates or learns from is in games.jsonl (when the tracker is dead, the game goes nowhere and
+        the run stops, as for a game in flight)."""
         await self.tracker.add_game.remote(result)
         self.counts["recorded"] += 1
         if not result.info.failed:
             pids = sorted(result.info.final_rewards)
-            self.registry.update_ratings.remote(
+            await self.registry.update_ratings.remote(
                 [result.info.models[p] for p in pids],
                 [result.info.final_rewards[p] for p in pids],
                 result.info.env_id,
@@ -337,6 +347,10 @@ class Collector:
             for task in inflight:
                 task.cancel()
             await asyncio.gather(*inflight, return_exceptions=True)
+            if self._recording:  # finished games still on their way to the tracker, ratings and buffer
+                done, _ = await asyncio.wait(set(self._recording), timeout=RECORD_TIMEOUT_S)
+                for recording in done:  # their errors were the cancelled games' to raise: seen, not raised
+                    recording.cancelled() or recording.exception()
             self.running = False
         return dict(self.counts)
 
