@@ -17,8 +17,7 @@ resumes; hangs; games lost, measured against what was played (each process's `st
 metrics.jsonl says how many games each collector had the tracker record, which it waits for before a
 game's steps and rating go on; those of its game indices missing from games.jsonl are lost; a collector
 that was killed cannot say, and is counted apart; games in flight at a kill are played again, not lost);
-games duplicated
-(a game index recorded twice); cut lines in games.jsonl; learner steps duplicated or missing in
+games duplicated (a game index recorded twice); cut lines in games.jsonl; learner steps duplicated or missing in
 metrics.jsonl; checkpoints intact (every step-1..N folder with its adapter and optimizer tensors loadable);
 whether the final step equals the steps asked for.
 """

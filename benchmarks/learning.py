@@ -1,7 +1,9 @@
 """Does a real model learn on a CPU? The embedded default trained by each learner within a wall-clock budget,
 then the first and the last quarter of its policy versions compared: invalid-move rate and format rate of
 the training steps, win rate (W/n) against the base model in evaluation games, each with its count and
-Wilson 95% interval, and a two-proportion z-test; the score (W + D/2)/n is shown beside it, untested. Target: at least one rate improves with p < 0.01 per learner.
+Wilson 95% interval, and a two-proportion test (per-move rates clustered by game seat, small counts by
+Fisher's exact test); the score (W + D/2)/n is shown beside it, untested. Target: at least one rate improves
+with p < 0.01 per learner.
 
     python3 benchmarks/learning.py                          # reinforce, then a2c, 30 minutes each
     python3 benchmarks/learning.py --learner a2c --minutes 10
@@ -40,16 +42,14 @@ def report(run_dir: Path, title: str) -> dict:
     if cmp is None:
         print("fewer than two policy versions played: nothing to compare (give it more time)")
         return {}
-    print(
-        f"{'rate':<26} {'first quarter ' + str(cmp.first.versions):<38} {'last quarter ' + str(cmp.last.versions):<38} {'z':>6} {'p':>9}"
-    )
+    first, last = f"first quarter {cmp.first.versions}", f"last quarter {cmp.last.versions}"
+    print(f"{'rate':<26} {first:<38} {last:<38} {'z':>6} {'p':>9}  test")
     met = []
     for name, test in cmp.tests.items():
         ok = improved(name, test.z) and test.p_value < TARGET_P
         met += [name] if ok else []
-        print(
-            f"{name:<26} {str(test.first):<38} {str(test.second):<38} {test.z:>6.2f} {test.p_value:>9.2g}{' (Fisher)' if test.method == 'fisher' else ''}{'  *' if ok else ''}"
-        )
+        row = f"{name:<26} {str(test.first):<38} {str(test.second):<38} {test.z:>6.2f} {test.p_value:>9.2g}"
+        print(f"{row}  {test.method}{'  *' if ok else ''}")
     for opp in sorted(set(cmp.first.games) | set(cmp.last.games)):  # W + D/2: shown, not tested
         print(f"{'score_vs_' + opp:<26} {str(cmp.first.score(opp)):<38} {str(cmp.last.score(opp)):<38}")
     verdict = (

@@ -26,13 +26,22 @@ class VersionRates:
     """Counts of one policy version (or a pool of versions)."""
 
     versions: list[int]
-    steps: int = 0
-    invalid: int = 0
-    formatted: int = 0
     wins: dict[str, int] = attrs.field(factory=dict)  # opponent -> wins
     games: dict[str, int] = attrs.field(factory=dict)  # opponent -> games
     draws: dict[str, int] = attrs.field(factory=dict)  # opponent -> draws
     seats: list[tuple[int, int, int]] = attrs.field(factory=list)  # (steps, invalid, formatted) per game seat
+
+    @property
+    def steps(self) -> int:
+        return sum(seat[0] for seat in self.seats)
+
+    @property
+    def invalid(self) -> int:
+        return sum(seat[1] for seat in self.seats)
+
+    @property
+    def formatted(self) -> int:
+        return sum(seat[2] for seat in self.seats)
 
     @property
     def invalid_rate(self) -> Rate:
@@ -57,9 +66,6 @@ class VersionRates:
 
     def add(self, other: VersionRates) -> None:
         self.versions += other.versions
-        self.steps += other.steps
-        self.invalid += other.invalid
-        self.formatted += other.formatted
         self.seats += other.seats
         for opp, n in other.games.items():
             self.games[opp] = self.games.get(opp, 0) + n
@@ -120,12 +126,8 @@ def rates_from_games(games: list[dict[str, Any]]) -> dict[int, VersionRates]:
                     counts[0] += 1
                     counts[1] += bool(s["invalid_move"])
                     counts[2] += bool(s["format_ok"])
-                for version, (steps, invalid, formatted) in seat.items():
-                    v = at(version)
-                    v.steps += steps
-                    v.invalid += invalid
-                    v.formatted += formatted
-                    v.seats.append((steps, invalid, formatted))
+                for version, counts in seat.items():
+                    at(version).seats.append(tuple(counts))
         models = {int(pid): uid for pid, uid in info.get("models", {}).items()}
         rewards = {int(pid): r for pid, r in info.get("final_rewards", {}).items()}
         checkpoints = {pid: _version_of(uid) for pid, uid in models.items() if _version_of(uid) is not None}

@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 import click
 
-from unstable_core.config import RunConfig, load_config
+from unstable_core.config import API_FIELDS, RunConfig, load_config
 from unstable_core.errors import ConfigError, RunFailed
 from unstable_core.runtime.scheduled_eval import evals_table, last_eval_lines
 
@@ -62,16 +62,6 @@ def run_options(fn: Any) -> Any:
     for field in reversed(attrs.fields(RunConfig)):
         fn = _option_for(field)(fn)
     return fn
-
-
-API_FIELDS = (
-    "base_url",
-    "api_key_env",
-    "api_concurrency",
-    "api_timeout_s",
-    "api_max_retries",
-    "api_max_tokens",
-)
 
 
 def api_options(fn: Any) -> Any:

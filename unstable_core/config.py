@@ -642,6 +642,16 @@ class RunConfig:
         atomic_write_text(path, tomli_w.dumps(self.to_dict()))
 
 
+# the options of openai:MODEL players, shared by every command that plays API models (run, play, eval)
+API_FIELDS = (
+    "base_url",
+    "api_key_env",
+    "api_concurrency",
+    "api_timeout_s",
+    "api_max_retries",
+    "api_max_tokens",
+)
+
 FIELD_ALIASES = {f.metadata["alias"]: f.name for f in attrs.fields(RunConfig) if "alias" in f.metadata}
 
 # the reference's vllm_config keys (unstable_core.inference.vllm.VLLM_CONFIG_KEYS) -> the run field each sets

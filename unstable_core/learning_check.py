@@ -3,10 +3,11 @@
 The game, "guess the letter", has one player and one turn: the prompt names the winning letter among
 A-H; answering it wins (+1), anything else loses (-1). Its multi-round form (`rounds=2`) asks for a
 different letter each round and scores the game once, at its end (-1 + 2 * right / rounds), so a learner
-must carry the outcome back to earlier moves (an episode learner through GAE) and tell the rounds apart. The model is a tiny random-weight Llama whose LM head
-puts almost all of its mass evenly on the eight letters, so the untrained policy wins about 1/8 of the time
-and only learning (through the learner's LoRA adapter: the head itself is frozen) can move it to the
-winning letter. Everything between is the real thing: the transformers backend sampling with the latest
+must carry the outcome back to earlier moves (an episode learner through GAE) and tell the rounds apart.
+
+The model is a tiny random-weight Llama whose LM head puts almost all of its mass evenly on the eight
+letters, so the untrained policy wins about 1/8 of the time and only learning (through the learner's LoRA
+adapter: the head itself is frozen) can move it to the winning letter. Everything between is the real thing: the transformers backend sampling with the latest
 adapter, the game loop, the buffer with the registered reward transforms, the learner's update and its
 checkpoints. A learner passes when its success rate goes from <= 0.3 to >= 0.9 within `max_updates`.
 

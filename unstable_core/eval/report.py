@@ -1,7 +1,8 @@
 """What `unstable eval` reports per (model, opponent, env): W/D/L, win rate W/n and score (W + D/2)/n with
-Wilson 95% intervals (the score's, with its half counts, a conservative bound), the mean final reward, the model's invalid-move and format rates per turn (with n and interval), mean
-game length in turns and the model's completion tokens per turn (an API model's from the server's `usage`;
-none for `random`); as a table, plain text, or JSON. The model's turns are those of its seat in each game."""
+Wilson 95% intervals (the score's, with its half counts, a conservative bound), the mean final reward, the
+model's invalid-move and format rates per turn (with n and interval), mean game length in turns and the
+model's completion tokens per turn (an API model's from the server's `usage`; none for `random`); as a
+table, plain text, or JSON. The model's turns are those of its seat in each game."""
 
 from __future__ import annotations
 
@@ -122,8 +123,7 @@ def completion_tokens(step: Step) -> int | None:
     or a server that reports no usage)."""
     if step.completion_ids:
         return len(step.completion_ids)
-    counted = step.step_info.get("completion_tokens")
-    return int(counted) if isinstance(counted, (int, float)) and not isinstance(counted, bool) else None
+    return step.step_info.get("completion_tokens")  # the API backend checked it (`_usage_tokens`)
 
 
 def aggregate(planned: list[PlannedGame], results: list[GameResult]) -> list[PairStats]:

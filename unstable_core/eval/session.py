@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from unstable_core.config import RunConfig
+from unstable_core.config import API_FIELDS, RunConfig
 from unstable_core.errors import UnstableError
 from unstable_core.eval.targets import EvalTarget, main_model
 from unstable_core.types import GameResult, GameSpec, PlayerSpec, game_result_from_dict
@@ -142,12 +142,7 @@ def run_config(targets: list[EvalTarget], settings: EvalSettings) -> Any:
         max_model_len=settings.max_model_len,
         max_batch_size=settings.max_batch_size,
         device=settings.device,
-        base_url=settings.base_url,
-        api_key_env=settings.api_key_env,
-        api_concurrency=settings.api_concurrency,
-        api_timeout_s=settings.api_timeout_s,
-        api_max_retries=settings.api_max_retries,
-        api_max_tokens=settings.api_max_tokens,
+        **{name: getattr(settings, name) for name in API_FIELDS},
     )
 
 

@@ -1,8 +1,9 @@
 """PPO: the clipped surrogate per token on r = pi_T / mu, several epochs and mini-batches per batch.
 
 mu is the behaviour log-prob the backend recorded when sampling (where none was recorded, pi_old's: the
-policy's own before the update, from one gradient-free pass before epoch 0). pi_T is the policy tempered like the sampler, as REINFORCE computes it,
-so with one epoch and on-policy data (r = 1) the gradient is REINFORCE's.
+policy's own before the update, from one gradient-free pass before epoch 0). pi_T is the policy tempered
+like the sampler, as REINFORCE computes it, so with one epoch and on-policy data (r = 1) the gradient is
+REINFORCE's.
 """
 
 from __future__ import annotations
