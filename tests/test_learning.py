@@ -86,3 +86,41 @@ def test_group_relative_gives_no_signal_when_every_seed_is_played_once(tmp_path)
     )
     print(result.summary())
     assert not result.passed and max(result.rates) < GOAL
+
+
+@pytest.mark.parametrize("name", LEARNERS)
+def test_learner_learns_to_win_rather_than_stall(name, tmp_path):
+    """The stall game, with `unstable run`'s default transforms: winning at once pays 1 + 1, stalling pays
+    +1 per valid move for 4 moves then loses; every learner must learn to win (a2c included)."""
+    result = check_learner_learns(
+        get_registry().load("learner", name), tmp_path, game="stall", **run_default_transforms()
+    )
+    print(result.summary())
+    assert result.passed, result.summary()
+
+
+def test_the_stall_game_fails_a2c_whose_returns_accumulate_the_shaping(tmp_path, monkeypatch):
+    """f656d78's a2c summed every later step's shaping into a step's return (4 - 1 = 3 for stalling, 2 for
+    winning): it learns to stall. The check sees it."""
+    import unstable_a2c.learner as a2c
+
+    def accumulated(episode):
+        last = len(episode) - 1
+        return [s.shaping + (s.final_reward if t == last else 0.0) for t, s in enumerate(episode)]
+
+    monkeypatch.setattr(a2c, "outcome_rewards", accumulated)
+    monkeypatch.setattr(a2c, "shaped_advantages", lambda advantages, episode: list(advantages))
+    result = check_learner_learns(a2c.A2CLearner, tmp_path, game="stall", **run_default_transforms())
+    print(result.summary())
+    assert not result.passed and result.rates[-1] < 0.1
+
+
+@pytest.mark.parametrize("name", LEARNERS)
+def test_learner_learns_to_play_its_private_card(name, tmp_path):
+    """The card game against a fixed opponent, with the run's default transforms: only a policy that reads
+    its card wins (a constant claim wins half of the games, see test_learning_games)."""
+    result = check_learner_learns(
+        get_registry().load("learner", name), tmp_path, game="card", **run_default_transforms()
+    )
+    print(result.summary())
+    assert result.passed, result.summary()

@@ -26,12 +26,14 @@ from typing import Any
 
 import attrs
 
-from unstable_core.types import GameSpec, PlayerSpec
+from unstable_core.learning_games import CARDS, ROUND_WORDS, Caller, HighOrLowEnv, WinOrStallEnv
+from unstable_core.types import GameResult, GameSpec, PlayerSpec
 
 LETTERS = "ABCDEFGH"
 WINNING = "C"
 WINNING_BY_ROUND = "CFBG"  # round k's letter in the multi-round game (round 0: WINNING)
-ROUND_WORDS = ("first", "second", "third", "fourth")  # each a single token that marks its round
+STATE_WORDS = ROUND_WORDS + CARDS  # words the letter model reads: rounds, then the card game's cards
+GAMES = ("letter", "stall", "card")
 ENV_ID = "GuessTheLetter-v0"
 START_MAX, GOAL = 0.3, 0.9
 
@@ -70,10 +72,10 @@ def make_letter_model(folder: str | os.PathLike, hidden_size: int = 32, seed: in
     """A tiny Llama (SmolLM2's tokenizer) whose LM head favours the letters A-H equally: the residual stream
     carries a large constant in dimension 0, which each letter's head row reads (logit ~ +14, the rest of
     the vocabulary ~ 0), and each letter also reads one dimension of its own, which LoRA can learn to raise.
-    The words naming the rounds carry a dimension each (from the top) in place of dimension 0, which the
-    letters read as they read dimension 0: the multi-round game's prompt ends with one, so each round is
-    answered from its own direction of the residual stream (the game tests learners' credit assignment,
-    not a random network's powers of reading)."""
+    The words naming the rounds (and the card game's cards) carry a dimension each (from the top) in place
+    of dimension 0, which the letters read as they read dimension 0: the multi-round game's prompt ends with
+    one, so each round is answered from its own direction of the residual stream (the game tests learners'
+    credit assignment, not a random network's powers of reading)."""
     import torch
 
     from unstable_core.models import DEFAULT_MODEL, load_tokenizer
@@ -88,7 +90,7 @@ def make_letter_model(folder: str | os.PathLike, hidden_size: int = 32, seed: in
     with torch.no_grad():
         embed = model.get_input_embeddings().weight
         embed[:, 0] = 10.0  # dominates the RMS norm: h[0] ~ sqrt(H)
-        for k, word in enumerate(ROUND_WORDS):
+        for k, word in enumerate(STATE_WORDS):
             (token,) = tok.encode(" " + word, add_special_tokens=False)
             embed[token, 0] = 0.0
             embed[token, hidden_size - 1 - k] = 10.0
@@ -98,7 +100,7 @@ def make_letter_model(folder: str | os.PathLike, hidden_size: int = 32, seed: in
             (token,) = tok.encode(letter, add_special_tokens=False)
             head[token] = 0.0
             head[token, 0] = 14.0 / hidden_size**0.5
-            head[token, hidden_size - len(ROUND_WORDS) :] = 14.0 / hidden_size**0.5
+            head[token, hidden_size - len(STATE_WORDS) :] = 14.0 / hidden_size**0.5
             head[token, 1 + k] = 4.0
     model.save_pretrained(folder, safe_serialization=True)
     return str(folder)
@@ -166,6 +168,36 @@ def _bare(observation: str, tokenizer: Any) -> str:
     return observation
 
 
+def _game_spec(game: str, version: int, game_idx: int, seed_repeat: int) -> GameSpec:
+    """Seat 0 is the policy of `version` (training data); the card game's seat 1 is the fixed caller. Each
+    seed is played `seed_repeat` times in a row, as one group when that is more than once."""
+    players = [PlayerSpec(pid=0, model_uid=f"ckpt-{version}", collect_data=True)]
+    if game == "card":
+        players.append(PlayerSpec(pid=1, model_uid="caller"))
+    seed = game_idx // seed_repeat
+    return GameSpec(
+        game_idx=game_idx,
+        env_id=f"{ENV_ID}-{game}",
+        seed=seed,
+        players=players,
+        group_id=f"seed-{seed}" if seed_repeat > 1 else "",
+        group_size=seed_repeat,
+    )
+
+
+def _env_factory(game: str, rounds: int) -> Any:
+    if game == "stall":
+        return lambda env_id: WinOrStallEnv()
+    if game == "card":
+        return lambda env_id: HighOrLowEnv()
+    return lambda env_id: GuessTheLetterEnv(rounds=rounds)
+
+
+def succeeded(result: GameResult) -> bool:
+    """Whether seat 0 won (the letter game: every round right)."""
+    return result.info.final_rewards.get(0, -1.0) >= 1.0
+
+
 async def _play(
     backend: Any,
     lora_path: str | None,
@@ -174,35 +206,33 @@ async def _play(
     first_idx: int,
     seed_repeat: int = 1,
     rounds: int = 1,
-) -> list[Any]:
-    """`games` games of the letter game with the policy at `lora_path`, concurrently through the backend;
-    each game seed is played `seed_repeat` times in a row (groups for `group-relative`)."""
+    game: str = "letter",
+) -> list[GameResult]:
+    """`games` games with the policy at `lora_path`, concurrently through the backend; each game seed is
+    played `seed_repeat` times in a row (groups for `group-relative`)."""
     from unstable_core.games.loop import play_game
     from unstable_core.inference.base import SamplingParams
 
     params = SamplingParams(temperature=1.0, max_tokens=1)
+    bare = game != "letter" or rounds > 1  # the prompt's last word is the state the policy must read
+    generate: dict[int, Any] = {0: backend.generate}
+    if game == "card":
+        generate[1] = Caller()
 
-    def spec(i: int) -> GameSpec:
-        player = PlayerSpec(pid=0, model_uid=f"ckpt-{version}", collect_data=True)
-        return GameSpec(
-            game_idx=first_idx + i, env_id=ENV_ID, seed=(first_idx + i) // seed_repeat, players=[player]
+    def play(i: int) -> Any:
+        spec = _game_spec(game, version, first_idx + i, seed_repeat)
+        return play_game(
+            spec,
+            {pid: generate[pid] for pid in range(spec.num_players)},
+            backend.tokenizer,
+            lora_paths={0: lora_path, 1: None},
+            policy_versions={0: version, 1: -1},
+            params=params,
+            env_factory=_env_factory(game, rounds),
+            templates={"default": _bare} if bare else None,
         )
 
-    return await asyncio.gather(
-        *(
-            play_game(
-                spec(i),
-                backend.generate,
-                backend.tokenizer,
-                lora_paths={0: lora_path},
-                policy_versions={0: version},
-                params=params,
-                env_factory=lambda env_id: GuessTheLetterEnv(rounds=rounds),
-                templates=None if rounds == 1 else {"default": _bare},
-            )
-            for i in range(games)
-        )
-    )
+    return await asyncio.gather(*(play(i) for i in range(games)))
 
 
 def check_learner_learns(
@@ -219,30 +249,43 @@ def check_learner_learns(
     rounds: int = 1,
     final_transforms: list[Any] = (),
     step_transforms: list[Any] = (),
+    game: str = "letter",
+    lag: int = 0,
+    mu_shift: float = 0.0,
 ) -> LearningResult:
-    """Train `learner_cls` on the letter game until its games reach the goal rate or `max_updates` pass.
-    A game counts as won when every round was right. `sampling_transforms` replace the default
-    (`normalize-by-env`, z-scored); `final_transforms` and `step_transforms` (none by default) shape each
-    game as a run's buffer does; `seed_repeat` plays each game seed that many times in a row, as the env
-    sampler's `repeat` does; `rounds` > 1 plays the multi-round game."""
+    """Train `learner_cls` on one of the check's games until its games reach the goal rate or `max_updates`
+    pass. `game`: "letter" (a game counts as won when every round was right), "stall" or "card" (see
+    `unstable_core.learning_games`). `sampling_transforms` replace the default (`normalize-by-env`,
+    z-scored); `final_transforms` and `step_transforms` (none by default) shape each game as a run's buffer
+    does; `seed_repeat` plays each game seed that many times in a row, as the env sampler's `repeat` does;
+    `rounds` > 1 plays the multi-round letter game.
+    Off-policy data, as an asynchronous run's: with `lag` > 0 update v trains on games played by version
+    max(0, v - lag) (the rates stay those of each version's own games, played beside them, never trained on);
+    `mu_shift` moves each recorded behaviour log-prob by +-mu_shift (a seeded coin per token), as a sampler
+    whose numerics differ from the learner's."""
+    import random
+
     import torch
 
     from unstable_core.inference.hf import TransformersBackend
     from unstable_core.runtime.buffer import BUFFERS
 
+    if game not in GAMES:
+        raise ValueError(f"game must be one of {', '.join(GAMES)}, got {game!r}")
     work_dir = Path(work_dir)
     model = make_letter_model(work_dir / "letter-model", seed=seed)
     started = time.perf_counter()
     torch.manual_seed(seed)
     backend = TransformersBackend(model, device="cpu", seed=seed, gather_ms=5.0)
+    steps_per_game = rounds if game == "letter" else WinOrStallEnv().max_turns if game == "stall" else 1
     learner = learner_cls(
         model,
         device="cpu",
         run_dir=work_dir / "run",
         lora_cfg={"lora_rank": 8, "lora_alpha": 16},
         learning_rate=learning_rate,
-        batch_size=games_per_update * rounds,
-        mini_batch_size=games_per_update * rounds,
+        batch_size=games_per_update * steps_per_game,
+        mini_batch_size=games_per_update * steps_per_game,
         max_generation_len=1,
         temperature=1.0,
         seed=seed,
@@ -252,28 +295,43 @@ def check_learner_learns(
         _transforms() if sampling_transforms is None else {"sampling_transforms": sampling_transforms}
     )
     transforms |= {"final_transforms": list(final_transforms), "step_transforms": list(step_transforms)}
-    buffer = BUFFERS[getattr(learner, "buffer_kind", "step")](10 * games_per_update * rounds, **transforms)
+    buffer = BUFFERS[getattr(learner, "buffer_kind", "step")](
+        10 * games_per_update * steps_per_game, **transforms
+    )
     result = LearningResult(learner=learner_cls.__name__)
     lora_path: str | None = None
+    paths: list[str | None] = [None]  # each version's adapter
+    coins = random.Random(seed)
 
     async def loop() -> None:
         nonlocal lora_path
         for version in range(max_updates + 1):
             first = version * games_per_update
-            played = await _play(backend, lora_path, version, games_per_update, first, seed_repeat, rounds)
-            failed = [r.info.error for r in played if r.info.failed]
+            played = await _play(
+                backend, lora_path, version, games_per_update, first, seed_repeat, rounds, game
+            )
+            behind = max(0, version - lag)
+            train = played
+            if behind != version:
+                train = await _play(
+                    backend, paths[behind], behind, games_per_update, first, seed_repeat, rounds, game
+                )
+            failed = [r.info.error for r in (played if train is played else played + train) if r.info.failed]
             if failed:
-                raise RuntimeError(f"{len(failed)} letter games failed, e.g.: {failed[0]}")
-            wins = sum(r.info.final_rewards.get(0, -1.0) >= 1.0 for r in played)
-            result.rates.append(wins / len(played))
+                raise RuntimeError(f"{len(failed)} learning-check games failed, e.g.: {failed[0]}")
+            result.rates.append(sum(succeeded(r) for r in played) / len(played))
             result.games.append(len(played))
             if version > 0 and result.rates[-1] >= GOAL or version == max_updates:
                 return
-            for r in played:
-                buffer.add_result(r)
+            added = 0
+            for r in train:
+                for step in (s for t in r.training_trajectories for s in t.steps):
+                    step.logprobs = [lp + coins.choice((-mu_shift, mu_shift)) for lp in step.logprobs]
+                added += buffer.add_result(r)
             buffer.set_policy_version(version)
-            learner.update(buffer.get_batch(games_per_update * rounds))
+            learner.update(buffer.get_batch(added))
             lora_path = str(learner.save_checkpoint())
+            paths.append(lora_path)
 
     try:
         asyncio.run(loop())

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from unstable_a2c.gae import compute_gae, episode_rewards, group_episodes  # noqa: E402
+from unstable_a2c.gae import compute_gae, group_episodes, outcome_rewards, shaped_advantages  # noqa: E402
 from unstable_a2c.learner import CRITIC_ADAPTER, A2CLearner, normalize  # noqa: E402
 
 from unstable_core.errors import ConfigError, UnstableError  # noqa: E402
@@ -74,43 +74,75 @@ def test_compute_gae_by_hand():
         compute_gae([1.0], [0.0, 0.0], 1.0, 1.0)
 
 
-def test_episode_rewards_put_the_outcome_on_the_last_step():
+def test_outcome_rewards_put_the_outcome_on_the_last_step_and_shaping_stays_on_its_step():
     episodes = group_episodes(BATCH)
     assert [[s.turn for s in ep] for ep in episodes] == [[0, 2, 4], [1, 3]]
-    assert episode_rewards(episodes[0]) == pytest.approx([0.2, -0.1, 1.0])
-    assert episode_rewards(episodes[1]) == pytest.approx([0.0, -1.0])
+    assert outcome_rewards(episodes[0]) == pytest.approx([0.0, 0.0, 1.0])
+    assert outcome_rewards(episodes[1]) == pytest.approx([0.0, -1.0])
+    assert shaped_advantages([1.0, 1.0, 1.0], episodes[0]) == pytest.approx([1.2, 0.9, 1.0])
+
+
+def _game(idx, outcome, turns):
+    from unstable_core.types import GameInformation, GameResult, Trajectory
+
+    steps = [
+        Step(pid=0, env_id="E", obs="", act="", game_idx=idx, turn=t, prompt_ids=[1], completion_ids=[2])
+        for t in range(turns)
+    ]
+    traj = Trajectory(pid=0, env_id="E", model_uid="m", steps=steps, collect_data=True)
+    info = GameInformation(game_idx=idx, env_id="E", final_rewards={0: outcome}, learner_pids=[0])
+    return GameResult(info=info, trajectories=[traj])
 
 
 def test_returns_of_a_won_game_survive_the_sampling_transform():
-    """A won 5-turn game with +0.5 shaping per turn: returns (gamma = lambda = 1, V = 0) are
-    [3.5, 3.0, 2.5, 2.0, 1.5], the outcome counted once, whatever the batch normalisation did to `reward`."""
+    """A won and a lost 5-turn game with +0.5 shaping per turn: returns (gamma = lambda = 1, V = 0) are the
+    outcome at every turn, whatever the batch normalisation did to `reward`; the shaping is each step's own."""
     rewards = pytest.importorskip("unstable_rewards")
     from unstable_core.runtime.buffer import EpisodeBuffer
-    from unstable_core.types import GameInformation, GameResult, Trajectory
-
-    def result(idx, outcome):
-        steps = [
-            Step(pid=0, env_id="E", obs="", act="", game_idx=idx, turn=t, prompt_ids=[1], completion_ids=[2])
-            for t in range(5)
-        ]
-        traj = Trajectory(pid=0, env_id="E", model_uid="m", steps=steps, collect_data=True)
-        info = GameInformation(game_idx=idx, env_id="E", final_rewards={0: outcome}, learner_pids=[0])
-        return GameResult(info=info, trajectories=[traj])
 
     buf = EpisodeBuffer(
         100,
         step_transforms=[rewards.RewardForFormat(reward=0.5, penalty=0.0)],
         sampling_transforms=[rewards.NormalizeRewardsByEnv(z_score=True)],
     )
-    buf.add_result(result(0, 1.0))
-    buf.add_result(result(1, -1.0))
+    buf.add_result(_game(0, 1.0, 5))
+    buf.add_result(_game(1, -1.0, 5))
     batch = buf.get_batch(10)
-    won = [s for s in batch if s.game_idx == 0]
-    _, returns = compute_gae(episode_rewards(won), [0.0] * 5, gamma=1.0, lam=1.0)
-    assert returns == pytest.approx([3.5, 3.0, 2.5, 2.0, 1.5])
-    lost = [s for s in batch if s.game_idx == 1]
-    _, returns = compute_gae(episode_rewards(lost), [0.0] * 5, gamma=1.0, lam=1.0)
-    assert returns == pytest.approx([1.5, 1.0, 0.5, 0.0, -0.5])
+    for idx, outcome in ((0, 1.0), (1, -1.0)):
+        episode = [s for s in batch if s.game_idx == idx]
+        advantages, returns = compute_gae(outcome_rewards(episode), [0.0] * 5, gamma=1.0, lam=1.0)
+        assert returns == pytest.approx([outcome] * 5)
+        assert shaped_advantages(advantages, episode) == pytest.approx([outcome + 0.5] * 5)
+
+
+@pytest.mark.parametrize("lam", [1.0, 0.95])
+def test_a_win_has_a_larger_advantage_than_a_loss_of_any_length(tiny_model, tmp_path, lam):
+    """With `unstable run`'s default transforms (+1.5 format, +1 valid move per step), the first move of a
+    3-move win is worth more than the first move of a 5-move loss (before the fix: 8.5 against 11.5 with
+    lambda = 1, 8.03 against 10.50 with 0.95: a2c was paid to prolong games); the critic's targets are the
+    outcomes, whatever the length."""
+    from unstable_core.runtime.buffer import EpisodeBuffer
+    from unstable_core.testing import run_default_transforms
+
+    transforms = run_default_transforms()
+    transforms["sampling_transforms"] = []
+    buf = EpisodeBuffer(100, **transforms)
+    win, loss = _game(0, 1.0, 3), _game(1, -1.0, 5)
+    for result in (win, loss):
+        for s in result.trajectories[0].steps:
+            s.format_ok = True
+        buf.add_result(result)
+    lrn = A2CLearner(tiny_model, device="cpu", run_dir=tmp_path / "run", lora_cfg={"lora_rank": 4})
+    lrn.initialize_algorithm(gae_lambda=lam, normalize_adv=False)  # V = 0: the value head starts at zero
+    samples = lrn.prepare_batch(buf.get_batch(8))
+    first = {s.step.game_idx: s for s in samples if s.step.turn == 0}
+    assert first[0].advantage > first[1].advantage
+    for idx, turns in ((0, 3), (1, 5)):  # GAE of the outcome alone (V = 0), plus this step's own shaping
+        outcome = first[idx].step.final_reward  # +-1 less the role baseline (tau = 0.001)
+        assert first[idx].advantage == pytest.approx(lam ** (turns - 1) * outcome + 2.5, abs=1e-4)
+    for s in samples:  # the critic learns the outcome's value (lambda-returns of the outcome alone)
+        turns_left = (3 if s.step.game_idx == 0 else 5) - 1 - s.step.turn
+        assert s.ret == pytest.approx(lam**turns_left * s.step.final_reward, abs=1e-4)
 
 
 def test_advantages_are_normalised_per_env(tiny_model, tmp_path):
@@ -152,8 +184,10 @@ def test_normalize_is_guarded_against_zero_std():
 def test_prepare_batch_gives_gae_of_the_episode(learner):
     samples = learner.prepare_batch(list(BATCH))  # zero value head: V = 0 everywhere
     by_turn = {(s.step.pid, s.step.turn): s for s in samples}
-    # player 0, rewards [0.2, -0.1, 1.0], gamma 1, lambda 0.5: A4 = 1.0, A2 = -0.1 + 0.5 = 0.4, A0 = 0.2 + 0.2 = 0.4
-    assert [by_turn[(0, t)].advantage for t in (0, 2, 4)] == pytest.approx([0.4, 0.4, 1.0])
+    # player 0, outcome rewards [0, 0, 1], gamma 1, lambda 0.5: GAE A4 = 1.0, A2 = 0.5, A0 = 0.25, returns
+    # the same (V = 0); each advantage then gets its own step's shaping [0.2, -0.1, 0]
+    assert [by_turn[(0, t)].advantage for t in (0, 2, 4)] == pytest.approx([0.45, 0.4, 1.0])
+    assert [by_turn[(0, t)].ret for t in (0, 2, 4)] == pytest.approx([0.25, 0.5, 1.0])
     # player 1, rewards [0, -1]: A3 = -1, A1 = 0 + 0.5 * -1 = -0.5
     assert [by_turn[(1, t)].advantage for t in (1, 3)] == pytest.approx([-0.5, -1.0])
     assert [by_turn[(1, t)].ret for t in (1, 3)] == pytest.approx([-0.5, -1.0])

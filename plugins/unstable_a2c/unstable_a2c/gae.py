@@ -30,16 +30,23 @@ def compute_gae(
     return advantages, returns
 
 
-def episode_rewards(episode: Sequence[Step]) -> list[float]:
-    """r_t = shaping_t + [t = last] * outcome: the game's outcome enters once, at the episode's end.
+def outcome_rewards(episode: Sequence[Step]) -> list[float]:
+    """r_t = [t = last] * outcome: the game's (final-transformed) outcome, once, at the episode's end.
 
-    Read from `Step.shaping` and `Step.final_reward`, never from `Step.reward`, which the sampling
-    transforms have normalised over the batch: a shifted reward read as shaping reversed the returns.
-    The reference added the outcome to every step and summed with gamma = lambda = 1, which multiplied the
-    outcome by the number of turns left (long games weighed more than short ones): a defect not repeated.
+    Returns computed from these are the outcome's value whatever the game's length: a win always returns
+    more than a loss. Shaping is not a reward here (see `shaped_advantages`): summed into the returns,
+    +1 per valid move paid a 5-move loss (5 - 1 = 4) more than a 1-move win (1 + 1 = 2), and the learner
+    was paid to prolong games. Read from `Step.final_reward`, never from `Step.reward`, which the sampling
+    transforms have normalised over the batch.
     """
     last = len(episode) - 1
-    return [s.shaping + (s.final_reward if t == last else 0.0) for t, s in enumerate(episode)]
+    return [s.final_reward if t == last else 0.0 for t, s in enumerate(episode)]
+
+
+def shaped_advantages(advantages: Sequence[float], episode: Sequence[Step]) -> list[float]:
+    """A_t + shaping_t: each step's own shaping (format bonus, invalid-move penalty; `Step.shaping`) is
+    credited to that step alone, never accumulated into the returns of the steps before it."""
+    return [a + s.shaping for a, s in zip(advantages, episode, strict=True)]
 
 
 def group_episodes(steps: Sequence[Step]) -> list[list[Step]]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from unstable_a2c.gae import compute_gae, episode_rewards, group_episodes
+from unstable_a2c.gae import compute_gae, group_episodes, outcome_rewards, shaped_advantages
 from unstable_core.errors import ConfigError, UnstableError
 from unstable_core.learners import POLICY_ADAPTER, BaseLearner, TokenBatch
 from unstable_core.types import Step
@@ -75,6 +75,7 @@ class A2CLearner(BaseLearner):
     """Actor-critic with GAE. Call `initialize_algorithm(...)` once (it creates the critic) before update()."""
 
     buffer_kind = "episode"
+    algorithm_config_class = A2CConfig
 
     def initialize_algorithm(self, **kwargs: Any) -> None:
         """Set gamma, gae_lambda, critic_learning_rate, normalize_adv, infer_mini_batch_size; build the critic."""
@@ -107,7 +108,8 @@ class A2CLearner(BaseLearner):
         return self.value_head(h_last.float()).squeeze(-1)  # [B]
 
     def prepare_batch(self, batch: list[Step]) -> list[A2CSample]:
-        """Group into episodes, compute V with no grad, then GAE advantages and returns per episode."""
+        """Group into episodes, compute V with no grad, then per episode GAE on the outcome (advantages and
+        the critic's returns) and each step's own shaping added to its advantage."""
         import torch
 
         episodes = group_episodes(batch)
@@ -126,10 +128,10 @@ class A2CLearner(BaseLearner):
         for episode in episodes:
             ep_values = values[at : at + len(episode)]
             ep_adv, ep_ret = compute_gae(
-                episode_rewards(episode), ep_values, self.a2c.gamma, self.a2c.gae_lambda
+                outcome_rewards(episode), ep_values, self.a2c.gamma, self.a2c.gae_lambda
             )
-            advantages += ep_adv
-            returns += ep_ret
+            advantages += shaped_advantages(ep_adv, episode)
+            returns += ep_ret  # the critic's target: the outcome's value, shaping left out
             at += len(episode)
         if self.a2c.normalize_adv:
             advantages = normalize_by_env(advantages, [s.env_id for s in ordered])
