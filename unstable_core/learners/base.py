@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
@@ -74,6 +74,25 @@ class LearnerConfig:
         return self.activation_checkpointing or self.gradient_checkpointing
 
 
+def algorithm_config(learner: str, config_cls: type | None, kwargs: dict[str, Any]) -> Any:
+    """The attrs `config_cls` built from `kwargs` (None: no options allowed); an unknown key or a bad value
+    raises ConfigError naming it."""
+    allowed = [f.name for f in attrs.fields(config_cls)] if config_cls is not None else []
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise ConfigError(
+            f"unknown {learner} option(s) {', '.join(unknown)}; allowed: {', '.join(allowed) if allowed else 'none'}"
+        )
+    if config_cls is None:
+        return None
+    try:
+        return config_cls(**kwargs)
+    except (TypeError, ValueError) as exc:  # a value of the wrong type met a validator's comparison
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"{learner} options {kwargs}: {exc}") from None
+
+
 class BaseLearner:
     """A LoRA-adapted causal LM trained by `update(batch)`; subclasses implement `_update` (one micro-batch).
 
@@ -93,6 +112,21 @@ class BaseLearner:
     """
 
     buffer_kind: ClassVar[str] = "step"
+    #: the attrs class of `initialize_algorithm`'s options, so that a run checks them before anything
+    #: starts (`check_options`); None for a learner without options or one that does not declare them
+    algorithm_config_class: ClassVar[type | None] = None
+
+    @classmethod
+    def check_options(cls, algorithm_kwargs: Mapping[str, Any], importance_cap: float | None = None) -> None:
+        """Raise ConfigError for options this learner would refuse, without a model (a run calls it before
+        Ray starts): the algorithm options, checked when the learner declares `algorithm_config_class` or
+        takes none (BaseLearner's own `initialize_algorithm`)."""
+        if (
+            cls.algorithm_config_class is None
+            and cls.initialize_algorithm is not BaseLearner.initialize_algorithm
+        ):
+            return  # options of its own, undeclared: its initialize_algorithm checks them in the actor
+        algorithm_config(cls.__name__, cls.algorithm_config_class, dict(algorithm_kwargs))
 
     def __init__(
         self,
@@ -190,14 +224,7 @@ class BaseLearner:
             raise UnstableError(
                 f"{type(self).__name__}.initialize_algorithm() was already called; call it once"
             )
-        allowed = [f.name for f in attrs.fields(config_cls)] if config_cls is not None else []
-        unknown = sorted(set(kwargs) - set(allowed))
-        if unknown:
-            raise UnstableError(
-                f"unknown {type(self).__name__} option(s) {', '.join(unknown)}; "
-                f"allowed: {', '.join(allowed) if allowed else 'none'}"
-            )
-        cfg = config_cls(**kwargs) if config_cls is not None else None
+        cfg = algorithm_config(type(self).__name__, config_cls, kwargs)
         self.algorithm_cfg = attrs.asdict(cfg) if cfg is not None else {}
         self._algorithm_ready = True
         return cfg
@@ -324,16 +351,21 @@ class BaseLearner:
         return self.optimizer_step(samples)
 
     def optimizer_step(self, samples: list[Any]) -> dict[str, float]:
-        """Accumulate gradients over micro-batches of `samples` (so the loss is their mean), clip each
-        optimizer's grad norm to grad_clip, step (skipped if a norm is not finite). Returns the metrics."""
+        """One optimizer step on `samples`, cut in order into micro-batches of mini_batch_size."""
+        mbs = self.config.mini_batch_size
+        return self.optimizer_step_on([samples[lo : lo + mbs] for lo in range(0, len(samples), mbs)])
+
+    def optimizer_step_on(self, micro_batches: list[list[Any]]) -> dict[str, float]:
+        """Accumulate gradients over `micro_batches`, each forwarded as given (so the loss is the mean over
+        their samples), clip each optimizer's grad norm to grad_clip, step (skipped if a norm is not
+        finite). Returns the metrics."""
         import torch
 
         for opt in self.optimizers.values():
             opt.zero_grad(set_to_none=True)
-        n, mbs = len(samples), self.config.mini_batch_size
+        n = sum(len(micro) for micro in micro_batches)
         metrics: dict[str, float] = {}
-        for lo in range(0, n, mbs):
-            micro = samples[lo : lo + mbs]
+        for micro in micro_batches:
             scale = len(micro) / n
             for key, value in self._update(micro, scale).items():
                 metrics[key] = metrics.get(key, 0.0) + float(value) * scale

@@ -14,24 +14,33 @@ DEFAULT_LORA_CFG: dict[str, Any] = {
 }
 
 
-def resolve_lora_cfg(lora_cfg: dict[str, Any] | None) -> dict[str, Any]:
-    """The defaults updated with `lora_cfg`; an unknown key or a bad value raises ConfigError."""
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def resolve_lora_cfg(lora_cfg: dict[str, Any] | None, name: str = "lora_cfg") -> dict[str, Any]:
+    """The defaults updated with `lora_cfg`; an unknown key or a bad value raises ConfigError (`name` is how
+    the error calls the setting: the learner's lora_cfg, the run's lora_config)."""
     cfg = dict(DEFAULT_LORA_CFG)
     unknown = sorted(set(lora_cfg or {}) - set(cfg))
     if unknown:
-        raise ConfigError(f"unknown lora_cfg key(s) {', '.join(unknown)}; allowed: {', '.join(cfg)}")
+        raise ConfigError(f"unknown {name} key(s) {', '.join(unknown)}; allowed: {', '.join(cfg)}")
     cfg.update(lora_cfg or {})
-    if not isinstance(cfg["lora_rank"], int) or cfg["lora_rank"] < 1:
-        raise ConfigError(f"lora_cfg.lora_rank must be an integer >= 1, got {cfg['lora_rank']!r}")
-    if not cfg["lora_alpha"] > 0:
-        raise ConfigError(f"lora_cfg.lora_alpha must be > 0, got {cfg['lora_alpha']!r}")
-    if not 0.0 <= cfg["lora_dropout"] < 1.0:
-        raise ConfigError(f"lora_cfg.lora_dropout must be in [0, 1), got {cfg['lora_dropout']!r}")
-    if isinstance(cfg["target_modules"], str) or not cfg["target_modules"]:
-        raise ConfigError(
-            f"lora_cfg.target_modules must be a non-empty list of module names, got {cfg['target_modules']!r}"
-        )
-    cfg["target_modules"] = list(cfg["target_modules"])
+    rank, alpha, dropout, targets = (cfg[k] for k in DEFAULT_LORA_CFG)
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ConfigError(f"{name}.lora_rank must be an integer >= 1, got {rank!r}")
+    if not _number(alpha) or not alpha > 0:
+        raise ConfigError(f"{name}.lora_alpha must be a number > 0, got {alpha!r}")
+    if not _number(dropout) or not 0.0 <= dropout < 1.0:
+        raise ConfigError(f"{name}.lora_dropout must be a number in [0, 1), got {dropout!r}")
+    if (
+        isinstance(targets, str)
+        or not isinstance(targets, (list, tuple))
+        or not targets
+        or not all(isinstance(t, str) and t for t in targets)
+    ):
+        raise ConfigError(f"{name}.target_modules must be a non-empty list of module names, got {targets!r}")
+    cfg["target_modules"] = list(targets)
     return cfg
 
 

@@ -1,77 +1,74 @@
-"""Log-probs that stay fixed through one PPO update, computed once before its first optimizer step.
+"""One update's micro-batches and what stays fixed through the update, computed once before its first
+optimizer step: pi_old (the learner's own log-probs before the update), the truncated behaviour weight
+min(pi_old / mu, cap) and, with a KL term, the base model's log-probs.
 
-PPO's ratio needs the log-prob of the policy *before* the update (mu where the backend recorded it). A step
-with no recorded log-probs gets pi_old from a gradient-free pass before epoch 0: taking the current pass's
-own, detached, would make every later epoch and mini-batch see a ratio of 1 and lose the trust region.
+Each micro-batch is forwarded in one layout (the same steps, in the same order, padded to the same width)
+by the gradient-free pass and by every pass of the loss: in bf16 a step's log-probs depend on its batch's
+padding and composition (up to 0.28 nats on SmolLM2-135M), which would read as r != 1 before the learner
+has moved. Epochs reshuffle whole micro-batches, never the steps inside them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+import random
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
 from unstable_core.errors import UnstableError
-from unstable_core.learners import TokenBatch
 from unstable_core.types import Step
 
 
-def recorded(step: Step) -> bool:
-    """Whether the backend recorded one behaviour log-prob per completion token (as `collate` requires)."""
-    return len(step.logprobs) == len(step.completion_ids)
+def split_evenly(items: list[Any], parts: int) -> list[list[Any]]:
+    """`items` cut in order into `parts` runs whose sizes differ by at most one (numpy's array_split), the
+    longer first; empty runs dropped (fewer items than parts): 5 into 4 is 2, 1, 1, 1."""
+    size, extra = divmod(len(items), parts)
+    bounds = [i * size + min(i, extra) for i in range(parts + 1)]
+    return [items[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
 
 
-def completion_slices(steps: Sequence[Step], per_token: Any) -> list[Any]:
-    """Each step's [n_completion] row of a [B, T-1] tensor (position t - 1 predicts token t), copied."""
-    out = []
-    for b, s in enumerate(steps):
-        n_p, n = len(s.prompt_ids), len(s.prompt_ids) + len(s.completion_ids)
-        out.append(per_token[b, n_p - 1 : n - 1].clone())
-    return out
-
-
-def scatter_rows(steps: Sequence[Step], rows: Sequence[Any], like: Any) -> Any:
-    """[B, T-1] zeros shaped like `like` with each step's [n_completion] row at its completion positions."""
-    import torch
-
-    out = torch.zeros_like(like)
-    for b, (s, row) in enumerate(zip(steps, rows, strict=True)):
-        n_p = len(s.prompt_ids)
-        out[b, n_p - 1 : n_p - 1 + row.shape[0]] = row
-    return out
+def cut_micro_batches(
+    steps: list[Step], size: int, mini_batches: int, rng: random.Random
+) -> list[list[Step]]:
+    """The update's micro-batches: `steps` (shuffled when there are several mini-batches) cut evenly into
+    max(mini_batches, ceil(n / size)) runs, so each holds at most `size` steps and every mini-batch gets
+    at least one."""
+    order = list(steps)
+    if mini_batches > 1:
+        rng.shuffle(order)
+    return split_evenly(order, max(mini_batches, math.ceil(len(order) / size)))
 
 
 @attrs.define
-class FixedLogprobs:
-    """Per-step completion log-probs keyed by the step object's id (steps live through the whole update)."""
+class Fixed:
+    """One micro-batch's fixed tensors, [B, T-1] in its own layout (0 off the completion)."""
 
-    name: str
-    rows: dict[int, Any] = attrs.field(factory=dict)
+    old_logp: Any  # log pi_old
+    weight: Any  # min(pi_old / mu, cap), no gradient; 1 where mu was not recorded
+    ref_logp: Any = None  # log base, with a KL term
 
-    def fill(
-        self, steps: Sequence[Step], compute: Callable[[TokenBatch], Any], collate: Callable, size: int
-    ) -> None:
-        """Compute `compute(collate(chunk))` ([B, T-1], no gradient) for `steps` in chunks of `size`."""
-        import torch
 
-        with torch.no_grad():
-            for lo in range(0, len(steps), size):
-                chunk = steps[lo : lo + size]
-                for s, row in zip(chunk, completion_slices(chunk, compute(collate(chunk))), strict=True):
-                    self.rows[id(s)] = row
+@attrs.define
+class Layout:
+    """The micro-batches of one update, keyed by their steps' identities (steps live through the update)."""
 
-    def batch(self, steps: Sequence[Step], like: Any, wanted: Sequence[bool] | None = None) -> Any:
-        """[B, T-1] log-probs of `steps` (0 off the completion and where `wanted` is False)."""
-        wanted = [True] * len(steps) if wanted is None else wanted
-        missing = [s for s, w in zip(steps, wanted, strict=True) if w and id(s) not in self.rows]
-        if missing:
+    micro_batches: list[list[Step]] = attrs.field(factory=list)
+    fixed: dict[tuple[int, ...], Fixed] = attrs.field(factory=dict)
+
+    def add(self, micro_batch: list[Step], fixed: Fixed) -> None:
+        self.micro_batches.append(micro_batch)
+        self.fixed[tuple(map(id, micro_batch))] = fixed
+
+    def get(self, micro_batch: Sequence[Step]) -> Fixed:
+        """The fixed tensors of exactly this micro-batch (same steps, same order): pi_old and pi must share
+        one layout."""
+        found = self.fixed.get(tuple(map(id, micro_batch)))
+        if found is None:
             raise UnstableError(
-                f"{len(missing)} step(s) have no fixed {self.name} log-probs; PPOLearner.fix_logprobs(samples) "
-                "must run before the update's first optimizer step"
+                f"these {len(micro_batch)} step(s) are not a micro-batch with fixed pi_old log-probs; "
+                "PPOLearner.fix_logprobs(samples) must run before the update's first optimizer step and "
+                "each loss pass must take one of the micro-batches it returned"
             )
-        rows = [
-            self.rows[id(s)] if w else like.new_zeros(len(s.completion_ids))
-            for s, w in zip(steps, wanted, strict=True)
-        ]
-        return scatter_rows(steps, rows, like)
+        return found

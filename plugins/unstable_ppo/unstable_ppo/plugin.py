@@ -9,5 +9,6 @@ def register_learners(register):
     register(
         "ppo",
         "unstable_ppo.learner:PPOLearner",
-        "PPO-clip per token on pi/mu, epochs and mini-batches per batch, optional KL to the base and entropy bonus",
+        "decoupled PPO-clip per token (pi/pi_old, truncated pi_old/mu weight, dual clip), epochs and mini-batches, "
+        "optional KL to the base and entropy bonus",
     )
