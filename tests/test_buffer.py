@@ -197,3 +197,61 @@ def test_a_stale_game_never_reaches_the_final_transforms():
         assert seen == [] and buf.counts["steps_stale_on_add"] == 4 and buf.counts["games"] == 1
         assert buf.add_result(game(1, {0: 1.0, 1: -1.0}, version=4)) == 4
         assert seen == [{0: 1.0, 1: -1.0}]
+
+
+def grouped(idx: int, group: str, size: int, outcome: float, turns: int = 3, version: int = 0, failed=False):
+    """A one-seat game of group `group` (of `size` games)."""
+    result = game(idx, {0: outcome}, turns=turns, version=version, learners=(0,), failed=failed)
+    result.info.group_id, result.info.group_size = group, size
+    for s in result.trajectories[0].steps:
+        s.group_id = group
+    return result
+
+
+def test_a_group_is_held_until_whole_then_served_whole():
+    """4 games of 3 steps served with batch size 10: the batch is the whole group (12 steps), never 10 steps
+    of it (before: groups cut at 10, the 4th game's last steps judged in the next batch, alone)."""
+    group_relative = __import__("unstable_rewards").GroupRelative
+    buf = StepBuffer(100, sampling_transforms=[group_relative()])
+    outcomes = [1.0, -1.0, -1.0, 1.0]
+    for i, outcome in enumerate(outcomes[:3]):
+        assert buf.add_result(grouped(i, "g0", 4, outcome)) == 0  # waiting for the group's last game
+    assert buf.size() == 0 and buf.get_batch(1) is None and buf.stats()["groups_pending"] == 1
+    assert buf.add_result(grouped(3, "g0", 4, outcomes[3])) == 12
+    batch = buf.get_batch(10)
+    assert len(batch) == 12 and buf.size() == 0 and buf.counts["groups_served"] == 1
+    assert {s.game_idx: s.reward for s in batch} == {0: 1.0, 1: -1.0, 2: -1.0, 3: 1.0}  # group mean 0
+
+
+def test_a_group_with_a_failed_or_stale_game_is_dropped_and_counted():
+    buf = StepBuffer(100, max_staleness=1)
+    buf.add_result(grouped(0, "g0", 3, 1.0))
+    buf.add_result(grouped(1, "g0", 3, 0.0, failed=True))  # can never be whole
+    assert buf.add_result(grouped(2, "g0", 3, -1.0)) == 0  # its last game is dropped as it arrives
+    assert buf.size() == 0 and buf.counts["groups_incomplete"] == 1 and buf.counts["steps_incomplete"] == 6
+    assert buf.stats()["groups_pending"] == 0 and not buf._pending  # nothing kept for the cut group
+    buf.add_result(grouped(3, "g1", 2, 1.0, version=0))
+    assert buf.set_policy_version(2) == 3  # its held game is too old now: the group is cut
+    assert buf.add_result(grouped(4, "g1", 2, 1.0, version=0)) == 0
+    assert buf.counts["groups_incomplete"] == 2 and not buf._pending
+
+
+def test_whole_groups_are_evicted_and_dropped_as_stale_as_units_and_counted():
+    buf = StepBuffer(8, max_staleness=1)
+    for group, first in (("g0", 0), ("g1", 2)):
+        for idx in (first, first + 1):
+            buf.add_result(grouped(idx, group, 2, 1.0, turns=2))
+    assert buf.size() == 8 and buf.counts["groups_dropped"] == 0
+    buf.add_result(grouped(4, "g2", 2, 1.0, turns=2, version=1))
+    buf.add_result(grouped(5, "g2", 2, 1.0, turns=2, version=1))
+    assert buf.counts["groups_dropped"] == 1 and buf.counts["steps_evicted"] == 4  # g0 evicted whole
+    assert buf.set_policy_version(2) == 4 and buf.counts["groups_dropped"] == 2  # g1 (version 0) whole
+    assert [s.game_idx for s in buf.get_batch(1)] == [4, 4, 5, 5]  # g2 whole, served as one
+
+
+def test_the_episode_buffer_serves_whole_groups_of_whole_trajectories():
+    buf = EpisodeBuffer(100)
+    buf.add_result(grouped(0, "g", 2, 1.0, turns=2))
+    buf.add_result(grouped(1, "g", 2, -1.0, turns=3))
+    batch = buf.get_batch(1)
+    assert [(s.game_idx, s.turn) for s in batch] == [(0, 0), (0, 2), (1, 0), (1, 2), (1, 4)]

@@ -37,6 +37,13 @@ def test_transform_strings():
     assert parse_transform({"name": "normalize", "z_score": True}) == ("normalize", {"z_score": True})
 
 
+def test_group_relative_by_seed_needs_groups():
+    with pytest.raises(ConfigError, match="every game is played once: add --env-sampler-config"):
+        RunConfig(sampling_transforms=["group-relative"])
+    RunConfig(sampling_transforms=["group-relative"], env_sampler_config={"repeat": 4})
+    RunConfig(sampling_transforms=["group-relative:by=prompt"])
+
+
 def test_toml_file_with_overrides(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text('batch_size = 8\nlearning_rate = 0.001\nopponent_sampling_strategy = "lagged"\n')
@@ -52,7 +59,7 @@ def test_toml_file_with_overrides(tmp_path):
         ({"bogus": 1}, "unknown config key 'bogus'"),
         ({"batch_size": 2, "mini_batch_size": 4}, "mini_batch_size"),
         ({"sampler": "fixed"}, "--fixed-opponent"),
-        ({"lora_config": {"rank": 4}}, "lora_config: unknown key"),
+        ({"lora_config": {"rank": 4}}, "unknown lora_config key.*rank"),
     ],
 )
 def test_bad_values_name_the_key(data, message):

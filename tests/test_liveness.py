@@ -200,9 +200,43 @@ def test_a_game_stops_waiting_for_an_inference_actor_dead_for_good(ray_session):
     dead = answering().remote()
     ray.get(dead.ping.remote())
     ray.kill(dead, no_restart=True)
+    with pytest.raises(ray.exceptions.RayActorError):  # ray.kill returns before the actor is gone
+        ray.get(dead.ping.remote(), timeout=60)
     collector = Collector(
         engines={"main": [dead]}, tokenizers={}, buffer=None, registry=None, tracker=None, scheduler=None,
         params=None, restart_timeout_s=3600,
     )  # fmt: skip
     deadline = time.monotonic() + 3600
     assert asyncio.run(collector._await_actors({"main"}, 1, 0, deadline)) is False
+
+
+def test_a_failed_game_of_a_group_reaches_the_buffer_and_cuts_its_group(ray_session, tmp_path):
+    """A failed game is never trained on, but the buffer must hear of it: its group can never be whole, and
+    would otherwise wait (and hold its games) until they went stale."""
+    from unstable_core.runtime.buffer import StepBuffer
+    from unstable_core.types import Step, Trajectory
+
+    remote = lambda cls: ray.remote(cls).options(num_cpus=0)  # noqa: E731
+    buffer = remote(StepBuffer).remote(100)
+    tracker = remote(_TrackerActor).remote(str(tmp_path), [])
+    registry = remote(RegistryHost).remote(str(tmp_path / "registry.json"), save_every_s=3600)
+    ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
+    ray.get(registry.add_fixed.remote("base"))
+    collector = Collector(
+        engines={}, tokenizers={}, buffer=buffer, registry=registry, tracker=tracker, scheduler=None,
+        params=None,
+    )  # fmt: skip
+
+    def grouped(idx: int, failed: bool) -> GameResult:
+        result = game(idx)
+        result.info.group_id, result.info.group_size, result.info.failed = "g0", 2, failed
+        step = Step(pid=0, env_id="E", obs="o", act="a", game_idx=idx, group_id="g0", prompt_ids=[1])
+        result.trajectories = [
+            Trajectory(pid=0, env_id="E", model_uid="ckpt-0", steps=[step], collect_data=True)
+        ]
+        return result
+
+    asyncio.run(collector._record(grouped(0, failed=False), "train"))
+    asyncio.run(collector._record(grouped(1, failed=True), "train"))
+    stats = ray.get(buffer.stats.remote())
+    assert stats["groups_incomplete"] == 1 and stats["steps_incomplete"] == 1 and stats["groups_pending"] == 0

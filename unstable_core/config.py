@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from unstable_core.errors import ConfigError, UnstableError
+from unstable_core.learners.lora import resolve_lora_cfg
 from unstable_core.models import API_PREFIX, DEFAULT_MODEL, is_api_model
 from unstable_core.types import EvalEnvSpec, TrainEnvSpec
 
@@ -55,6 +56,14 @@ def _in_range(lo: float, hi: float):
             raise ConfigError(f"{attribute.name} must be between {lo:g} and {hi:g}, got {value}")
 
     return check
+
+
+def _int64(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """What torch's generators take (and TOML can write): a signed 64-bit integer."""
+    if not -(2**63) <= value < 2**63:
+        raise ConfigError(
+            f"{attribute.name} must be a 64-bit integer (|{attribute.name}| < 2**63), got {value}"
+        )
 
 
 def _above(lo: float, hi: float):
@@ -403,7 +412,11 @@ class RunConfig:
         validator=_in_range(0.0, 10.0),
         metadata=_help("sampling temperature"),
     )
-    top_p: float = attrs.field(default=1.0, validator=_in_range(0.0, 1.0), metadata=_help("nucleus sampling"))
+    top_p: float = attrs.field(
+        default=1.0,  # top_p 0 would keep no token at all
+        validator=_above(0.0, 1.0),
+        metadata=_help("nucleus sampling: the smallest set of tokens whose mass reaches top_p (> 0, <= 1)"),
+    )
     max_model_len: int = attrs.field(
         default=4096, validator=_positive, metadata=_help("context window of the inference backend")
     )
@@ -473,7 +486,9 @@ class RunConfig:
     wandb_project: str = attrs.field(
         default="unstable", metadata=_help("Weights & Biases project (tracker wandb)")
     )
-    seed: int = attrs.field(default=0, metadata=_help("seed of samplers, games and learner"))
+    seed: int = attrs.field(
+        default=0, validator=_int64, metadata=_help("seed of samplers, games and learner")
+    )
     ray_address: str | None = attrs.field(
         default=None, metadata=_help("join an existing Ray cluster (default: start a local one)")
     )
@@ -543,12 +558,7 @@ class RunConfig:
                 )
         self._check_api_settings()
         self._check_vllm_config()
-        unknown = set(self.lora_config) - set(DEFAULT_LORA_CFG)
-        if unknown:
-            raise ConfigError(
-                f"lora_config: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(DEFAULT_LORA_CFG)}"
-            )
-        self.lora_config = {**DEFAULT_LORA_CFG, **self.lora_config}
+        self.lora_config = resolve_lora_cfg(self.lora_config, "lora_config")  # as the learner checks it
         max_rank = self.vllm_config.get("max_lora_rank")
         if max_rank is not None and max_rank < self.lora_config["lora_rank"]:
             raise ConfigError(
@@ -560,6 +570,21 @@ class RunConfig:
         for stage in ("final", "step", "sampling"):
             for t in getattr(self, f"{stage}_transforms"):
                 parse_transform(t)
+        self._check_groups()
+
+    def _check_groups(self) -> None:
+        """`group-relative` (by seed) compares the G games of a group: the env sampler must play them."""
+        for t in self.sampling_transforms:
+            name, kwargs = parse_transform(t)
+            repeat = (
+                self.env_sampler_config.get("repeat", 1) if isinstance(self.env_sampler_config, dict) else 1
+            )
+            if name == "group-relative" and kwargs.get("by", "seed") == "seed" and repeat == 1:
+                raise ConfigError(
+                    "sampling transform group-relative compares the G games of a group, but every game is "
+                    "played once: add --env-sampler-config '{\"repeat\": 8}' (G = 8), or use "
+                    "group-relative:by=prompt"
+                )
 
     def _check_api_settings(self) -> None:
         """The trained model is local; API opponents get a base URL (from $OPENAI_BASE_URL when not given)."""
@@ -774,6 +799,10 @@ def load_config(path: str | os.PathLike | None, overrides: dict[str, Any] | None
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(
+                f"config file {str(p)!r} is a folder: give a TOML file (e.g. examples/reference.toml)"
+            )
         if not p.is_file():
             raise ConfigError(f"config file {str(p)!r} does not exist")
         try:

@@ -55,16 +55,26 @@ class BaseEnvSampler:
         """The spec of the next training (`kind="train"`) or evaluation (`kind="eval"`) game."""
         raise NotImplementedError
 
+    def group_size(self) -> int:
+        """How many games each group has (GRPO's G games from one start); 1: games are not grouped."""
+        return 1
+
+    def group_value(self, key: str, sample: Callable[[], Any]) -> Any:
+        """The training game just sampled's value of `key` ("seed", "opponents", "learner", "id"), given
+        `sample()` that draws a fresh one; a sampler that groups games returns its group's first draw for
+        the rest of the group, so a group's games differ only in what the policy samples."""
+        return sample()
+
     def game_seed(self, fresh_seed: int) -> int:
         """The seed of the training game just sampled, given a fresh one from the scheduler (which also
         seeds the seat assignment); a sampler that replays seeds (GRPO's groups) returns an earlier one."""
-        return fresh_seed
+        return self.group_value("seed", lambda: fresh_seed)
 
     def group_opponents(self, sample: Callable[[], list[str]]) -> list[str]:
         """The opponents of the training game just sampled, given `sample()` that draws fresh ones; a sampler
-        that replays games (GRPO's groups) returns the group's first draw for the rest of it, so a group's
-        games differ only in what the policy samples. Entries may be `CURRENT`: the current checkpoint."""
-        return sample()
+        that replays games (GRPO's groups) returns the group's first draw for the rest of it. Entries may be
+        `CURRENT`: the current checkpoint."""
+        return list(self.group_value("opponents", lambda: list(sample())))
 
     def update(self, info: GameInformation) -> None:
         """Learn from a finished game (for adaptive curricula); nothing by default."""

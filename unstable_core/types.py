@@ -61,13 +61,19 @@ class PlayerSpec:
 
 @attrs.define
 class GameSpec:
-    """One game to play: environment, seed and the players at each seat."""
+    """One game to play: environment, seed and the players at each seat.
+
+    A game of a group (GRPO's G games from one start: the env sampler's `repeat`) has the group's id and
+    size; the G games share their env, seed, seats, opponents and policy version.
+    """
 
     game_idx: int
     env_id: str
     seed: int
     players: list[PlayerSpec] = attrs.field(factory=list)
     eval: bool = False
+    group_id: str = ""
+    group_size: int = 1
 
     @property
     def num_players(self) -> int:
@@ -104,6 +110,7 @@ class Step:
     game_idx: int = -1
     turn: int = 0
     step_info: dict[str, Any] = attrs.field(factory=dict)
+    group_id: str = ""  # the game's group (GameSpec.group_id), "" outside groups
 
 
 @attrs.define
@@ -144,6 +151,8 @@ class GameInformation:
     failed: bool = False
     error: str | None = None
     duration_s: float = 0.0
+    group_id: str = ""
+    group_size: int = 1
 
 
 @attrs.define

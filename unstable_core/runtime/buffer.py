@@ -9,6 +9,12 @@ that need every step of an episode, e.g. GAE). Both evict the oldest data beyond
 never serve data produced more than `max_staleness` policy versions before the current one: the bound is
 checked when a game arrives (it may have been played by a version that was current when it started),
 when a new version is published, and again when a batch is served.
+
+Games of a group (GRPO's G games from one start, `GameSpec.group_id`) are held until the group is whole,
+then stored, evicted, dropped as stale and served as one unit, so that a batch never cuts a group and a
+group-relative baseline always sees its G games. A group that cannot become whole (one of its games failed
+or arrived too old) is dropped and counted (`groups_incomplete`), as are whole groups dropped as stale or
+evicted (`groups_dropped`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from __future__ import annotations
 import math
 from collections import deque
 from typing import Any
+
+import attrs
 
 from unstable_core.errors import UnstableError
 from unstable_core.types import GameResult, Step, Trajectory
@@ -92,7 +100,8 @@ class _Transforms:
 
 
 class StepBuffer:
-    """Steps of finished training games; `get_batch(n)` removes and returns n of them (oldest first)."""
+    """Steps of finished training games; `get_batch(n)` removes and returns n of them (oldest first), or
+    at least n made of whole groups when the games are grouped."""
 
     def __init__(
         self,
@@ -115,65 +124,112 @@ class StepBuffer:
             "steps_stale_on_publish": 0,
             "steps_stale_on_serve": 0,
             "steps_served": 0,
+            "groups_served": 0,
+            "groups_dropped": 0,
+            "groups_incomplete": 0,
+            "steps_incomplete": 0,
         }
-        self._items: deque = deque()
-        self._n = 0  # steps held
+        self._units: deque[list[Step]] = deque()  # a step, an episode or a whole group: served whole
+        self._n = 0  # steps held in `_units`
+        self._pending: dict[str, _Group] = {}  # groups still waiting for some of their games
 
-    # ---- what is stored: one item per step (StepBuffer) or per trajectory (EpisodeBuffer)
-    def _items_of(self, trajectories: list[Trajectory]) -> list[Any]:
-        return [s for t in trajectories for s in t.steps]
-
-    @staticmethod
-    def _steps_of(item: Any) -> list[Step]:
-        return [item]
-
-    def _version(self, item: Any) -> int:
-        return min(s.policy_version for s in self._steps_of(item))
+    # ---- what one unit of storage is: a step (StepBuffer) or a trajectory in turn order (EpisodeBuffer)
+    def _units_of(self, trajectories: list[Trajectory]) -> list[list[Step]]:
+        return [[s] for t in trajectories for s in t.steps]
 
     def _within_bound(self, version: int) -> bool:
         """Whether data of policy `version` is within `max_staleness` versions of the current one."""
         return self.max_staleness is None or version >= self.policy_version - self.max_staleness
 
-    def _fresh(self, item: Any) -> bool:
-        return self._within_bound(self._version(item))
+    def _fresh(self, unit: list[Step]) -> bool:
+        return self._within_bound(min(s.policy_version for s in unit))
 
     def size(self) -> int:
-        """Number of steps held."""
+        """Number of steps held and ready to serve (a group still waiting for games is not)."""
         return self._n
 
     def add_result(self, result: GameResult) -> int:
         """Shape and store the training trajectories of a finished game; returns the number of steps added
-        (0 for a game played by a version already too old: its steps are counted as stale)."""
-        if result.info.failed or result.info.eval:
+        (0 for a game played by a version already too old: its steps are counted as stale; 0 too for a game
+        of a group that is not whole yet: its steps are added with the group's last game)."""
+        info = result.info
+        if info.eval:
+            return 0
+        group = self._group_of(info)
+        if info.failed:
+            if group is not None:  # a group with a failed game can never be whole
+                self._arrived(info.group_id, group.broken_by([]))
             return 0
         self.counts["games"] += 1
         oldest = min((s.policy_version for t in result.training_trajectories for s in t.steps), default=None)
         if oldest is not None and not self._within_bound(oldest):
             # dropped before the transforms run: a game too old to train on must not move their baselines
             self.counts["steps_stale_on_add"] += sum(len(t.steps) for t in result.training_trajectories)
+            if group is not None:
+                self._arrived(info.group_id, group.broken_by([]))
             return 0
-        items = self._items_of(self.transforms.shape(result))
-        fresh = [i for i in items if self._fresh(i)]
-        self.counts["steps_stale_on_add"] += sum(len(self._steps_of(i)) for i in items if not self._fresh(i))
-        self._items.extend(fresh)
-        added = sum(len(self._steps_of(i)) for i in fresh)
+        units = self._units_of(self.transforms.shape(result))
+        if group is not None:
+            if group.broken:
+                self.counts["steps_incomplete"] += sum(len(u) for u in units)
+                self._arrived(info.group_id, [])
+                return 0
+            group.units.extend(units)
+            if not self._arrived(info.group_id, []):
+                return 0
+            units = [[s for u in group.units for s in u]]  # the whole group: one unit
+        fresh = [u for u in units if self._fresh(u)]
+        self.counts["steps_stale_on_add"] += sum(len(u) for u in units if not self._fresh(u))
+        self.counts["groups_dropped"] += sum(_is_group(u) for u in units if not self._fresh(u))
+        self._units.extend(fresh)
+        added = sum(len(u) for u in fresh)
         self._n += added
         self.counts["steps_added"] += added
         self._evict()
         return added
 
+    def _group_of(self, info: Any) -> _Group | None:
+        """The pending group of a grouped game (created by its first game to arrive), None outside groups."""
+        if not info.group_id or info.group_size <= 1:
+            return None
+        return self._pending.setdefault(info.group_id, _Group(info.group_size))
+
+    def _arrived(self, group_id: str, dropped: list[Step]) -> bool:
+        """Count one more game of the group (and `dropped`, the steps a break threw away); True when it was
+        the group's last, which then leaves the pending groups."""
+        group = self._pending[group_id]
+        if dropped or group.broken and not group.counted:
+            self.counts["groups_incomplete"] += not group.counted
+            group.counted = True
+            self.counts["steps_incomplete"] += len(dropped)
+        group.arrived += 1
+        if group.arrived < group.size:
+            return False
+        del self._pending[group_id]
+        return True
+
     def _evict(self) -> None:
-        while self._items and self._n > self.max_buffer_size:
-            n = len(self._steps_of(self._items.popleft()))
-            self._n -= n
-            self.counts["steps_evicted"] += n
+        while len(self._units) > 1 and self._n > self.max_buffer_size:  # a group larger than the buffer stays
+            unit = self._units.popleft()
+            self._n -= len(unit)
+            self.counts["steps_evicted"] += len(unit)
+            self.counts["groups_dropped"] += _is_group(unit)
 
     def _drop_stale(self, where: str) -> int:
-        """Remove held data older than `max_staleness` versions; count it under `steps_stale_<where>`."""
-        keep = [i for i in self._items if self._fresh(i)]
-        held = sum(len(self._steps_of(i)) for i in keep)
+        """Remove held data older than `max_staleness` versions, whole groups included, and break the groups
+        still waiting whose games are already that old; count it under `steps_stale_<where>`."""
+        keep = [u for u in self._units if self._fresh(u)]
+        self.counts["groups_dropped"] += sum(_is_group(u) for u in self._units if not self._fresh(u))
+        held = sum(len(u) for u in keep)
         dropped = self._n - held
-        self._items, self._n = deque(keep), held
+        self._units, self._n = deque(keep), held
+        for group in self._pending.values():
+            steps = [s for u in group.units for s in u]
+            if steps and not self._fresh(steps):
+                dropped += len(steps)
+                group.broken_by([])
+                self.counts["groups_incomplete"] += not group.counted
+                group.counted = True
         self.counts[f"steps_stale_{where}"] += dropped
         return dropped
 
@@ -183,14 +239,16 @@ class StepBuffer:
         return self._drop_stale("on_publish")
 
     def get_batch(self, batch_size: int) -> list[Step] | None:
-        """At least `batch_size` fresh steps (exactly that many for a StepBuffer), sampling transforms
-        applied; None while the buffer holds fewer."""
+        """At least `batch_size` fresh steps, sampling transforms applied (exactly that many for a StepBuffer
+        of ungrouped games; whole episodes or whole groups otherwise); None while the buffer holds fewer."""
         self._drop_stale("on_serve")
         if self.size() < batch_size:
             return None
         batch: list[Step] = []
         while len(batch) < batch_size:
-            batch.extend(self._steps_of(self._items.popleft()))
+            unit = self._units.popleft()
+            batch.extend(unit)
+            self.counts["groups_served"] += _is_group(unit)
         self._n -= len(batch)
         self.counts["steps_served"] += len(batch)
         return self.transforms.sample(batch)
@@ -209,6 +267,7 @@ class StepBuffer:
             **self.counts,
             "steps_stale": stale,
             "size": self.size(),
+            "groups_pending": sum(not g.broken for g in self._pending.values()),
             "policy_version": self.policy_version,
         }
 
@@ -220,15 +279,33 @@ class StepBuffer:
         self.transforms.load_state_dict(state)
 
 
+@attrs.define
+class _Group:
+    """The games of one group that have arrived. A failed or stale game breaks it: it can never be whole,
+    so what it held is dropped, and its later games are dropped as they arrive."""
+
+    size: int
+    units: list[list[Step]] = attrs.field(factory=list)
+    arrived: int = 0
+    broken: bool = False
+    counted: bool = False  # in groups_incomplete
+
+    def broken_by(self, dropped: list[Step]) -> list[Step]:
+        """Break the group; returns the steps it held (to count as dropped)."""
+        held = [s for u in self.units for s in u] + list(dropped)
+        self.broken, self.units = True, []
+        return held
+
+
+def _is_group(unit: list[Step]) -> bool:
+    return bool(unit) and bool(unit[0].group_id) and len({s.game_idx for s in unit}) > 1
+
+
 class EpisodeBuffer(StepBuffer):
     """Whole trajectories, served complete and in turn order (for GAE and other per-episode maths)."""
 
-    def _items_of(self, trajectories: list[Trajectory]) -> list[Any]:
+    def _units_of(self, trajectories: list[Trajectory]) -> list[list[Step]]:
         return [sorted(t.steps, key=lambda s: s.turn) for t in trajectories if t.steps]
-
-    @staticmethod
-    def _steps_of(item: Any) -> list[Step]:
-        return item
 
 
 BUFFERS = {"step": StepBuffer, "episode": EpisodeBuffer}

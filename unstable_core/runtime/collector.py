@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from unstable_core.errors import UnstableError, describe
+from unstable_core.errors import UnstableError, describe, root_cause
 from unstable_core.games.loop import InferenceUnavailable, play_game
 from unstable_core.games.random_player import RANDOM, RandomPlayer, random_seat_seed
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
@@ -228,15 +228,14 @@ class Collector:
         the run stops, as for a game in flight)."""
         await self.tracker.add_game.remote(result)
         self.counts["recorded"] += 1
-        if not result.info.failed:
-            pids = sorted(result.info.final_rewards)
+        info = result.info
+        if not info.failed:
+            pids = sorted(info.final_rewards)
             await self.registry.update_ratings.remote(
-                [result.info.models[p] for p in pids],
-                [result.info.final_rewards[p] for p in pids],
-                result.info.env_id,
+                [info.models[p] for p in pids], [info.final_rewards[p] for p in pids], info.env_id
             )
-            if kind == "train" and self.buffer is not None:
-                await self.buffer.add_result.remote(result)
+        if kind == "train" and self.buffer is not None and (not info.failed or info.group_id):
+            await self.buffer.add_result.remote(result)  # a failed game of a group: the group is cut
         return result
 
     # ---- scheduled evaluation
@@ -340,9 +339,12 @@ class Collector:
                         # not a game failure (those are results): a component (reward transform, buffer,
                         # registry) raised; the run stops with it instead of losing every game silently
                         self.counts["failed"] += 1
-                        if is_actor_failure(task.exception()):  # the run names the actor that died
-                            raise task.exception()
-                        raise UnstableError(describe(task.exception())) from task.exception()
+                        cause = task.exception()
+                        if is_actor_failure(cause):  # the run names the actor that died
+                            raise cause
+                        if isinstance(root_cause(cause), OSError):  # a file of the run: the driver says
+                            raise root_cause(cause)  # how to go on once it is fixed
+                        raise UnstableError(describe(cause)) from cause
         finally:
             for task in inflight:
                 task.cancel()
@@ -382,5 +384,7 @@ def _failed(spec: GameSpec, error: str) -> GameResult:
         failed=True,
         error=error,
         duration_s=0.0,
+        group_id=spec.group_id,
+        group_size=spec.group_size,
     )
     return GameResult(info=info)

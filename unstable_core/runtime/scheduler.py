@@ -40,13 +40,14 @@ class GameScheduler:
         return random.Random(f"{self.seed}:{game_idx}").randrange(2**31)
 
     def next_train(self, registry: ModelRegistry) -> GameSpec:
-        """A training game: the current checkpoint at `num_actors` random seats, sampled opponents elsewhere
-        (a replayed game of a group - the env sampler's `repeat` - has its group's seed, seats and opponents)."""
+        """A training game: the current checkpoint at `num_actors` random seats, sampled opponents elsewhere.
+        A game of a group (the env sampler's `repeat`) has its group's id, seed, seats, opponents and
+        checkpoint: the one current when the group's first game was scheduled."""
         env = self.env_sampler.sample("train")
         idx = self._new_index()
         seed = self.env_sampler.game_seed(self._seed_of(idx))
         rng = random.Random(seed)  # a replayed seed also replays the seats
-        current = registry.get_current_ckpt()
+        current = self.env_sampler.group_value("learner", registry.get_current_ckpt)
         if current is None:
             raise UnstableError(
                 "the model registry has no checkpoint yet: register the base model as ckpt-0 first"
@@ -56,7 +57,7 @@ class GameScheduler:
 
         def draw() -> list[str]:  # one opponent per seat the learner does not hold; itself as CURRENT
             drawn = [self.model_sampler.sample_opponent(registry) for _ in seats[env.num_actors :]]
-            return [CURRENT if uid == current else uid for uid in drawn]
+            return [CURRENT if uid == registry.get_current_ckpt() else uid for uid in drawn]
 
         opponents = self.env_sampler.group_opponents(draw)  # a replayed game: its group's opponents
         players = [
@@ -67,7 +68,11 @@ class GameScheduler:
             uid = current if uid == CURRENT else uid
             players.append(PlayerSpec(pid, uid, collect_data=False, prompt_template=env.prompt_template))
         players.sort(key=lambda p: p.pid)
-        return GameSpec(game_idx=idx, env_id=env.env_id, seed=seed, players=players)
+        size = self.env_sampler.group_size()
+        group_id = self.env_sampler.group_value("id", lambda: f"g{idx}") if size > 1 else ""
+        return GameSpec(
+            game_idx=idx, env_id=env.env_id, seed=seed, players=players, group_id=group_id, group_size=size
+        )
 
     def next_eval(self, registry: ModelRegistry) -> GameSpec:
         """An evaluation game: the current checkpoint against the env's fixed opponent (or a sampled one)."""

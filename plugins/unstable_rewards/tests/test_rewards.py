@@ -207,56 +207,55 @@ def make_steps(rewards: list[float], envs: list[str] | None = None) -> list[Step
     ]
 
 
-def seeded_steps(rows: list[tuple[str, int, int, int, float]]) -> list[Step]:
-    """Steps of (env, seed, seat, turn, reward), the seed recorded by the game loop in step_info."""
+def grouped_steps(rows: list[tuple[str, int, int, int, float, float]]) -> list[Step]:
+    """One step per (group id, game, seat, turn, outcome, shaping); reward = outcome + shaping, as shaped."""
     return [
-        Step(pid=pid, env_id=env, obs="o", act="a", reward=r, prompt_ids=[1, pid, turn], game_idx=i, turn=turn,
-             step_info={"finish_reason": "stop", "seed": seed})
-        for i, (env, seed, pid, turn, r) in enumerate(rows)
+        Step(pid=pid, env_id="A", obs="o", act="a", reward=out + shp, final_reward=out, shaping=shp,
+             prompt_ids=[1, pid, turn], game_idx=game, turn=turn, group_id=group)
+        for group, game, pid, turn, out, shp in rows
     ]  # fmt: skip
 
 
-def test_group_relative_centres_within_seed_seat_and_turn_groups():
-    steps = seeded_steps(
+def test_group_relative_compares_each_trajectory_of_a_group_once_and_keeps_each_steps_shaping():
+    steps = grouped_steps(
         [
-            ("A", 7, 0, 0, 1.0),
-            ("A", 7, 0, 0, -1.0),
-            ("A", 7, 1, 0, 5.0),  # another seat of the same seed: its own group (of one)
-            ("A", 7, 0, 0, 1.0),
-            ("B", 7, 0, 0, 3.0),  # same seed number in another env: another group
-            ("A", 8, 0, 0, 2.0),
-            ("A", 7, 0, 1, 4.0),  # a later turn: another group
-            ("A", 8, 0, 0, 0.0),
-            ("A", 7, 0, 0, 1.0),
+            ("g0", 0, 0, 0, 1.0, 0.5),  # game 0, seat 0: won in 3 turns
+            ("g0", 0, 0, 2, 1.0, 0.0),
+            ("g0", 0, 0, 4, 1.0, 0.0),
+            ("g0", 1, 0, 0, -1.0, 0.5),  # game 1, seat 0: lost in 1 turn
+            ("g0", 2, 0, 0, -1.0, 0.0),  # game 2: lost
+            ("g0", 3, 0, 0, 1.0, 0.0),  # game 3: won
+            ("g0", 0, 1, 1, -1.0, 0.0),  # seat 1 of the same group: its own group of seats
+            ("g0", 1, 1, 1, 1.0, 0.0),
+            ("g4", 4, 0, 0, 3.0, 0.0),  # another group, of one game: nothing to compare with
+            ("", 5, 0, 0, 2.0, 1.0),  # no group (repeat = 1): a group of one
         ]
     )
     out = GroupRelative()(steps)
-    # (A, 7, 0, 0): [1, -1, 1, 1], mean 0.5; (A, 8, 0, 0): [2, 0], mean 1; the groups of one: 0
-    assert [s.reward for s in out] == pytest.approx([0.5, -1.5, 0.0, 0.5, 0.0, 1.0, 0.0, -1.0, 0.5])
-    assert [s.reward for s in steps][:2] == [1.0, -1.0] and out[2].pid == 1  # inputs untouched, order kept
-    z = GroupRelative(z_score=True)(steps)
-    sigma = math.sqrt((3 * 0.5**2 + 1.5**2) / 4)  # population std of [1, -1, 1, 1] = sqrt(0.75)
-    assert z[0].reward == pytest.approx(0.5 / sigma) and z[1].reward == pytest.approx(-1.5 / sigma)
-    assert z[5].reward == pytest.approx(1.0) and z[7].reward == pytest.approx(-1.0)  # std of [2, 0] is 1
+    # g0 seat 0: outcomes [1, -1, -1, 1] (game 0 once, not thrice), mean 0; seat 1: [-1, 1], mean 0
+    assert [s.reward for s in out] == pytest.approx([1.5, 1.0, 1.0, -0.5, -1.0, 1.0, -1.0, 1.0, 0.0, 1.0])
+    assert steps[0].reward == 1.5 and [s.game_idx for s in out] == [s.game_idx for s in steps]  # copies
+    z = GroupRelative(z_score=True)(steps[:3] + steps[4:6])  # outcomes [1, -1, 1]: mean 1/3, std 0.943
+    sigma = math.sqrt((2 * (2 / 3) ** 2 + (4 / 3) ** 2) / 3)
+    assert z[0].reward == pytest.approx((2 / 3) / sigma + 0.5) and z[3].reward == pytest.approx(
+        -(4 / 3) / sigma
+    )
 
 
 def test_group_relative_by_prompt_groups_identical_prompt_ids():
-    steps = seeded_steps([("A", 1, 0, 0, 1.0), ("A", 2, 0, 0, 0.0), ("A", 3, 0, 1, 5.0)])
-    steps[2].prompt_ids = [9]
-    out = GroupRelative(by="prompt")(steps)  # different seeds, the same prompt [1, 0, 0]
+    steps = grouped_steps([("", 0, 0, 0, 1.0, 0.0), ("", 1, 0, 0, 0.0, 0.0), ("", 2, 0, 1, 5.0, 0.0)])
+    out = GroupRelative(by="prompt")(steps)  # two games with the prompt [1, 0, 0]
     assert [s.reward for s in out] == pytest.approx([0.5, -0.5, 0.0])
     assert [s.reward for s in GroupRelative()(steps)] == [0.0, 0.0, 0.0]  # by seed: three groups of one
 
 
 def test_group_relative_errors_name_the_fix():
-    with pytest.raises(UnstableError, match="has no game seed in step_info; use group-relative:by=prompt"):
-        GroupRelative()(make_steps([1.0, 2.0]))
     with pytest.raises(ConfigError, match="by must be one of seed, prompt, got 'turn'"):
         GroupRelative(by="turn")
     with pytest.raises(ConfigError, match="z_score must be true or false"):
         GroupRelative(z_score="yes")
     with pytest.raises(UnstableError, match="reward must be a finite number"):
-        GroupRelative()(seeded_steps([("A", 1, 0, 0, math.nan)]))
+        GroupRelative()(grouped_steps([("g", 1, 0, 0, math.nan, 0.0)]))
 
 
 def test_normalize_mean_centres_the_batch():

@@ -36,7 +36,7 @@ TRANSFORMS: dict[str, tuple[str, str]] = {
     ),
     "group-relative": (
         "unstable_rewards.sampling:GroupRelative",
-        "sampling: GRPO's group-relative advantage, centred (or z-scored) per (env, seed, seat, turn) or per identical prompt (by=seed, z_score=false)",
+        "sampling: GRPO's group-relative advantage: each trajectory's outcome against its group's (the env sampler's repeat=G), plus its steps' own shaping; or per identical prompt (by=seed, z_score=false)",
     ),
 }
 

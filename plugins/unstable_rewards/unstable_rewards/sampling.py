@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from unstable_core.errors import ConfigError, UnstableError
+from unstable_core.errors import ConfigError
 from unstable_core.rewards import SamplingRewardTransform
 from unstable_core.types import Step
 from unstable_rewards.checks import bool_arg, finite_reward
@@ -97,27 +97,39 @@ def _group_key(arg: str) -> Any:
 
 @attrs.define
 class GroupRelative(SamplingRewardTransform):
-    """GRPO's group-relative advantage: each step's reward minus the mean of its group (divided by the
-    group's std when `z_score`). A group is the steps of one env id played from the same game seed by the
-    same seat at the same turn (`by="seed"`), or the steps with identical prompt token ids (`by="prompt"`).
-    A group of one, or one whose rewards are all equal, gets advantage 0: it has no baseline to compare with.
-    Play each seed several times (the env sampler's `repeat`) so that groups exist."""
+    """GRPO's group-relative advantage.
+
+    `by="seed"`: a group is the G games of one start (the env sampler's `repeat`: same env, seed, seats,
+    opponents and checkpoint; `Step.group_id`), per seat. Each trajectory's outcome (`Step.final_reward`)
+    is compared with the mean over the group's trajectories, each counted once whatever its length (divided
+    by their std when `z_score`), and each step keeps its own shaping (`Step.shaping`, not accumulated):
+
+        A_{i,t} = (R_i - mean_j R_j) [/ std_j R_j] + shaping_{i,t}
+
+    The buffer serves whole groups, so a batch never cuts one. A trajectory outside any group (repeat = 1)
+    is a group of one: its outcome gets advantage 0 (nothing to compare with), its steps only their shaping.
+
+    `by="prompt"`: the steps of the batch with identical prompt token ids form a group, and each step's
+    reward is centred (or z-scored) within it (states met in several games of the batch)."""
 
     by: str = attrs.field(default="seed", validator=_group_key("by"))
     z_score: bool = attrs.field(default=False, validator=bool_arg)  # Dr. GRPO: centring only, no std bias
 
-    def key(self, step: Step) -> Any:
-        """The group of a step."""
-        if self.by == "prompt":
-            return tuple(step.prompt_ids)
-        if "seed" not in step.step_info:
-            raise UnstableError(
-                f"GroupRelative: step of game {step.game_idx}, player {step.pid}, turn {step.turn} "
-                f"({step.env_id}) has no game seed in step_info; use group-relative:by=prompt"
-            )
-        return (step.env_id, step.step_info["seed"], step.pid, step.turn)
-
     def __call__(self, steps: list[Step]) -> list[Step]:
-        """New steps (shallow copies, in the same order) whose rewards are normalised within their group."""
-        normalized = _normalize_buckets(_rewards(self, steps), [self.key(s) for s in steps], self.z_score)
-        return [attrs.evolve(s, reward=r) for s, r in zip(steps, normalized, strict=True)]
+        """New steps (shallow copies, in the same order) with their group-relative rewards."""
+        rewards = _rewards(self, steps)
+        if self.by == "prompt":
+            normalized = _normalize_buckets(rewards, [tuple(s.prompt_ids) for s in steps], self.z_score)
+            return [attrs.evolve(s, reward=r) for s, r in zip(steps, normalized, strict=True)]
+        outcomes: dict[tuple[int, int], float] = {}  # trajectory (game, seat) -> its outcome, once
+        for s in steps:
+            outcomes[(s.game_idx, s.pid)] = finite_reward(
+                s.final_reward, f"GroupRelative: outcome of game {s.game_idx}, player {s.pid}"
+            )
+        trajectories = list(outcomes)
+        group_of = {(s.game_idx, s.pid): (s.group_id or f"game {s.game_idx}", s.pid) for s in steps}
+        relative = _normalize_buckets(
+            [outcomes[t] for t in trajectories], [group_of[t] for t in trajectories], self.z_score
+        )
+        advantage = dict(zip(trajectories, relative, strict=True))
+        return [attrs.evolve(s, reward=advantage[(s.game_idx, s.pid)] + s.shaping) for s in steps]

@@ -184,8 +184,11 @@ def test_a_group_replays_its_opponents(cls):
     assert len({tuple(uid for _, uid, _ in group[0][2]) for group in groups}) > 1  # opponents vary by group
 
 
-def test_a_group_whose_opponent_was_the_current_checkpoint_keeps_playing_the_current_one():
-    """Self-play stays self-play when the learner publishes a checkpoint in the middle of a group."""
+def test_a_group_plays_one_checkpoint_even_when_a_new_one_is_published_during_it():
+    """A group's games differ only in what the policy samples: the learner's seats and a CURRENT opponent
+    (self-play) keep the checkpoint of the group's first game when a new one is published meanwhile (before,
+    the group's last games were played by the next version: a group of two policies); the next group plays
+    the new one."""
     from unstable_samplers.model import MirrorModelSampler
 
     from unstable_core.runtime.scheduler import GameScheduler
@@ -195,9 +198,13 @@ def test_a_group_whose_opponent_was_the_current_checkpoint_keeps_playing_the_cur
     scheduler = GameScheduler(UniformRandomEnvSampler(two, repeat=3), MirrorModelSampler(), seed=5)
     first = scheduler.next_train(registry)
     registry.add_checkpoint("ckpt-1", None, 1)
-    second = scheduler.next_train(registry)
-    assert {p.model_uid for p in first.players} == {"ckpt-0"}
-    assert {p.model_uid for p in second.players} == {"ckpt-1"} and second.seed == first.seed
+    second, third = scheduler.next_train(registry), scheduler.next_train(registry)
+    assert {p.model_uid for p in first.players + second.players + third.players} == {"ckpt-0"}
+    assert first.seed == second.seed == third.seed
+    assert first.group_id == second.group_id == third.group_id == f"g{first.game_idx}"
+    assert first.group_size == 3
+    fourth = scheduler.next_train(registry)
+    assert {p.model_uid for p in fourth.players} == {"ckpt-1"} and fourth.group_id == f"g{fourth.game_idx}"
 
 
 @pytest.mark.parametrize("cls", [UniformRandomEnvSampler, AdaptiveEnvSampler])

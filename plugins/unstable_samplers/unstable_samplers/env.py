@@ -20,11 +20,13 @@ from unstable_core.types import EvalEnvSpec, GameInformation, TrainEnvSpec
 class UniformRandomEnvSampler(BaseEnvSampler):
     """Training games: every training environment equally likely; evaluation games: every eval env likewise.
 
-    `repeat` = G > 1 plays each drawn (environment, seed, seat assignment, opponents) G times in a row, so
-    that the `group-relative` reward transform finds groups of G games that differ only in what the policy
-    samples (GRPO's G samples per prompt). The group in progress is part of `state_dict`: a resumed run
-    finishes it.
+    `repeat` = G > 1 plays each drawn (environment, seed, seat assignment, opponents) G times in a row with
+    the same checkpoint, as one group (its games carry a group id), so that the `group-relative` reward
+    transform compares G games that differ only in what the policy samples (GRPO's G samples per prompt).
+    The group in progress is part of `state_dict`: a resumed run finishes it.
     """
+
+    GROUP_KEYS = ("seed", "opponents", "learner", "id")  # what the games of one group share
 
     def __init__(
         self,
@@ -42,20 +44,19 @@ class UniformRandomEnvSampler(BaseEnvSampler):
         self.repeat = repeat
         self._current: TrainEnvSpec | None = None
         self._left = 0  # games still to play with the current environment and seed
-        self._seed: int | None = None
-        self._opponents: list[str] | None = None  # the group's, drawn by its first game
+        self._group: dict[str, Any] = {}  # the group's values (GROUP_KEYS), drawn by its first game
 
-    def game_seed(self, fresh_seed: int) -> int:
-        """The current group's seed: the fresh one for the first of its `repeat` games."""
-        if self._seed is None:
-            self._seed = fresh_seed
-        return self._seed
+    def group_size(self) -> int:
+        """`repeat`: the games of each group."""
+        return self.repeat
 
-    def group_opponents(self, sample: Callable[[], list[str]]) -> list[str]:
-        """The current group's opponents: `sample()` for the first of its `repeat` games."""
-        if self._opponents is None:
-            self._opponents = list(sample())
-        return list(self._opponents)
+    def group_value(self, key: str, sample: Callable[[], Any]) -> Any:
+        """The current group's `key`: `sample()` for the first of its `repeat` games, the same after."""
+        if self.repeat == 1:
+            return sample()
+        if key not in self._group:
+            self._group[key] = sample()
+        return self._group[key]
 
     def probabilities(self) -> list[float]:
         """The probability of each training spec (aligned with `train_env_specs`)."""
@@ -74,35 +75,43 @@ class UniformRandomEnvSampler(BaseEnvSampler):
             return self.rng.choice(self.eval_env_specs)
         if self._left == 0:
             self._current = self.rng.choices(self.train_env_specs, weights=self.probabilities())[0]
-            self._left, self._seed, self._opponents = self.repeat, None, None
+            self._left, self._group = self.repeat, {}
         self._left -= 1
         return self._current
 
     def state_dict(self) -> dict[str, Any]:
-        """With `repeat` > 1, the group in progress (env index, games left, seed, opponents), JSON-ready."""
+        """With `repeat` > 1, the group in progress (env index, games left, and its shared values), JSON-ready."""
         if self.repeat == 1:
             return {}
         env = self.train_env_specs.index(self._current) if self._current is not None else None
-        group = {"env": env, "left": self._left, "seed": self._seed, "opponents": self._opponents}
+        group = {"env": env, "left": self._left}
+        group |= {key: self._group.get(key) for key in self.GROUP_KEYS}
         return {"group": group}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the group in progress (a state without one, or from another repeat, starts a new group)."""
+        """Restore the group in progress (a state without one, or from another repeat, starts a new group;
+        a state saved before groups pinned their checkpoint and id lets the group draw them afresh)."""
         group = state.get("group") if isinstance(state, dict) else None
         if not group or self.repeat == 1:
             return
         try:
             env, left = group["env"], int(group["left"])
             current = self.train_env_specs[env] if env is not None else None
-            seed = None if group["seed"] is None else int(group["seed"])
-            opponents = None if group["opponents"] is None else [str(o) for o in group["opponents"]]
+            values: dict[str, Any] = {}
+            if group.get("seed") is not None:
+                values["seed"] = int(group["seed"])
+            if group.get("opponents") is not None:
+                values["opponents"] = [str(o) for o in group["opponents"]]
+            for key in ("learner", "id"):
+                if group.get(key) is not None:
+                    values[key] = str(group[key])
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise UnstableError(
                 f"{type(self).__name__}: not a saved sampler state ({type(exc).__name__}: {exc})"
             ) from exc
         if current is None or not 0 < left < self.repeat:
             return  # no group was in progress
-        self._current, self._left, self._seed, self._opponents = current, left, seed, opponents
+        self._current, self._left, self._group = current, left, values
 
 
 def learner_outcome(info: GameInformation) -> float | None:
