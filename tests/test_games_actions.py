@@ -29,3 +29,19 @@ def test_last_boxed_keeps_inner_braces_and_skips_unclosed():
     assert last_boxed("\\boxed{a{b{c}}d} tail") == "a{b{c}}d"
     assert last_boxed("\\boxed{a} \\boxed{b{") == "a"
     assert last_boxed("nothing") is None
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("[bet] and then more", ("[bet]", True)),  # the first closed move; the rest left out
+        ("  [col 3]\n", ("[col 3]", True)),
+        ("[4]]", ("[4]", True)),
+        ("[bet", ("[bet", False)),  # never closed
+        ("[ ] x", ("[ ] x", False)),  # blank
+        ("[[4]", ("[[4]", False)),
+    ],
+)
+def test_extract_action_of_a_bracketed_answer(text, expected):
+    """The `move` template opens the answer with `[`: the action is the answer's first closed `[...]`."""
+    assert extract_action(text, bracketed=True) == expected

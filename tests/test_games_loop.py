@@ -9,7 +9,7 @@ from unstable_core.errors import UnstableError
 from unstable_core.games import InferenceUnavailable, play_game
 from unstable_core.games.envs import InvalidMoveProbe, received_action
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
-from unstable_core.types import GameSpec, PlayerSpec
+from unstable_core.types import GameSpec, PlayerSpec, to_dict
 
 PARAMS = SamplingParams(temperature=0.6, max_tokens=16)
 TICTACTOE = "TicTacToe-v0-train"
@@ -474,3 +474,30 @@ def test_seats_of_different_models_use_their_own_generate_and_tokenizer(tokenize
                 params=PARAMS,
             )
         )
+
+
+def test_the_move_template_opens_the_answer_and_the_action_is_read_from_prefix_and_completion(tokenizer):
+    """`move` ends the prompt with `[` (the answer's start): the model writes `bet] ...`, the env gets `[bet]`;
+    the step records the completion as sampled and the prefix in step_info; export gives the whole answer."""
+    from unstable_core.export import _chat
+
+    players = two_seats(template="move")
+    result, fake = play(tokenizer, ["bet] because", "fold]"], env_id="KuhnPoker-v0-train", players=players)
+    first = next(s for t in result.trajectories for s in t.steps if s.turn == 0)
+    assert first.obs.endswith("<|im_start|>assistant\n[") and first.act == "bet] because"
+    assert tokenizer.decode(first.prompt_ids) == first.obs  # the prefix is part of the prompt tokens
+    assert (first.action, first.format_ok, first.invalid_move) == ("[bet]", True, False)
+    assert first.step_info["answer_prefix"] == "["
+    record = _chat(to_dict(first), {"game_idx": 7, "seat": first.pid})
+    assert record["messages"][-1] == {"role": "assistant", "content": "[bet] because"}
+    assert record["messages"][-2]["role"] == "user" and record["messages"][-2]["content"].endswith(
+        "your move."
+    )
+
+
+def test_the_move_template_opens_nothing_for_an_api_seat():
+    from unstable_core.games.templates import move_template
+    from unstable_core.inference.chat_prompt import MessagesTokenizer, chat_messages
+
+    prompt = move_template("Your move.", MessagesTokenizer())
+    assert chat_messages(prompt) is not None and not prompt.endswith("[")

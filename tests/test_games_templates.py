@@ -24,6 +24,7 @@ def tokenizer(tiny_model):
 def test_builtin_names():
     assert set(TEMPLATES) == {
         "default",
+        "move",
         "qwen3-zs",
         "qwen3-sp",
         "qwen3-reasoning",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 BOXED = "\\boxed{"
+BRACKETED = re.compile(r"\s*\[[^\[\]\n]*[^\[\]\s][^\[\]\n]*\]")  # `[4]`, `[bet]`: closed, not blank
 
 
 def _boxed_content(text: str, start: int) -> str | None:
@@ -30,13 +33,18 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def extract_action(text: str) -> tuple[str, bool]:
+def extract_action(text: str, bracketed: bool = False) -> tuple[str, bool]:
     """(action, format_ok) from a completion.
 
     With a non-empty last \\boxed{...}: its stripped content, put in [brackets] unless it already has
     square brackets (TextArena's action syntax); format_ok is True. Otherwise the stripped completion
     itself is the action (the env will usually call it invalid) and format_ok is False.
+    `bracketed` (an answer opened with `[` by the `move` template): the answer's first `[...]`, closed and
+    non-empty, is the action and format_ok is True; anything after it is left out.
     """
+    if bracketed:
+        move = BRACKETED.match(text)
+        return (move.group(0).strip(), True) if move else (text.strip(), False)
     content = last_boxed(text)
     if content is None or not content.strip():
         return text.strip(), False

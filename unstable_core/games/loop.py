@@ -25,7 +25,7 @@ from unstable_core.games.envs import (
     set_error_allowance,
 )
 from unstable_core.games.random_player import ScriptedPlayer
-from unstable_core.games.templates import Template, get_template, render_prompt
+from unstable_core.games.templates import Template, answer_prefix, get_template, render_prompt
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
 from unstable_core.types import GameInformation, GameResult, GameSpec, PlayerSpec, Step, Trajectory
 
@@ -188,8 +188,12 @@ class _Game:
                 f"seat {pid} ({player.model_uid}) collects training data but its backend returned no token "
                 "ids: a text-only (API) model can be an opponent, never a trained seat"
             )
-        action, format_ok = extract_action(output.text)
+        opened = answer_prefix(get_template(player.prompt_template, self.templates))
+        opened = opened if opened and prompt.endswith(opened) else ""  # the answer's start, in the prompt
+        action, format_ok = extract_action(opened + output.text, bracketed=bool(opened))
         info: dict[str, Any] = {"finish_reason": output.finish_reason, "seed": self.spec.seed}
+        if opened:
+            info["answer_prefix"] = opened
         if output.completion_tokens is not None:  # an API's own count: it gives no token ids
             info["completion_tokens"] = output.completion_tokens
         return Step(
@@ -207,6 +211,7 @@ class _Game:
             game_idx=self.spec.game_idx,
             turn=turn,
             step_info=info,
+            group_id=self.spec.group_id,
         )
 
     def _scripted_step(self, env: Any, pid: int, observation: Any, turn: int) -> Step:
@@ -227,6 +232,7 @@ class _Game:
             game_idx=self.spec.game_idx,
             turn=turn,
             step_info={"finish_reason": "scripted"},
+            group_id=self.spec.group_id,
         )
 
     def result(self, error: str | None, duration_s: float) -> GameResult:
@@ -263,6 +269,8 @@ class _Game:
             failed=failed,
             error=error,
             duration_s=duration_s,
+            group_id=self.spec.group_id,
+            group_size=self.spec.group_size,
         )
         return GameResult(info=info, trajectories=trajectories)
 

@@ -1,8 +1,9 @@
 """Prompt templates: callables `(observation, tokenizer) -> prompt text`, and rendering a prompt to token ids.
 
-`default` uses the tokenizer's own chat template, so it fits any instruct model. The named ones are the
-fixed chat strings of UnstableBaselines for Qwen3, Gemma 3 and Llama instruct models; they ignore the
-tokenizer. This module stays import-light (no torch, no transformers): listing plugins imports it.
+`default` uses the tokenizer's own chat template, so it fits any instruct model; `move` too, with the
+answer opened by `[` for the model to complete (a template's `answer_prefix` attribute: the game loop reads
+the action from prefix + completion). The named ones are the fixed chat strings of UnstableBaselines for
+Qwen3, Gemma 3 and Llama instruct models; they ignore the tokenizer. This module stays import-light (no torch, no transformers): listing plugins imports it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,33 @@ def default_template(observation: str, tokenizer: Any) -> str:
     )
     messages = [{"role": "user", "content": content}]
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+MOVE_PREFIX = "["  # TextArena's move syntax opens with a bracket: `[4]`, `[bet]`, `[col 3]`
+
+
+def move_template(observation: str, tokenizer: Any) -> str:
+    """The tokenizer's chat template around the observation, with the assistant's answer opened by `[`: the
+    model completes the move (`4]`, `bet]`), and the answer read for the action is `[` + the completion.
+    A small model that rarely writes a valid move from scratch (SmolLM2-135M on Kuhn Poker: 0 to 6% of
+    its answers) mostly has to choose one. For an API seat (its tokenizer keeps chat messages) nothing is
+    opened: the messages are sent as they are."""
+    from unstable_core.inference.chat_prompt import chat_messages
+
+    content = (
+        f"You are playing a game. Make valid moves to win.\nObservation: {observation}\nReply with your move."
+    )
+    messages = [{"role": "user", "content": content}]
+    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return prompt if chat_messages(prompt) is not None else prompt + MOVE_PREFIX
+
+
+move_template.answer_prefix = MOVE_PREFIX  # type: ignore[attr-defined]
+
+
+def answer_prefix(template: Template) -> str:
+    """The text a template's prompt ends with that belongs to the answer (`move`: `[`), else ""."""
+    return str(getattr(template, "answer_prefix", ""))
 
 
 def qwen3_zs(observation: str, tokenizer: Any = None) -> str:
@@ -73,6 +101,7 @@ def llama_instruct_zs(observation: str, tokenizer: Any = None) -> str:
 
 TEMPLATES: dict[str, Template] = {
     "default": default_template,
+    "move": move_template,
     "qwen3-zs": qwen3_zs,
     "qwen3-sp": qwen3_sp,
     "qwen3-reasoning": qwen3_reasoning,
