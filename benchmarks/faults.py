@@ -3,14 +3,18 @@
 A kill falls at a random moment 0-T s after each (re)start's first new checkpoint, so that every start
 makes progress and kills land during collection, updates and checkpoint writes alike.
 
-    python3 benchmarks/faults.py [--steps 150] [--every 4] [--kills 6] [--kinds collector,learner]
+    python3 benchmarks/faults.py [--steps 150] [--every 4] [--kills 7] [--kinds collector,learner]
 
 Without --model the run uses a tiny random-weight model (seconds per step on a CPU); `--model smollm2-135m`
-uses the embedded default. Each kill is a SIGKILL of one Ray actor's process; the kinds (collector, buffer,
-registry, tracker, learner, inference) are killed in a shuffled cycle, so --kills 6 kills each once. An
-inference actor is restarted by Ray (its games replayed); any other death stops the run with the line
-`unstable run --resume RUN_DIR`, and the benchmark then resumes it. Every wait has a limit: a run that
-makes no progress (no new checkpoint, no exit) for --hang-s seconds is a hang, killed and resumed.
+uses the embedded default. Each kill is a SIGKILL of one Ray actor's process, or of the driver (the
+`unstable run` process itself); the kinds (collector, buffer, registry, tracker, learner, inference,
+driver) are killed in a shuffled cycle, so --kills 7 kills each once. An inference actor is restarted by
+Ray (its games replayed); any other actor's death stops the run with the line `unstable run --resume
+RUN_DIR`, and the benchmark then resumes it. After the driver's kill the benchmark waits for the run's
+lock to be free, counts the processes of the run (the driver's descendants before the kill) still alive
+10 s after the kill and the files of the run folder changed after the lock was free, then resumes. Every
+wait has a limit: a run that makes no progress (no new checkpoint, no exit) for --hang-s seconds is a
+hang, killed and resumed.
 
 At the end it prints: actors killed (by kind); inference restarts the runs saw and games they replayed;
 resumes; hangs; games lost, measured against what was played (each process's `stopped` event in
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import fcntl
 import json
 import os
 import random
@@ -48,6 +53,7 @@ KINDS = {  # kind -> the actor classes whose Ray worker title (`ray::<Class>...`
     "tracker": ("_TrackerActor",),
     "learner": ("LearnerHost",),
     "inference": ("InferenceActor",),
+    "driver": (),  # the `unstable run` process itself
 }
 SMALL = [
     "--batch-size", "4", "--mini-batch-size", "2", "--max-generation-len", "8", "--num-train-workers", "4",
@@ -92,6 +98,43 @@ def launch(args: list[str]) -> subprocess.Popen:
         env=env,
         start_new_session=True,
     )
+
+
+def lock_is_free(run_dir: Path) -> bool:
+    fd = os.open(run_dir / ".lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def files_of(run_dir: Path) -> dict[Path, tuple[int, int]]:
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in run_dir.rglob("*") if p.name != ".lock"}
+
+
+def kill_driver(proc: subprocess.Popen, run_dir: Path, wait_s: float = 10.0) -> tuple[float, int, int]:
+    """SIGKILL the driver alone; returns (seconds until the run's lock was free, processes of the run still
+    alive `wait_s` after the kill, files changed after the lock was free)."""
+    procs = psutil.Process(proc.pid).children(recursive=True)
+    os.kill(proc.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    proc.wait(timeout=30)
+    while not lock_is_free(run_dir) and time.monotonic() - killed_at < wait_s:
+        time.sleep(0.005)
+    lock_s = time.monotonic() - killed_at
+    free = files_of(run_dir)
+    time.sleep(max(0.0, killed_at + wait_s - time.monotonic()))
+    left = 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            left += p.status() != psutil.STATUS_ZOMBIE
+    for p in procs:  # leave no process behind, whatever the run left
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    return lock_s, left, sum(v != free.get(k) for k, v in files_of(run_dir).items())
 
 
 def games_lost(records: list[dict], idx: list[int]) -> tuple[int, int, int, int]:
@@ -193,7 +236,7 @@ def main() -> None:
     parser.add_argument(
         "--every", type=float, default=4.0, help="a kill falls 0-T s after a start's first checkpoint"
     )
-    parser.add_argument("--kills", type=int, default=6, help="actors to kill at most")
+    parser.add_argument("--kills", type=int, default=7, help="actors (or the driver) to kill at most")
     parser.add_argument("--kinds", default=",".join(KINDS), help="kinds of actor to kill, in a cycle")
     parser.add_argument(
         "--hang-s", type=float, default=300.0, help="a run that makes no progress this long hangs"
@@ -221,6 +264,7 @@ def main() -> None:
     order: list[str] = []
     killed: collections.Counter[str] = collections.Counter()
     resumes = hangs = stops_without_line = 0
+    driver_kills: list[tuple[float, int, int]] = []
     started = time.monotonic()
     say = lambda text: print(f"{time.monotonic() - started:6.0f} s  {text}", flush=True)  # noqa: E731
     proc = launch(first)
@@ -246,6 +290,13 @@ def main() -> None:
             if not order:
                 order = rng.sample(kinds, len(kinds))
             kind = order.pop()
+            if kind == "driver":
+                driver_kills.append(kill_driver(proc, run_dir))
+                killed[kind] += 1
+                lock_s, left, written = driver_kills[-1]
+                say(f"killed driver: lock free after {lock_s:.2f} s, {left} processes left after 10 s, "
+                    f"{written} files written after the lock was free")  # fmt: skip
+                continue
             pids = actor_pids(proc).get(kind)
             if not pids:
                 say(f"no {kind} actor to kill")
@@ -280,6 +331,8 @@ def main() -> None:
             break
         last = err.strip().splitlines()[-1] if err.strip() else ""
         say(f"run stopped ({proc.returncode}): {last[:200]}")
+        if proc.returncode == 2 and "the run is complete" in last:  # killed after its last checkpoint
+            break
         if "--resume" not in last and proc.returncode != -9:
             stops_without_line += 1
         if resumes >= args.kills + 5:
@@ -297,6 +350,18 @@ def main() -> None:
         ("resumes", str(resumes)),
         ("stops without the resume line", str(stops_without_line)),
         ("hangs", str(hangs)),
+        *(
+            [
+                ("driver killed: run lock free after", ", ".join(f"{k[0]:.2f} s" for k in driver_kills)),
+                ("driver killed: processes left after 10 s", ", ".join(str(k[1]) for k in driver_kills)),
+                (
+                    "driver killed: files written after the lock was free",
+                    ", ".join(str(k[2]) for k in driver_kills),
+                ),
+            ]
+            if driver_kills
+            else []
+        ),
         *check_run(run_dir, args.steps).items(),
         ("wall time", f"{time.monotonic() - started:.0f} s"),
     ]

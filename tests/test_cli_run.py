@@ -1,10 +1,14 @@
 """`unstable play` through the command line on the tiny model, and the one-line errors of `unstable run`."""
 
 import importlib.util
+import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,6 +53,9 @@ def test_play_records_the_exact_tokens_of_every_turn(tiny_model, tmp_path):
         assert 1 <= len(s["completion_ids"]) <= 8 and s["policy_version"] == 0
     assert (run_dir / "config.toml").is_file() and (run_dir / "registry.json").is_file()
     assert not (run_dir / "checkpoints").exists()  # play does not learn
+    assert "result:" not in proc.stdout and "learning" not in json.loads(
+        (run_dir / "summary.json").read_text()
+    )
 
 
 A2C_HIDDEN = {"UNSTABLE_LOAD_PLUGINS": "unstable-samplers,unstable-rewards,unstable-reinforce"}
@@ -72,12 +79,30 @@ A2C_HIDDEN = {"UNSTABLE_LOAD_PLUGINS": "unstable-samplers,unstable-rewards,unsta
         (["--model", "someorg/some-model"], {"HF_HUB_OFFLINE": "1"}, "'someorg/some-model' is not a local folder nor in the Hugging Face cache"),
         (["--tracker", "jsonl", "--tracker", "wandb"], {}, "tracker 'wandb' needs the package 'wandb'"),
         (["--run-name", "../escape"], {}, "must be a plain folder name"),
+        # every option, the components' own included, before Ray and before the run folder (issue 18.6)
+        (["--top-p", "0", "--run-name", "t"], {}, "top_p must be > 0.0 and <= 1, got 0.0"),
+        (["--sampler-config", '{"bogus": 1}'], {}, "--sampler-config: MirrorModelSampler got unknown option(s) bogus"),
+        (["--sampler", "lagged", "--sampler-config", '{"k": 0}'], {}, "--sampler-config: AsynchronousModelSampler: k must be an integer >= 1"),
+        (["--env-sampler-config", '{"bogus": 1}'], {}, "--env-sampler-config: UniformRandomEnvSampler got unknown option(s) bogus"),
+        (["--algorithm-config", '{"bogus": 1}'], {}, "--algorithm-config: unknown REINFORCELearner option(s) bogus; allowed: none"),
+        (["--learner", "a2c", "--algorithm-config", '{"gamma": 2}'], {}, "--algorithm-config: a2c gamma must be in [0, 1], got 2"),
+        (["--learner", "ppo", "--importance-cap", "2"], {}, "ppo truncates its behaviour weight itself (behaviour_weight_cap in --algorithm-config); drop --importance-cap"),
+        (["--lora-config", '{"lora_rank": 0}'], {}, "lora_config.lora_rank must be an integer >= 1, got 0"),
+        (["--lora-config", '{"target_modules": ["nope"]}'], {}, "none of lora_cfg.target_modules ['nope'] is a linear layer"),
+        (["--env", "TicTacToe-v0-train:3"], {}, "--env TicTacToe-v0-train:3: the game cannot be set up for 3 players"),
+        (["--device", "bogus"], {}, "--device 'bogus' is not a torch device"),
+        (["--seed", str(2**64)], {}, "seed must be a 64-bit integer"),
     ],
     ids=["unknown-learner", "uninstalled-a2c", "zero-batch-size", "negative-error-allowance", "unknown-vllm-key",
          "vllm-temperature-conflict", "api-opponent", "bogus-env", "bogus-template", "zero-learning-rate",
-         "buffer-below-batch", "missing-model-folder", "hub-id-offline", "wandb-missing", "escaping-run-name"],
+         "buffer-below-batch", "missing-model-folder", "hub-id-offline", "wandb-missing", "escaping-run-name",
+         "zero-top-p", "unknown-sampler-option", "lagged-k-zero", "unknown-env-sampler-option",
+         "unknown-algorithm-option", "a2c-gamma-above-1", "ppo-with-importance-cap", "zero-lora-rank",
+         "lora-targets-not-in-model", "three-player-tictactoe", "bogus-device", "seed-beyond-64-bits"],
 )  # fmt: skip
 def test_run_errors_are_one_line_without_traceback(tiny_model, tmp_path, args, env, expected):
+    """Status 2 means no run folder (README): before, --top-p 0 or a bad component option (sampler,
+    algorithm, LoRA, player count, device) stopped only after Ray started, and left `runs/t` behind."""
     if "wandb" in args and importlib.util.find_spec("wandb") is not None:
         pytest.skip("wandb is installed here")
     # a timeout: before these checks, --env Bogus-v0 or --template bogus ran (failing every game) forever
@@ -264,3 +289,79 @@ def test_debug_shows_the_traceback_too(tiny_model, tmp_path):
                     timeout=90)  # fmt: skip
     assert proc.returncode == 2 and "Traceback" in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("Error: --env 'Bogus-v0'")
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["run", "--config", "TMP"], {}, "Error: config file 'TMP' is a folder: give a TOML file"),
+        (["run", "--resume", "TMP/nope"], {}, "Error: --resume TMP/nope does not exist: pass the folder of a run"),
+        (["plugins"], {"UNSTABLE_STRICT_PLUGINS": "maybe"}, "Error: UNSTABLE_STRICT_PLUGINS='maybe' is not understood"),
+    ],
+    ids=["config-is-a-folder", "resume-of-nothing", "strict-plugins-maybe"],
+)  # fmt: skip
+def test_a_wrong_path_or_variable_says_what_is_wrong(tmp_path, args, env, expected):
+    """Before: a --config folder 'does not exist', --resume of a missing folder had 'no config.toml there',
+    and UNSTABLE_STRICT_PLUGINS=maybe was accepted without a word (exit 0)."""
+    args = [a.replace("TMP", str(tmp_path)) for a in args]
+    proc = unstable(*args, env=env, timeout=90)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert proc.stderr.startswith(expected.replace("TMP", str(tmp_path)))
+    assert list(tmp_path.iterdir()) == []
+
+
+def make_unwritable(folder: Path):
+    """Make `folder` and everything in it unwritable; returns how to undo it, or None where this machine
+    cannot (root ignores permission bits: there the immutable attribute does it, where chattr works)."""
+    paths = [folder, *folder.rglob("*")]
+    if os.geteuid() != 0:
+        modes = {p: p.stat().st_mode for p in paths}
+        for p in paths:
+            p.chmod(modes[p] & ~0o222)
+        return lambda: [p.chmod(m) for p, m in modes.items()]
+    undo = lambda: subprocess.run(["chattr", "-R", "-i", str(folder)], capture_output=True)  # noqa: E731
+    if shutil.which("chattr") is None:
+        return None
+    for path in paths:  # a file the run renames meanwhile is gone: the folders' own attribute is what counts
+        done = subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode == 0
+        if not done and (path.is_dir() or path == folder):
+            undo()
+            return None
+    return undo
+
+
+def test_a_run_folder_that_becomes_unwritable_stops_the_run_in_one_line(tiny_model, tmp_path):
+    """Before: two chained PermissionError tracebacks (the learner's, then the driver's own while it
+    stopped) and no `Error:` line. Now: one line naming the file and the cause, and how to go on."""
+    run_dir = tmp_path / "r"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "unstable_core", "run", "--model", tiny_model, "--runs-dir", str(tmp_path),
+         "--run-name", "r", *TINY_RUN_ARGS, "--learning-steps", "50"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )  # fmt: skip
+    undo = None
+    try:
+        games = run_dir / "games" / "games.jsonl"
+        deadline = time.monotonic() + 240
+        while not (games.is_file() and games.stat().st_size):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-3000:]
+            time.sleep(0.1)
+        undo = make_unwritable(run_dir)
+        if undo is None:
+            pytest.skip("cannot make a folder unwritable here (root without chattr)")
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if undo is not None:
+            undo()
+    assert proc.returncode == 1
+    line = _one_error_line(subprocess.CompletedProcess(proc.args, 1, out, err))
+    assert re.match(
+        rf"Error: run stopped: .* failed: {re.escape(str(run_dir))}/\S*: (Operation not permitted|Permission denied)",
+        line,
+    ), line
+    assert line.endswith(f"fix that, then continue it with `unstable run --resume {run_dir}`")

@@ -4,8 +4,10 @@ of the tiny model through the runtime (JSON shape, files written, same seed -> s
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -191,10 +193,12 @@ def test_eval_play_and_run_share_the_api_options():
     assert len(api(eval_command)) == len(API_FIELDS) and api(eval_command) == api(run) == api(play)
 
 
-def unstable_eval(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
+def unstable_eval(
+    *args: str, expect: int = 0, timeout: float = 420, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "unstable_core", "eval", *args]
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env=env)
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == expect, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     return proc
@@ -284,3 +288,106 @@ def test_an_api_model_is_evaluated_and_is_an_opponent(tiny_model, tmp_path):
     for folder in ("api", "local"):
         for path in (tmp_path / folder).rglob("*"):
             assert not path.is_file() or secret.encode() not in path.read_bytes(), path
+
+
+def only_error_line(proc: subprocess.CompletedProcess) -> str:
+    lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("Error: ")]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["runs/nope"], "model folder 'runs/nope' does not exist"),
+        (
+            ["RUN", "--opponent", "bogus"],
+            "opponent 'bogus' is not a local folder nor in the Hugging Face cache",
+        ),
+        (["STOPPED"], "has no complete checkpoint yet; evaluate its base model with `unstable eval "),
+    ],
+    ids=["missing-path", "bogus-opponent", "run-without-checkpoints"],
+)
+def test_a_player_that_cannot_be_played_is_refused_before_anything_starts(run_dir, tmp_path, args, expected):
+    """Before: `runs/nope` was taken for a hub id and failed in a traceback after Ray started (70 s), so did
+    `--opponent bogus` (60 s); a run stopped before its first checkpoint (config.toml, no checkpoints/) was
+    a ValueError traceback. Now: status 2 at once, naming the argument and what a player may be."""
+    (tmp_path / "runs").mkdir()
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    (stopped / "config.toml").write_text('model_name = "smollm2-135m"\n')
+    args = [{"RUN": str(run_dir), "STOPPED": str(stopped)}.get(a, a) for a in args]
+    out = tmp_path / "out"
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "unstable_core", "eval", *args, "--games", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [only_error_line(proc)] and expected in proc.stderr
+    if "does not exist" in expected or "Hugging Face" in expected:
+        assert (
+            "a run directory, a checkpoint folder, a model folder, an alias or hub id, openai:MODEL"
+            in proc.stderr
+        )
+    assert not out.exists() and time.monotonic() - started < 60  # nothing started
+
+
+def test_api_game_errors_are_shown_once_each_and_failed_games_exit_1_unless_allowed(tmp_path):
+    """A server refusing two requests with a 400 in FastAPI's {"detail": ...} shape (as vLLM's server
+    does): the error is printed once (the first game with it, as `unstable run` prints them), as the
+    server's text, and eval exits 1 unless --allow-failures. Before: nothing on the terminal, exit 0, and
+    the JSON body as the error."""
+    from unstable_core.testing_openai import FakeOpenAIServer, Scripted
+
+    models = Scripted(body={"object": "list", "data": [{"id": "some-model"}]})  # the check before Ray
+    refusal = Scripted(400, body={"detail": "max_tokens is too large for this model"})
+    common = ["openai:some-model", "--opponent", "random", "--games", "4", "--api-concurrency", "1"]
+    with FakeOpenAIServer(fastapi=True) as server:
+        server.fail(models, refusal, refusal)
+        failed = unstable_eval(*common, "--base-url", server.base_url, "--out", str(tmp_path / "a"), expect=1)
+        server.fail(models, refusal)
+        allowed = unstable_eval(*common, "--base-url", server.base_url, "--out", str(tmp_path / "b"),
+                                "--allow-failures")  # fmt: skip
+    shown = [line for line in failed.stderr.splitlines() if line.startswith("eval game ")]
+    assert len(shown) == 1, failed.stderr[-3000:]
+    assert re.fullmatch(
+        r"eval game \d+ failed: generation for seat \d failed: openai:some-model: "
+        r"http://127\.0\.0\.1:\d+/v1/chat/completions: HTTP 400: max_tokens is too large for this model",
+        shown[0],
+    ), shown[0]
+    line = only_error_line(failed)
+    assert line.startswith("Error: 2 of the 4 games failed") and "--allow-failures" in line
+    assert "detail" not in failed.stderr + failed.stdout
+    assert "HTTP 400: max_tokens is too large for this model" in allowed.stderr
+    assert "Error:" not in allowed.stderr and "1 failed" in allowed.stdout
+
+
+def test_an_api_server_that_serves_under_v1_gets_the_hint_to_add_it(tmp_path):
+    """`--base-url http://HOST:PORT` for a server whose API is under /v1 (FastAPI's 404 at /models):
+    before, it passed the check as a server without /models, and every game failed later."""
+    from unstable_core.testing_openai import FakeOpenAIServer
+
+    with FakeOpenAIServer(fastapi=True) as server:
+        root = server.base_url.removesuffix("/v1")
+        proc = unstable_eval("openai:some-model", "--opponent", "random", "--games", "2", "--base-url", root,
+                             "--out", str(tmp_path / "e"), expect=2, timeout=120)  # fmt: skip
+    assert only_error_line(proc).endswith(f"give --base-url {root}/v1")
+    assert not (tmp_path / "e").exists()
+
+
+def test_an_evaluation_that_fails_to_start_leaves_no_folder_and_says_why_in_one_line(tmp_path):
+    """A model folder that exists but cannot be loaded: before, a ValueError traceback and an empty
+    `runs/eval-*` folder (with registry.json only) stayed behind."""
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "llama"}')
+    proc = subprocess.run(
+        [sys.executable, "-m", "unstable_core", "eval", str(broken), "--opponent", "random", "--games", "1"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    line = only_error_line(proc)
+    assert line.startswith("Error: evaluation stopped: ") and "no game was recorded" in line
+    assert not (tmp_path / "runs").exists()

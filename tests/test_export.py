@@ -175,3 +175,37 @@ def test_export_of_a_folder_that_is_no_run_says_so(tmp_path):
     result = CliRunner().invoke(cli, ["export", str(tmp_path)])
     assert result.exit_code == 2 and "has no games/games.jsonl" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("out", ["/proc/x.jsonl", "/sys/unstable-no-such-folder/x.jsonl"])
+def test_an_out_file_that_cannot_be_written_is_one_line_before_the_run_is_read(played, tmp_path, out):
+    """Before: PermissionError / FileNotFoundError tracebacks, after the whole run was read. Now: status 2,
+    checked first (a folder that is no run is not even looked at)."""
+    run_dir, _, _ = played
+    for folder in (run_dir, tmp_path / "no-run"):
+        result = CliRunner().invoke(cli, ["export", str(folder), "--out", out])
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        (line,) = result.output.strip().splitlines()
+        assert (
+            line.startswith(f"Error: --out '{out}' cannot be written (") and "give a file in a folder" in line
+        )
+
+
+def test_a_cut_last_line_of_games_jsonl_is_skipped_with_a_warning(played, tmp_path):
+    """A run killed while writing a game: before, its cut line was skipped without a word."""
+    run_dir, results, _ = played
+    cut = tmp_path / "cut"
+    (cut / "games").mkdir(parents=True)
+    text = (run_dir / "games" / "games.jsonl").read_text()
+    lines = text.splitlines()
+    (cut / "games" / "games.jsonl").write_text(
+        "\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2]
+    )
+    result = CliRunner().invoke(cli, ["export", str(cut), "--out", str(tmp_path / "x.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert (
+        f"warning: skipped line {len(lines)} of {cut / 'games' / 'games.jsonl'}: not valid JSON (a line cut "
+        "short when the run was killed)"
+    ) in result.stderr
+    kept = [r for r in results if r.info.game_idx != json.loads(lines[-1])["info"]["game_idx"]]
+    assert len((tmp_path / "x.jsonl").read_text().splitlines()) == len(steps_of(kept)) > 0

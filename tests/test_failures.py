@@ -149,7 +149,7 @@ def test_eval_json_writes_null_for_a_rate_that_is_not_a_number(tiny_model, tmp_p
     from unstable_core.cli import cli
 
     class Stats:  # a pair whose rate is not a number (e.g. no game it could be computed on)
-        games, errors = 1, []
+        games, errors, failed = 1, [], 0
 
         def to_dict(self):
             return {"games": 1, "win_rate": float("nan")}

@@ -156,6 +156,35 @@ def test_the_preflight_check_lists_what_is_served(server, monkeypatch):
         check_api_model("openai:nope", server.base_url, api_key_env=KEY_ENV)
 
 
+def test_fastapi_error_bodies_are_shown_as_their_text():
+    """vLLM's server (FastAPI) answers {"detail": "..."} or a list of validation errors; before, the error
+    showed the JSON itself."""
+    detail = [{"loc": ["body", "max_tokens"], "msg": "Input should be > 0"}]
+    for refusal, text in [
+        (Scripted(400, body={"detail": "max_tokens is too large"}), "HTTP 400: max_tokens is too large"),
+        (Scripted(422, body={"detail": detail}), "HTTP 422: body.max_tokens: Input should be > 0"),
+    ]:
+        with FakeOpenAIServer(fastapi=True) as server:
+            server.fail(refusal)
+            [out] = generate(backend_for(server), [request()])
+        assert out.finish_reason == "error" and out.error.endswith(text) and "detail" not in out.error
+
+
+def test_a_base_url_without_v1_gets_the_hint_to_add_it():
+    """A server serving the API under /v1 (vLLM's, FastAPI: 404 {"detail": "Not Found"} elsewhere): before,
+    /models answering 404 passed as 'no such route' and every request failed later with a 404."""
+    with FakeOpenAIServer(fastapi=True) as server:
+        root = server.base_url.removesuffix("/v1")
+        with pytest.raises(
+            ApiError, match=rf"{root}/models answered HTTP 404, .* give --base-url {root}/v1$"
+        ):
+            check_api_model("openai:some-model", root)
+        check_api_model("openai:some-model", server.base_url)  # with /v1: fine
+        backend = OpenAIBackend("openai:some-model", base_url=root, backoff_s=0.01, max_retries=0)
+        [out] = generate(backend, [request()])
+    assert out.error.endswith(f"try --base-url {root}/v1")
+
+
 def test_an_unreachable_server_is_a_clear_error():
     with FakeOpenAIServer() as server:
         url = server.base_url  # the port is free again once the server is closed
@@ -354,8 +383,7 @@ def test_plain_progress_prints_a_line_every_few_seconds(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2  # at 100 s and 103.5 s
     assert lines[0] == (
-        "[    12 s] | step 1/3 | games train 9 (failed 1) eval 0 (failed 0) | "
-        "train/TicTacToe-v0-train/invalid_move_rate 0.250 | tokens/s 41.0"
+        "[    12 s] | step 1/3 | games train 9 (1 failed) eval 0 | train invalid 0.25 | tokens/s 41.0"
     )
 
 

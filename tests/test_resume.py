@@ -4,8 +4,10 @@ and what a run does when one of its actors dies (the tiny random-weight model, t
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,10 +24,15 @@ from unstable_core.testing import TINY_RUN_ARGS
 ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
 
 
-def launch(*args: str, pause_at: str | None = None, marker: Path | None = None) -> subprocess.Popen:
+def launch(
+    *args: str, pause_at: str | None = None, marker: Path | None = None, pause_s: float | None = None
+) -> subprocess.Popen:
     """`unstable run ARGS` in its own process group (so that a kill takes Ray's processes with it); with
-    `pause_at`, the run pauses at that test hook point (unstable_core.test_hooks) after writing `marker`."""
+    `pause_at`, the run pauses at that test hook point (unstable_core.test_hooks) after writing `marker`,
+    for `pause_s` seconds (default: until killed)."""
     env = {**ENV, "UNSTABLE_TEST_PAUSE_AT": f"{pause_at}:{marker}"} if pause_at else ENV
+    if pause_s is not None:
+        env = {**env, "UNSTABLE_TEST_PAUSE_S": str(pause_s)}
     return subprocess.Popen(
         [sys.executable, "-m", "unstable_core", "run", *args],
         stdout=subprocess.PIPE,
@@ -154,6 +161,84 @@ def test_resume_after_sigkill_during_collection_an_update_and_a_checkpoint_write
     assert len(line) == 1 and "Traceback" not in broken.stderr, broken.stderr[-3000:]
     assert line[0].startswith("Error: the learner actor failed to start (SafetensorError: "), line[0]
     assert f"fix that, then continue it with `unstable run --resume {run_dir}`" in line[0]
+
+
+def lock_is_free(run_dir: Path) -> bool:
+    fd = os.open(run_dir / ".lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def files_of(run_dir: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder under `run_dir` (but the lock) with its size and modification time."""
+    return {
+        str(p.relative_to(run_dir)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in run_dir.rglob("*")
+        if p.name != ".lock"
+    }
+
+
+def test_a_killed_driver_leaves_no_process_and_nothing_writes_after_its_lock_is_free(tiny_model, tmp_path):
+    """kill -9 of the driver (only) while the learner writes checkpoint 2, where it pauses 2 s and then
+    would go on. Before: Ray's DashboardAgent and RuntimeEnvAgent lived on for good, and the learner
+    finished the checkpoint and the tracker wrote its metrics line after the run's lock was free."""
+    run_dir, marker = tmp_path / "r", tmp_path / "paused"
+    proc = start(tiny_model, tmp_path, "--run-name", "r", "--learning-steps", "3", pause_at="checkpoint-step-2",
+                 marker=marker, pause_s=2)  # fmt: skip
+    wait_for(marker.exists, proc)
+    of_the_run = psutil.Process(proc.pid).children(recursive=True)
+    try:
+        assert len(of_the_run) >= 8  # Ray's GCS, raylet, agents and the run's actors
+        os.kill(proc.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        proc.wait(timeout=30)
+        while not lock_is_free(run_dir):
+            assert time.monotonic() - killed_at < 30, "the lock was never let go"
+            time.sleep(0.01)
+        free = files_of(run_dir)
+        time.sleep(4)  # the learner's pause is over: it would have finished the checkpoint by now
+        assert files_of(run_dir) == free  # nothing written after the lock was let go
+        assert not (run_dir / "checkpoints" / "step-2").exists()
+        assert max(r.get("step", 0) for r in read_jsonl(run_dir / "metrics.jsonl")) == 1
+        left = []
+        for p in of_the_run:
+            with contextlib.suppress(psutil.Error):
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    left.append(p.name())
+        assert time.monotonic() - killed_at < 10 and left == []
+    finally:
+        for p in of_the_run:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+    done = resume(run_dir)  # and the run goes on from checkpoint 1
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert steps_of(run_dir) == [1, 2, 3]
+
+
+def test_resume_of_a_finished_run_says_so_at_once_and_progress_shows_the_resumed_step(tiny_model, tmp_path):
+    """Before: --resume of a finished run started Ray and loaded the model, then did nothing (summary
+    'learner step 0 / 2'); a resumed run's progress showed step 0 until its first update."""
+    run_dir = tmp_path / "r"
+    out, err = start(tiny_model, tmp_path, "--run-name", "r").communicate(timeout=300)  # 2 steps
+    assert steps_of(run_dir) == [1, 2], err[-3000:]
+    started = time.monotonic()
+    again = resume(run_dir, timeout=60)
+    assert again.returncode == 2 and time.monotonic() - started < 30
+    assert again.stderr.strip() == (
+        f"Error: --resume {run_dir}: the run is complete (learner step 2 of 2): to train it further, give more "
+        f"steps, e.g. `unstable run --resume {run_dir} --learning-steps 4`"
+    )
+    assert "Ray" not in again.stdout + again.stderr
+    more = resume(run_dir, "--learning-steps", "3")
+    assert more.returncode == 0, more.stderr[-3000:]
+    progress = [line for line in more.stdout.splitlines() if "| step " in line]  # plain lines: not a terminal
+    assert progress and all(re.search(r"\| step [23]/3 \|", line) for line in progress), progress
+    assert steps_of(run_dir) == [1, 2, 3]
 
 
 def test_resume_refuses_an_option_that_changes_what_the_run_learns(tmp_path):

@@ -12,7 +12,7 @@ import attrs
 import click
 
 from unstable_core.config import API_FIELDS, RunConfig, load_config
-from unstable_core.errors import ConfigError, RunFailed
+from unstable_core.errors import ConfigError, RunFailed, describe
 from unstable_core.runtime.scheduled_eval import evals_table, last_eval_lines
 
 
@@ -95,28 +95,31 @@ def overrides_from(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _games_text(counts: dict[str, int], kind: str) -> str:
+    """`12`, or `12 (3 failed)`."""
+    failed = counts.get(f"{kind}_failed", 0)
+    return f"{counts.get(f'{kind}_games', 0)}" + (f" ({failed} failed)" if failed else "")
+
+
 def _progress_table(snap: dict[str, Any], learning_steps: int | None, title: str) -> Any:
     from rich.table import Table
 
+    from unstable_core.labels import mean_labels
+
     counts, means = snap.get("counts", {}), snap.get("means", {})
     table = Table(title=title, show_header=False, expand=False)
-    table.add_column("what", style="bold")
-    table.add_column("value")
+    table.add_column("what", style="bold", overflow="fold")
+    table.add_column("value", overflow="fold")
     if learning_steps:
         table.add_row("learner step", f"{snap.get('learner_step', 0)} / {learning_steps}")
-    table.add_row(
-        "games",
-        f"train {counts.get('train_games', 0)} (failed {counts.get('train_failed', 0)}), "
-        f"eval {counts.get('eval_games', 0)} (failed {counts.get('eval_failed', 0)})",
-    )
+    table.add_row("games", f"train {_games_text(counts, 'train')}, eval {_games_text(counts, 'eval')}")
     outcomes = {k: v for k, v in counts.items() if k.endswith(("_win", "_draw"))}
     if outcomes:
         table.add_row(
             "outcomes", ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(outcomes.items()))
         )
-    for key in sorted(means):
-        if key.endswith(("format_rate", "invalid_move_rate", "win_rate", "score", "game_length")):
-            table.add_row(key, f"{means[key]:.3f}")
+    for key, label in mean_labels(means):
+        table.add_row(label, f"{means[key]:.2f}")
     learner = snap.get("learner", {})
     for key in ("loss", "policy_loss", "value_loss", "grad_norm", "update_s"):
         if key in learner:
@@ -142,7 +145,7 @@ def ratings_table(registry: dict[str, Any]) -> Any:
 
     table = Table(title="TrueSkill ratings")
     for col in ("model", "kind", "mu", "sigma", "mu - 3 sigma", "games", "W/D/L"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     models = sorted((m for m in registry.get("models", []) if m.get("active", True)), key=lambda m: -m["mu"])
     for m in models:
         table.add_row(
@@ -157,50 +160,39 @@ def ratings_table(registry: dict[str, Any]) -> Any:
     return table
 
 
-def rates_table(run_dir: Any) -> tuple[Any, list[str]] | None:
-    """Rates per checkpoint with their 95% intervals (a rich table) and lines comparing the first and the
-    last quarter of the versions (z-test); None before any training or evaluation game finished."""
+def rates_table(rates: dict[int, Any]) -> Any:
+    """Rates per checkpoint (`rates_by_version`) with their 95% intervals, a rich table; None before any
+    training or evaluation game finished."""
     from rich.table import Table
 
-    from unstable_core.checkpoint_rates import compare_quarters, rates_by_version
-
-    rates = rates_by_version(run_dir)
     if not rates:
         return None
     opponents = sorted({opp for r in rates.values() for opp in r.games})
-    table = Table(title="Rates per checkpoint (95% Wilson intervals)")
-    for col in ("version", "invalid-move rate (per step)", "format rate (per step)"):
-        table.add_column(col)
+    table = Table(title="Rates per checkpoint (95% Wilson intervals; win rate = W/n)")
+    for col in ("ckpt", "invalid moves per turn", "formatted answers per turn"):
+        table.add_column(col, overflow="fold")
     for opp in opponents:
-        table.add_column(f"win rate vs {opp} (W/n)")
-        table.add_column(f"score vs {opp} ((W + D/2)/n)")
+        table.add_column(f"win rate vs {opp}, W/D/L", overflow="fold")
     for version, r in rates.items():
-        vs = [str(rate) for o in opponents for rate in (r.win_rate(o), r.score(o))]
-        table.add_row(str(version), str(r.invalid_rate), str(r.format_rate), *vs)
-    lines = []
-    cmp = compare_quarters(rates)
-    if cmp is not None:
-        for name, test in cmp.tests.items():
-            lines.append(
-                f"{name}: versions {cmp.first.versions} {test.first.rate:.3f} -> versions {cmp.last.versions} "
-                f"{test.second.rate:.3f} (z = {test.z:.2f}, {test.p_text})"
-            )
-    return table, lines
+        wins = [
+            f"{r.win_rate(o)} {'/'.join(map(str, r.wdl(o)))}" if r.games.get(o) else "-" for o in opponents
+        ]
+        table.add_row(str(version), str(r.invalid_rate), str(r.format_rate), *wins)
+    return table
 
 
 def progress_line(snap: dict[str, Any], learning_steps: int | None) -> str:
-    """One plain line of progress (for output that is not a terminal: nohup, CI, a pipe)."""
+    """One plain line of progress (for output that is not a terminal: nohup, CI, a pipe), short labels:
+    `[    36 s] | step 4/4 | games train 30 eval 12 | train invalid 0.62 | ...`."""
+    from unstable_core.labels import mean_labels
+
     counts, means = snap.get("counts", {}), snap.get("means", {})
     parts = [f"[{snap.get('elapsed_s', 0):6.0f} s]"]
     if learning_steps:
         parts.append(f"step {snap.get('learner_step', 0)}/{learning_steps}")
-    parts.append(
-        f"games train {counts.get('train_games', 0)} (failed {counts.get('train_failed', 0)}) "
-        f"eval {counts.get('eval_games', 0)} (failed {counts.get('eval_failed', 0)})"
-    )
-    for key in sorted(means):
-        if key.endswith(("invalid_move_rate", "format_rate", "win_rate", "score")):
-            parts.append(f"{key} {means[key]:.3f}")
+    parts.append(f"games train {_games_text(counts, 'train')} eval {_games_text(counts, 'eval')}")
+    for key, label in mean_labels(means, ("invalid_move_rate", "format_rate", "win_rate")):
+        parts.append(f"{label} {means[key]:.2f}")
     if "loss" in snap.get("learner", {}):
         parts.append(f"loss {snap['learner']['loss']:.4g}")
     if "tokens_per_s" in snap.get("inference", {}):
@@ -253,6 +245,11 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
                 poll_s=min(2.0, every_s),
                 on_event=lambda line: print(line, flush=True),
             )
+    except OSError as exc:  # the driver's own files (config.toml, metrics.jsonl) cannot be written
+        run.abort()
+        raise RunFailed(
+            f"run stopped: {describe(exc)}: fix that, then continue it with `unstable run --resume {run.run_dir}`"
+        ) from exc
     except KeyboardInterrupt:
         console.print(
             "[yellow]interrupted: finishing the update in progress and shutting down "
@@ -265,16 +262,22 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
         summary["interrupted"] = True
     finally:
         signal.signal(signal.SIGTERM, previous)
+    from unstable_core.checkpoint_rates import rates_by_version
+    from unstable_core.learning_verdict import learning_verdict
+
+    rates = rates_by_version(run.run_dir)
+    verdict = learning_verdict(rates) if learning_steps is not None else None  # `play` does not learn
+    if verdict is not None:  # one line however wide (soft_wrap): a log's grep finds it whole
+        console.print(f"[bold]result:[/bold] {escape(verdict.sentence)}", soft_wrap=True)
     console.print(_progress_table(summary, learning_steps, f"{title}: summary"))
     if summary.get("registry"):
         console.print(ratings_table(summary["registry"]))
     if summary.get("evals"):
         console.print(evals_table(summary["evals"]))
-    rates = rates_table(run.run_dir)
-    if rates is not None:
-        console.print(rates[0])
-        for line in rates[1]:
-            console.print(f"first vs last quarter, {line}")
+    if rates:
+        console.print(rates_table(rates))
+    for line in verdict.lines() if verdict is not None else []:
+        console.print(escape(line), soft_wrap=True)
     for p in summary.get("plots", []):
         console.print(f"picture: [cyan]{p}[/cyan]")
     console.print(f"run directory: [cyan]{run.run_dir}[/cyan]")

@@ -30,12 +30,22 @@ def debug_enabled() -> bool:
     return os.environ.get("UNSTABLE_DEBUG", "").strip().lower() in ("1", "true", "yes")
 
 
+def root_cause(exc: BaseException) -> BaseException:
+    """The error itself, out of the Ray errors that carry it from actor to actor (`cause`, nested)."""
+    for _ in range(10):
+        cause = getattr(exc, "cause", None)
+        if not isinstance(cause, BaseException) or cause is exc:
+            break
+        exc = cause
+    return exc
+
+
 def describe(exc: BaseException) -> str:
     """One line for an exception, also for one raised inside a Ray actor: `Type: first line of message`
-    (an UnstableError's own message as it is)."""
-    cause = getattr(exc, "cause", None)
-    if isinstance(cause, BaseException) and cause is not exc:
-        exc = cause
+    (an UnstableError's own message as it is; a file's error as `path: what went wrong (Type)`)."""
+    exc = root_cause(exc)
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror} ({type(exc).__name__})"
     text = str(exc).strip()
     first = text.splitlines()[0] if text else ""
     if isinstance(exc, UnstableError):

@@ -11,6 +11,7 @@ By default only the seats played by the run's own checkpoints are exported: a fi
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ import attrs
 import click
 
 from unstable_core.checkpoint_rates import CKPT_PREFIX, run_games
-from unstable_core.errors import UnstableError
+from unstable_core.errors import ConfigError, UnstableError
 from unstable_core.io import dumps_json
 
 OUTCOMES = ("win", "draw", "loss")
@@ -154,14 +155,16 @@ def export_records(games: list[dict[str, Any]], flt: ExportFilter, fmt: str = "c
 
 
 def _chat(step: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    messages = prompt_messages(step["obs"])
+    opened = (step.get("step_info") or {}).get("answer_prefix", "")  # the answer's start, in the prompt
+    prompt = step["obs"][: len(step["obs"]) - len(opened)] if opened else step["obs"]
+    messages = prompt_messages(prompt)
     if messages is None:
         raise UnstableError(
             f"game {meta['game_idx']}, seat {meta['seat']}: its prompt is in no chat format export knows "
             f"(ChatML, Gemma, Llama 3; it starts {step['obs'][:40]!r}); use --format raw"
         )
     return {
-        "messages": [*messages, {"role": "assistant", "content": step["act"]}],
+        "messages": [*messages, {"role": "assistant", "content": opened + step["act"]}],
         "metadata": {**meta, "action": step["action"], "invalid_move": step["invalid_move"]},
     }
 
@@ -228,10 +231,6 @@ def _raw(step: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
 )
 def export_command(run_dir: Path, fmt: str, outcome, envs, checkpoints, kinds, models, out: Path | None) -> None:  # fmt: skip
     """The run's trajectories as JSON lines: chat messages for fine-tuning, or raw steps."""
-    if not (run_dir / "games" / "games.jsonl").is_file():
-        raise UnstableError(
-            f"{run_dir} has no games/games.jsonl: give the directory of a run (runs/<name>) that finished games"
-        )
     flt = ExportFilter(
         outcomes=tuple(outcome),
         envs=tuple(envs),
@@ -239,21 +238,53 @@ def export_command(run_dir: Path, fmt: str, outcome, envs, checkpoints, kinds, m
         kinds=tuple(kinds),
         models=tuple(models),
     )
-    records = export_records(run_games(run_dir), flt, fmt)
-    count = 0
-    if out is None:
-        for record in records:
-            sys.stdout.write(dumps_json(record) + "\n")
-            count += 1
-    else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp")
-        try:
-            with open(tmp, "w") as f:
-                for record in records:
-                    f.write(dumps_json(record) + "\n")
-                    count += 1
+    tmp = open_output(out)  # a file that cannot be written is refused before the run is read
+    try:
+        count = _export(run_dir, flt, fmt, tmp)
+        if tmp is not None:
             tmp.replace(out)
-        finally:
+    finally:
+        if tmp is not None:
             tmp.unlink(missing_ok=True)
     click.echo(f"exported {count} turns ({fmt})" + (f" to {out}" if out else ""), err=True)
+
+
+def _export(run_dir: Path, flt: ExportFilter, fmt: str, tmp: Path | None) -> int:
+    """Write the records to `tmp` (stdout when None), saying which lines of the run's files were skipped;
+    returns how many were written."""
+    if not (run_dir / "games" / "games.jsonl").is_file():
+        raise UnstableError(
+            f"{run_dir} has no games/games.jsonl: give the directory of a run (runs/<name>) that finished games"
+        )
+    skipped: dict[Path, list[int]] = {}
+    records = export_records(run_games(run_dir, skipped), flt, fmt)
+    for path, lines in skipped.items():
+        numbers = ", ".join(map(str, lines[:5])) + (f" and {len(lines) - 5} more" if len(lines) > 5 else "")
+        click.echo(
+            f"warning: skipped line {numbers} of {path}: not valid JSON (a line cut short when the run was "
+            "killed); the games on it are not exported",
+            err=True,
+        )
+    count = 0
+    with open(tmp, "w") if tmp is not None else contextlib.nullcontext(sys.stdout) as f:
+        for record in records:
+            f.write(dumps_json(record) + "\n")
+            count += 1
+    return count
+
+
+def open_output(out: Path | None) -> Path | None:
+    """The temporary file `--out` is written to (renamed to `out` once whole), made now: a folder that
+    cannot be created or written is one line (exit 2) before anything is read. None for stdout."""
+    if out is None:
+        return None
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.touch()
+    except OSError as exc:
+        where = exc.filename or out.parent
+        raise ConfigError(
+            f"--out {str(out)!r} cannot be written ({where}: {exc.strerror}): give a file in a folder you can write to"
+        ) from None
+    return tmp

@@ -87,17 +87,19 @@ def fsync_file(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file, skipping a last line cut short by a crash."""
+def read_jsonl(path: str | os.PathLike, skipped: list[int] | None = None) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file, skipping a line that is not JSON (a last line cut short by a
+    crash); the numbers (from 1) of the lines skipped are appended to `skipped` when given."""
     out = []
     p = Path(path)
     if not p.exists():
         return out
-    for line in p.read_text().splitlines():
+    for number, line in enumerate(p.read_text().splitlines(), start=1):
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:
-            continue
+            if skipped is not None and line.strip():
+                skipped.append(number)
     return out
 
 

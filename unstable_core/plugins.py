@@ -136,6 +136,7 @@ def _select(by_dist: dict[str, Any]) -> dict[str, Any]:
 
 def discover() -> PluginState:
     """Load the built-ins and every allowed entry point of the group `unstable` into a fresh state."""
+    strict_plugins()  # a value it does not understand is an error even when every plugin loads
     manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
     state = PluginState(manager=manager, registry=Registry(), plugins=[])

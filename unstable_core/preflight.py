@@ -1,4 +1,5 @@
-"""Checks of a run before anything starts: env ids, prompt templates, trackers' packages, models and the run
+"""Checks of a run before anything starts: env ids and their player counts, prompt templates, trackers'
+packages, models, the device, the components' own options (samplers, learner, LoRA targets) and the run
 directory. Each failure is one ConfigError line (exit 2) instead of a traceback from an actor after Ray and
 the model have started."""
 
@@ -10,7 +11,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,89 @@ def check_env_ids(env_ids: Iterable[str], what: str = "env") -> None:
         raise ConfigError(
             f"{what} {env_id!r} is not a TextArena environment id{hint} (`unstable envs` lists them)"
         )
+
+
+def check_env_players(specs: Iterable[Any], what: str = "--env") -> None:
+    """Every env can be set up for its number of players (TextArena's reset refuses the others)."""
+    from unstable_core.errors import describe
+    from unstable_core.games.envs import make_env
+
+    for env_id, players in dict.fromkeys((s.env_id, s.num_players) for s in specs):
+        try:
+            make_env(env_id).reset(num_players=players, seed=0)
+        except Exception as exc:  # TextArena asserts the player count; a game that cannot start says why
+            raise ConfigError(
+                f"{what} {env_id}:{players}: the game cannot be set up for {players} players ({describe(exc)})"
+            ) from None
+
+
+def built(what: str, make: Callable[[], Any]) -> Any:
+    """`make()`, with its complaint about the options (UnstableError, TypeError, ValueError) as one
+    ConfigError line that names the option."""
+    try:
+        return make()
+    except UnstableError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{what}: {type(exc).__name__}: {exc}") from None
+
+
+def check_components(
+    cfg: Any, env_sampler: Any, model_sampler: Any, learner: Any, eval_specs: list[Any]
+) -> None:
+    """The components' own options as their classes take them, without Ray and without a model: the env
+    and opponent samplers are built once, the learner checks its algorithm options (`check_options`)."""
+    built(
+        "--env-sampler-config",
+        lambda: env_sampler(cfg.train_specs(), eval_specs, seed=cfg.seed, **cfg.env_sampler_config),
+    )
+    built("--sampler-config", lambda: model_sampler(seed=cfg.seed, **cfg.sampler_config))
+    check = getattr(learner, "check_options", None)
+    if check is not None:
+        built("--algorithm-config", lambda: check(cfg.algorithm_config, importance_cap=cfg.importance_cap))
+
+
+def check_device(device: str | None, ray_address: str | None = None) -> None:
+    """A device torch knows (cpu, cuda, cuda:1, mps, ...) and, on this machine, one it has (CUDA is checked
+    with the backend, see `placement.check_backend_available`)."""
+    if device in (None, "cpu"):
+        return
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        raise ConfigError(
+            f"--device {device!r} is not a torch device: give cpu, cuda, cuda:1, mps, ..."
+        ) from None
+    backend = getattr(torch, kind, None) if kind not in ("cpu", "cuda") else None
+    available = getattr(backend, "is_available", None)
+    if not ray_address and callable(available) and not available():
+        raise ConfigError(f"--device {device!r}: this machine has no {kind} device; give --device cpu")
+
+
+def check_lora_targets(model: str, lora_config: dict[str, Any], default: list[str]) -> None:
+    """At least one of lora_config.target_modules is a linear layer of the model (what the learner needs),
+    checked on the model's architecture without its weights; only when they are not the default ones."""
+    if list(lora_config["target_modules"]) == list(default):
+        return
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from unstable_core.learners.lora import present_target_modules
+    from unstable_core.models import resolve_model
+
+    resolved = resolve_model(model)
+    try:
+        config = AutoConfig.from_pretrained(resolved.path, **resolved.from_pretrained_kwargs())
+        with torch.device("meta"):  # the layers' shapes only: no memory, no weights read
+            skeleton = AutoModelForCausalLM.from_config(config)
+    except Exception:  # the learner will say what is wrong with the model itself
+        return
+    try:
+        present_target_modules(skeleton, list(lora_config["target_modules"]))
+    except UnstableError as exc:
+        raise ConfigError(f"--lora-config: {exc}") from None
 
 
 def check_templates(names: Iterable[str]) -> None:

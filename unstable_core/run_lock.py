@@ -1,11 +1,14 @@
 """One process per run directory: `RUN_DIR/.lock`, held with `fcntl.flock` for the run's lifetime and taken
 before anything is written, by a new run and by `--resume` alike. The kernel drops the lock when its
-process dies, so a killed run never leaves a stale one behind."""
+process dies, so a killed run never leaves a stale one behind. A local Ray cluster's watchdog holds a
+duplicate of the lock's descriptor (`runtime/watchdog.py`): after a kill of the run, the lock is let go
+only once every process of the run is gone."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from unstable_core.errors import ConfigError
@@ -18,6 +21,7 @@ class RunLock:
 
     def __init__(self, path: Path, fd: int) -> None:
         self.path, self._fd = path, fd
+        self._on_release: list[Callable[[], None]] = []
 
     @classmethod
     def acquire(cls, run_dir: str | os.PathLike) -> RunLock:
@@ -37,8 +41,20 @@ class RunLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return cls(path, fd)
 
+    def fileno(self) -> int:
+        """The locked descriptor (a process given a duplicate holds the lock as well)."""
+        if self._fd is None:
+            raise ValueError("the run lock was released")
+        return self._fd
+
+    def on_release(self, callback: Callable[[], None]) -> None:
+        """Call `callback` on `release()`, before the lock is let go (to end another holder of it)."""
+        self._on_release.append(callback)
+
     def release(self) -> None:
         """Let another process take the run directory (the file stays: removing it would race a taker)."""
+        while self._on_release:
+            self._on_release.pop()()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -9,14 +9,15 @@ import time
 from pathlib import Path
 
 ENV = "UNSTABLE_TEST_PAUSE_AT"  # "<point>:<marker file>", e.g. "update-2:/tmp/marker"
+PAUSE_S_ENV = "UNSTABLE_TEST_PAUSE_S"  # how long to pause (default PAUSE_S): then the run goes on
 PAUSE_S = 600.0
 
 
 def pause_point(point: str) -> None:
     """At the point UNSTABLE_TEST_PAUSE_AT names: write the marker file (this process's id), then sleep
-    PAUSE_S seconds for the test to kill the run. Points: `batch-<k>` (the learner took the batch of update
-    k, collection goes on), `update-<k>` (update k done in memory, not saved), `checkpoint-step-<k>`
-    (checkpoint k written to its temporary folder, not yet renamed)."""
+    PAUSE_S seconds (or UNSTABLE_TEST_PAUSE_S) for the test to kill the run. Points: `batch-<k>` (the
+    learner took the batch of update k, collection goes on), `update-<k>` (update k done in memory, not
+    saved), `checkpoint-step-<k>` (checkpoint k written to its temporary folder, not yet renamed)."""
     spec = os.environ.get(ENV)
     if not spec:
         return
@@ -24,4 +25,4 @@ def pause_point(point: str) -> None:
     if name != point or not marker:
         return
     Path(marker).write_text(f"{os.getpid()}\n")
-    time.sleep(PAUSE_S)
+    time.sleep(float(os.environ.get(PAUSE_S_ENV) or PAUSE_S))

@@ -4,7 +4,8 @@ It is a real HTTP server on 127.0.0.1 (`http.server`, one thread per request) se
 /v1/chat/completions and GET /v1/models. By default it plays a legal move: the first one listed on the
 observation's "Available Moves" line, boxed. A test can script answers (`fail`), delay them (`delay_s`),
 demand a key (`key`), and read what was sent (`requests`) and the most requests it served at once
-(`max_in_flight`).
+(`max_in_flight`). With `fastapi=True` an unknown route answers as FastAPI servers (vLLM's) do:
+404 `{"detail": "Not Found"}`.
 """
 
 from __future__ import annotations
@@ -45,9 +46,12 @@ def legal_move_reply(messages: list[dict[str, Any]]) -> str:
 class FakeOpenAIServer:
     """An OpenAI-compatible server on 127.0.0.1 (a fake of the boundary); use as a context manager."""
 
-    def __init__(self, models: tuple[str, ...] = ("some-model",), key: str | None = None) -> None:
+    def __init__(
+        self, models: tuple[str, ...] = ("some-model",), key: str | None = None, fastapi: bool = False
+    ) -> None:
         self.models = list(models)
         self.key = key
+        self.fastapi = fastapi
         self.delay_s = 0.0
         self.script: list[Scripted] = []  # answers given before the default ones, in order
         self.requests: list[dict[str, Any]] = []
@@ -93,6 +97,8 @@ class FakeOpenAIServer:
                 body={"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]}
             )
         if method != "POST" or path != "/v1/chat/completions":
+            if self.fastapi:
+                return Scripted(404, body={"detail": "Not Found"})
             return Scripted(404, body={"error": {"message": f"no route {method} {path}"}})
         model = body.get("model") if isinstance(body, dict) else None
         if model not in self.models:

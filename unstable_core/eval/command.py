@@ -3,8 +3,10 @@ alternated, many games in flight, a table with 95% intervals, every game and a s
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ import click
 
 from unstable_core.commands import api_options
 from unstable_core.config import DEFAULT_ENV, RunConfig
-from unstable_core.errors import ConfigError, RunFailed
+from unstable_core.errors import ConfigError, RunFailed, UnstableError
 
 _RUN = attrs.fields(RunConfig)
 
@@ -35,13 +37,45 @@ def check_envs(envs: list[str]) -> None:
             raise ConfigError(f"--env {env!r} is not a TextArena environment id; `unstable envs` lists them")
 
 
-def prepare_out_dir(out: Path) -> Path:
-    """The output folder, made; an existing evaluation is never written over."""
+def prepare_out_dir(out: Path) -> tuple[Path, list[Path]]:
+    """The output folder, made, and the folders made for it (deepest first); an existing evaluation is
+    never written over."""
     out = out.expanduser().resolve()
     if (out / "summary.json").exists() or (out / "games").exists():
         raise ConfigError(f"{out} already holds an evaluation; give another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    made = [p for p in (out, *out.parents) if not p.exists()]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"--out {str(out)!r} cannot be created ({exc.strerror}): give a writable folder"
+        ) from None
+    return out, made
+
+
+def discard_unplayed(out: Path, made: list[Path]) -> bool:
+    """After an evaluation that stopped before recording any game: remove what it wrote (the registry, an
+    empty games folder) and the folders made for it, so that no empty `runs/eval-*` stays behind. True
+    when nothing was left."""
+    games = out / "games" / "games.jsonl"
+    if games.is_file() and games.stat().st_size:
+        return False
+    for path in (games, out / "registry.json"):
+        path.unlink(missing_ok=True)
+    for folder in (out / "games", *made):
+        with contextlib.suppress(OSError):  # not empty (someone else's files): kept
+            folder.rmdir()
+    return True
+
+
+def failure_line(exc: BaseException) -> str:
+    """Why an evaluation stopped after it started, in one line (an actor's error as Ray carries it)."""
+    from unstable_core.errors import debug_enabled, describe
+    from unstable_core.runtime.liveness import death_reason
+
+    reason = death_reason(exc) if getattr(exc, "actor_init_failed", None) is not None else describe(exc)
+    hint = "" if debug_enabled() else " (rerun with --debug for the traceback)"
+    return f"evaluation stopped: {reason}{hint}"
 
 
 class _Progress:
@@ -77,6 +111,15 @@ class _Progress:
                 file=sys.stderr,
                 flush=True,
             )
+
+    def event(self, line: str) -> None:
+        """A line such as a game's error, above the bar (or as it is, on stderr)."""
+        if self.bar is not None:
+            from rich.text import Text
+
+            self.bar.console.print(Text(line, style="red"))
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -144,9 +187,15 @@ class _Progress:
     help="Output folder. Default: <run_dir>/eval/<time>.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (progress goes to stderr).")
+@click.option(
+    "--allow-failures",
+    is_flag=True,
+    help="Exit 0 even when some games failed (they count as failed, not in the rates); without it the exit "
+    "status is 1 when any game failed.",
+)
 def eval_command(models, opponents, envs, games, all_checkpoints, seed, concurrency, temperature,
                  max_generation_len, max_turns, error_allowance, template, device, out, as_json,
-                 **api) -> None:  # fmt: skip
+                 allow_failures, **api) -> None:  # fmt: skip
     """Evaluate MODEL(s) (run dirs, checkpoints, models, base, openai:MODEL) against fixed opponents."""
     from unstable_core.eval.report import aggregate, plain_table, rich_table
     from unstable_core.eval.session import EvalSettings, check_before_start, plan_games, play_all
@@ -175,16 +224,22 @@ def eval_command(models, opponents, envs, games, all_checkpoints, seed, concurre
     )
     targets = list(dict.fromkeys(model_targets + opponent_targets))
     check_before_start(targets, settings)  # the settings' ranges, and the API models answer
-    out_dir = prepare_out_dir(out or default_out_dir(model_targets))
+    out_dir, made = prepare_out_dir(out or default_out_dir(model_targets))
     planned = plan_games(model_targets, opponent_targets, envs, games, seed, template)
     err = click.echo if not as_json else lambda m: click.echo(m, err=True)
     err(f"unstable eval: {len(planned)} games into {out_dir}; starting Ray and loading the models...")
     started = time.time()
     progress = _Progress(len(planned))
     try:
-        results = play_all(targets, planned, settings, out_dir, on_progress=progress)
-    finally:
+        results = play_all(targets, planned, settings, out_dir, on_progress=progress, on_event=progress.event)
+    except BaseException as exc:
         progress.close()
+        gone = discard_unplayed(out_dir, made)
+        if isinstance(exc, UnstableError) or not isinstance(exc, Exception):  # one line already, or Ctrl-C
+            raise
+        where = "no game was recorded" if gone else f"the games recorded are in {out_dir}"
+        raise RunFailed(f"{failure_line(exc)}; {where}") from exc
+    progress.close()
     wall_s = time.time() - started
     stats = aggregate(planned, results)
     summary = {
@@ -215,4 +270,13 @@ def eval_command(models, opponents, envs, games, all_checkpoints, seed, concurre
         raise RunFailed(
             f"every one of the {len(planned)} games failed; the first error: {errors[0] if errors else 'unknown'} "
             f"(games in {out_dir})"
+        )
+    failed = sum(s.failed for s in stats)
+    if failed and not allow_failures:
+        errors = Counter(e for s in stats for e in s.errors.elements())
+        top, count = errors.most_common(1)[0]
+        raise RunFailed(
+            f"{failed} of the {len(planned)} games failed, so the rates count only the finished ones; most "
+            f"common error ({count}x): {top} (games in {out_dir}): fix the cause, or give --allow-failures to "
+            "accept the results as they are"
         )

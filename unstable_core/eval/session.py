@@ -163,15 +163,17 @@ def play_all(
     settings: EvalSettings,
     out_dir: Path,
     on_progress: Callable[[dict[str, int]], None] | None = None,
+    on_event: Callable[[str], None] | None = None,
 ) -> list[GameResult]:
     """Play every planned game; returns their results (failed ones included), as written to
-    `<out_dir>/games/games.jsonl`."""
+    `<out_dir>/games/games.jsonl`. The first game of each distinct error is passed to `on_event` as it is
+    recorded (`eval game 3 failed: ...`, as `unstable run` shows them)."""
     import ray
 
     from unstable_core.inference.base import SamplingParams
     from unstable_core.inference.engines import engine_spec
     from unstable_core.models import default_device
-    from unstable_core.runtime.cluster import start_ray
+    from unstable_core.runtime.cluster import start_ray, stop_ray
     from unstable_core.runtime.collector import Collector
     from unstable_core.runtime.inference_actor import create_engines
     from unstable_core.runtime.registry_host import RegistryHost
@@ -224,20 +226,40 @@ def play_all(
             error_allowance=settings.error_allowance,
         )
         done = collector.collect.remote(0, settings.concurrency, len(planned))
+        errors = _ErrorLines(tracker, on_event)
         while not ray.wait([done], timeout=1.0)[0]:
             if on_progress:
                 on_progress(ray.get(collector.stats.remote()))
+            errors.poll()
         counts = ray.get(done)
         if on_progress:
             on_progress(counts)
         _wait_for_records(tracker, len(planned))
+        errors.poll()
         ray.get([tracker.close.remote(), registry.flush.remote()])
     finally:
         if owns_ray:
-            ray.shutdown()
+            stop_ray()
     from unstable_core.io import read_jsonl
 
     return [game_result_from_dict(r) for r in read_jsonl(out_dir / "games" / "games.jsonl")]
+
+
+class _ErrorLines:
+    """The first game of each distinct error the tracker has seen, passed on once (see `play_all`)."""
+
+    def __init__(self, tracker: Any, on_event: Callable[[str], None] | None) -> None:
+        self.tracker, self.on_event, self.shown = tracker, on_event, set()
+
+    def poll(self) -> None:
+        import ray
+
+        if self.on_event is None:
+            return
+        for entry in ray.get(self.tracker.snapshot.remote()).get("failures", {}).get("errors", []):
+            if entry["error"] not in self.shown:
+                self.shown.add(entry["error"])
+                self.on_event(f"{entry['kind']} game {entry['game_idx']} failed: {entry['error']}")
 
 
 def _wait_for_records(tracker: Any, expected: int, timeout_s: float = 60.0) -> None:

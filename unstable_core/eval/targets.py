@@ -17,7 +17,7 @@ import attrs
 
 from unstable_core.errors import ConfigError, UnstableError
 from unstable_core.games.random_player import RANDOM
-from unstable_core.models import is_api_model, resolve_model
+from unstable_core.models import is_api_model
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -41,8 +41,15 @@ class EvalTarget:
     run_dir: str | None = None
 
 
+PLAYERS = (
+    "a run directory, a checkpoint folder, a model folder, an alias or hub id, openai:MODEL, 'base' or "
+    "'random'"
+)
+
+
 def is_run_dir(path: Path) -> bool:
-    return (path / "config.toml").is_file() and (path / "checkpoints").is_dir()
+    """A folder `unstable run` made: its config.toml (checkpoints come with the first update)."""
+    return (path / "config.toml").is_file()
 
 
 def run_base_model(run_dir: Path) -> str:
@@ -58,6 +65,8 @@ def run_base_model(run_dir: Path) -> str:
 def checkpoints_of(run_dir: Path) -> list[tuple[int, Path]]:
     """The run's complete checkpoints (adapter written), oldest first."""
     out = []
+    if not (run_dir / "checkpoints").is_dir():
+        return out
     for folder in (run_dir / "checkpoints").iterdir():
         match = STEP_DIR.fullmatch(folder.name)
         if match and (folder / "adapter_config.json").is_file() and any(folder.glob("adapter_model.*")):
@@ -82,8 +91,9 @@ def _checkpoint(folder: Path, step: int | None = None) -> EvalTarget:
     return EvalTarget(label, "adapter", base, str(folder), step, str(run_dir) if run_dir else None)
 
 
-def resolve_argument(arg: str, all_checkpoints: bool = False) -> list[EvalTarget]:
-    """The players one argument names (`base` is left as is: it depends on the others)."""
+def resolve_argument(arg: str, all_checkpoints: bool = False, what: str = "model") -> list[EvalTarget]:
+    """The players one argument names (`base` is left as is: it depends on the others); `what` (model,
+    opponent) names the argument in errors. A model that does not exist is refused here, before Ray."""
     if arg in (RANDOM, BASE):
         return [EvalTarget(arg, arg)]
     if is_api_model(arg):
@@ -100,13 +110,12 @@ def resolve_argument(arg: str, all_checkpoints: bool = False) -> list[EvalTarget
             return [_checkpoint(folder, step) for step, folder in (ckpts if all_checkpoints else ckpts[-1:])]
         if (path / "adapter_config.json").is_file():
             return [_checkpoint(path)]
+    from unstable_core.preflight import check_model
+
     try:
-        resolve_model(arg)
+        check_model(arg, what)  # a folder that exists, an alias, a hub id in the cache or on the hub
     except UnstableError as exc:
-        raise ConfigError(
-            f"{exc}; a model or opponent is a run directory, a checkpoint folder, a model folder, an alias "
-            "or hub id, openai:MODEL, 'base' or 'random'"
-        ) from None
+        raise ConfigError(f"{exc}; a {what} is {PLAYERS}") from None
     return [EvalTarget(arg, "model", arg)]
 
 
@@ -115,7 +124,8 @@ def resolve_players(
 ) -> tuple[list[EvalTarget], list[EvalTarget]]:
     """(models, opponents) resolved; `base` becomes the one base model of the models."""
     resolved = [
-        [t for a in args for t in resolve_argument(a, all_checkpoints)] for args in (models, opponents)
+        [t for a in args for t in resolve_argument(a, all_checkpoints, what)]
+        for args, what in ((models, "model"), (opponents, "opponent"))
     ]
     bases = {t.model for t in resolved[0] if t.kind in ("adapter", "model")}
     if any(t.kind == BASE for group in resolved for t in group):

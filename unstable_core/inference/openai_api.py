@@ -231,7 +231,7 @@ class OpenAIClient:
             return (
                 f"{what} not found at {self.base_url} (HTTP 404: {detail}); check the model name "
                 f"(GET {self.base_url}/models lists the served ones) and --base-url"
-            )
+            ) + _without_v1_hint(self.base_url)
         tries = f"after {attempts} attempt{'s' if attempts > 1 else ''}"
         if status == 0:
             return f"{url}: {detail} {tries}; start the server, fix --base-url or raise --api-timeout-s"
@@ -279,19 +279,37 @@ def _retryable(status: int) -> bool:
 
 
 def _server_message(raw: bytes, reason: Any) -> str:
-    """The error message of an HTTP error body (OpenAI's {"error": {"message": ...}} or similar), short."""
+    """The error message of an HTTP error body, short: OpenAI's {"error": {"message": ...}}, FastAPI's
+    {"detail": "..."} (vLLM's server) or its validation errors {"detail": [{"loc": [...], "msg": ...}]}."""
     text = raw.decode("utf-8", errors="replace").strip()
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
         data = None
     if isinstance(data, dict):
-        err = data.get("error", data)
-        msg = err.get("message") if isinstance(err, dict) else err
+        err = data.get("error", data.get("detail", data))
+        msg = (err.get("message") or err.get("msg")) if isinstance(err, dict) else err
+        if isinstance(msg, list):
+            msg = "; ".join(_detail_item(item) for item in msg)
         if msg:
             text = str(msg)
     text = " ".join((text or str(reason or "")).split())
     return text[:200] or "no detail"
+
+
+def _detail_item(item: Any) -> str:
+    """One of FastAPI's validation errors: `body.max_tokens: Input should be greater than 0`."""
+    if not isinstance(item, dict) or "msg" not in item:
+        return str(item)
+    where = ".".join(str(part) for part in item.get("loc") or ())
+    return f"{where}: {item['msg']}" if where else str(item["msg"])
+
+
+def _without_v1_hint(base_url: str) -> str:
+    """The hint for a server that answers 404 at a base URL not ending in /v1 (where they serve the API)."""
+    if urllib.parse.urlsplit(base_url).path.rstrip("/").endswith("/v1"):
+        return ""
+    return f"; OpenAI-compatible servers serve the API under /v1: try --base-url {base_url}/v1"
 
 
 def check_api_model(
@@ -302,6 +320,18 @@ def check_api_model(
     client = OpenAIClient(base_url, api_key_env=api_key_env, **client_kw)
     model = api_model_name(spec)
     served = client.list_models()
+    if served is None and _without_v1_hint(client.base_url):  # no /models here: is the API under /v1?
+        under_v1 = OpenAIClient(f"{client.base_url}/v1", api_key_env=api_key_env, **client_kw)
+        try:
+            answers = under_v1.list_models() is not None
+        except ApiError:
+            answers = False
+        if answers:
+            raise ApiError(
+                f"{client.base_url}/models answered HTTP 404, {under_v1.base_url}/models answers: the server "
+                f"serves the API under /v1: give --base-url {under_v1.base_url}",
+                404,
+            )
     if served is not None and served and model not in served:
         shown = ", ".join(served[:8]) + (f" and {len(served) - 8} more" if len(served) > 8 else "")
         raise ApiError(

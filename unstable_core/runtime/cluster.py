@@ -4,18 +4,24 @@ Ray 2.60 enables token authentication by default, but a driver joining by an exp
 (`--ray-address IP:PORT`) does not turn it on by itself, even when it has the token: it then fails with
 "InvalidAuthToken". Here a driver that has a token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or
 ~/.ray/auth_token) and has not chosen a mode (RAY_AUTH_MODE) uses it.
+
+A local cluster is started under a watchdog (`runtime/watchdog.py`): if the driver dies without stopping
+it, every process of the cluster is killed at once, and the run's lock is let go only after that.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from unstable_core.errors import UnstableError
+from unstable_core.runtime.watchdog import Watchdog
 
 AUTH_MODE = "RAY_AUTH_MODE"
 LOCAL_CPUS = 64  # logical CPUs Ray may hand out locally: every actor asks for 0, so this only bounds tasks
+_watchdog: Watchdog | None = None  # of the local cluster this process started
 
 
 def has_auth_token() -> bool:
@@ -54,12 +60,25 @@ def join_error(address: str, exc: BaseException) -> UnstableError:
     )
 
 
-def start_ray(address: str | None, **kwargs: Any) -> None:
-    """`ray.init`: a local cluster (address None) or the cluster at `address` ("auto" or "IP:PORT")."""
+def start_ray(address: str | None, hold_fds: Iterable[int] = (), **kwargs: Any) -> None:
+    """`ray.init`: a local cluster (address None) or the cluster at `address` ("auto" or "IP:PORT").
+
+    A local cluster gets a watchdog that kills it when this process dies; it holds `hold_fds` (the run's
+    lock) until then. `stop_ray()` shuts the cluster down and ends the watchdog."""
+    global _watchdog
     import ray
 
     if not address:
-        ray.init(num_cpus=LOCAL_CPUS, **kwargs)
+        end_watchdog()
+        _watchdog = Watchdog.start(hold_fds)
+        previous = _watchdog.mark()  # every process of the cluster carries the watchdog's token
+        try:
+            ray.init(num_cpus=LOCAL_CPUS, **kwargs)
+        except BaseException:
+            end_watchdog()
+            raise
+        finally:
+            Watchdog.unmark(previous)
         return
     if address != "auto" and AUTH_MODE not in os.environ and has_auth_token():
         use_token_auth()
@@ -69,3 +88,20 @@ def start_ray(address: str | None, **kwargs: Any) -> None:
         if ray.is_initialized():
             ray.shutdown()
         raise join_error(address, exc) from exc
+
+
+def end_watchdog() -> None:
+    """Stop guarding the local cluster: the watchdog kills what is left of it and lets go of the run's lock."""
+    global _watchdog
+    if _watchdog is not None:
+        _watchdog.end()
+        _watchdog = None
+
+
+def stop_ray() -> None:
+    """Shut Ray down (a local cluster with every process of it), then end the watchdog."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    end_watchdog()

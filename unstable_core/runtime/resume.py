@@ -75,18 +75,21 @@ class ResumePoint:
         return states[shard] if shard < len(states) else None
 
 
-def checkpoint_steps(run_dir: Path) -> list[int]:
-    """Steps of the complete checkpoint folders (a `.tmp` left by a crash is not one), ascending."""
+def checkpoint_steps(run_dir: Path, recover: bool = True) -> list[int]:
+    """Steps of the complete checkpoint folders (a `.tmp` left by a crash is not one), ascending. A
+    `step-<k>.old` left by a crash mid-replace is put back (`recover`), or only counted (without it: a
+    process that does not hold the run's lock writes nothing)."""
     folder = Path(run_dir) / "checkpoints"
     if not folder.is_dir():
         return []
-    for old in folder.glob("step-*.old"):
-        recover_folder(old.with_name(old.name[: -len(".old")]))
-    steps = []
+    if recover:
+        for old in folder.glob("step-*.old"):
+            recover_folder(old.with_name(old.name[: -len(".old")]))
+    steps = set()
     for p in folder.iterdir():
-        m = _STEP_DIR.match(p.name)
+        m = re.match(r"^step-(\d+)(\.old)?$", p.name) if not recover else _STEP_DIR.match(p.name)
         if m and (p / "learner_state.json").is_file() and (p / RUN_STATE).is_file():
-            steps.append(int(m.group(1)))
+            steps.add(int(m.group(1)))
     return sorted(steps)
 
 
@@ -105,6 +108,9 @@ def resume_config(run_dir: str | os.PathLike, overrides: dict[str, Any]) -> tupl
     An override that changes what the run learns (model, learner, envs, algorithm...) is refused."""
     run_dir = Path(run_dir)
     path = run_dir / "config.toml"
+    if not run_dir.is_dir():
+        what = "is a file, not a folder" if run_dir.exists() else "does not exist"
+        raise ConfigError(f"--resume {run_dir} {what}: pass the folder of a run (runs/<run-name>)")
     if not path.is_file():
         raise ConfigError(
             f"--resume {run_dir}: no config.toml there; pass the folder of a run (runs/<run-name>)"
@@ -125,7 +131,14 @@ def resume_config(run_dir: str | os.PathLike, overrides: dict[str, Any]) -> tupl
             f"keeps what it learns (only {', '.join(sorted(RESUMABLE_OPTIONS))} may change): drop "
             f"{cli_flag(key)} or start a new run"
         )
-    return config_from_dict(merge_layers(base, {k: v[1] for k, v in changed.items()})), changed
+    cfg = config_from_dict(merge_layers(base, {k: v[1] for k, v in changed.items()}))
+    done = max(checkpoint_steps(run_dir, recover=False), default=0)
+    if done >= cfg.learning_steps:
+        raise ConfigError(
+            f"--resume {run_dir}: the run is complete (learner step {done} of {cfg.learning_steps}): to train it "
+            f"further, give more steps, e.g. `unstable run --resume {run_dir} --learning-steps {2 * done}`"
+        )
+    return cfg, changed
 
 
 def cli_flag(key: str) -> str:
