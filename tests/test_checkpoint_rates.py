@@ -66,12 +66,13 @@ def test_compare_quarters_tests_each_rate(tmp_path):
             bad = i < (40 if v < 2 else 5)
             games.append(game({0: f"ckpt-{v}", 1: f"ckpt-{v}"}, {0: 0, 1: 0}, [(0, v, bad, True)]))
     cmp = compare_quarters(rates_by_version(write(tmp_path, games)))
-    assert cmp.first.versions == [0, 1] and cmp.last.versions == [6, 7]
+    first, last = cmp.quarters["invalid_move_rate"]
+    assert first.versions == [0, 1] and last.versions == [6, 7]
     test = cmp.tests["invalid_move_rate"]
     assert test.first.rate == pytest.approx(0.8) and test.second.rate == pytest.approx(0.1)
     assert test.z < -8 and test.p_value < 1e-10
     assert cmp.tests["format_rate"].p_value == 1.0  # always formatted: nothing to test
-    assert compare_quarters({}) is None
+    assert compare_quarters({}).tests == {}
 
 
 def test_compare_quarters_tests_the_strict_win_rate_and_keeps_the_score(tmp_path):
@@ -88,8 +89,10 @@ def test_compare_quarters_tests_the_strict_win_rate_and_keeps_the_score(tmp_path
     test = cmp.tests["win_rate_vs_base"]
     assert (test.first.k, test.first.n, test.second.k, test.second.n) == (0, 8, 4, 8)
     assert test.method == "fisher" and not any(name.startswith("score") for name in cmp.tests)
-    assert (cmp.first.score("base").rate, cmp.last.score("base").rate) == (0.5, 0.75)
-    assert cmp.to_dict()["last"]["score"]["base"]["k"] == 6
+    first, last = cmp.quarters["win_rate_vs_base"]
+    assert (first.score("base").rate, last.score("base").rate) == (0.5, 0.75)
+    assert last.to_dict()["score"]["base"]["k"] == 6
+    assert cmp.to_dict()["win_rate_vs_base"]["last_versions"] == [6, 7]
 
 
 def test_step_rates_are_tested_clustered_by_game_seat(tmp_path):
@@ -107,3 +110,35 @@ def test_step_rates_are_tested_clustered_by_game_seat(tmp_path):
     test = cmp.tests["invalid_move_rate"]
     assert test.method == "cluster-z" and (test.first.k, test.first.n) == (24, 80)
     assert test.p_value > 0.001  # as plain trials, 24 of 80 against 0 of 80 would read p < 1e-7
+
+
+def test_each_rate_compares_the_checkpoints_that_have_data_for_it(tmp_path):
+    """Mirror self-play with scheduled evaluation: ckpt-0 plays no evaluation and the last checkpoint no
+    training game. Before: both quarters pooled every version, so the last quarter (ckpt-4) had no turns
+    and the first (ckpt-0) no games against base: no test of anything."""
+    games = []
+    for v in range(4):  # training: invalid moves fall from 9 in 10 to 1 in 10
+        for i in range(10):
+            bad = i < (9 if v == 0 else 1)
+            games.append(game({0: f"ckpt-{v}", 1: f"ckpt-{v}"}, {0: 0, 1: 0}, [(0, v, bad, True)]))
+    for v in range(1, 5):  # scheduled evaluation of ckpt-1 to ckpt-4 against base
+        games.append(game({0: f"ckpt-{v}", 1: "base"}, {0: 1, 1: -1}, eval_=True))
+    cmp = compare_quarters(rates_by_version(write(tmp_path, games)))
+    assert cmp.versions == {
+        "invalid_move_rate": [0, 1, 2, 3],
+        "format_rate": [0, 1, 2, 3],
+        "win_rate_vs_base": [1, 2, 3, 4],
+    }
+    first, last = cmp.quarters["invalid_move_rate"]
+    assert (first.versions, last.versions) == ([0], [3])
+    test = cmp.tests["invalid_move_rate"]
+    assert (test.first.k, test.first.n, test.second.k, test.second.n) == (9, 10, 1, 10)
+    assert [q.versions for q in cmp.quarters["win_rate_vs_base"]] == [[1], [4]]
+
+
+def test_a_rate_with_data_in_one_checkpoint_has_no_test(tmp_path):
+    games = [game({0: "ckpt-0", 1: "ckpt-0"}, {0: 0, 1: 0}, [(0, 0, True, True)])]
+    games.append(game({0: "ckpt-1", 1: "base"}, {0: 1, 1: -1}, eval_=True))
+    cmp = compare_quarters(rates_by_version(write(tmp_path, games)))
+    assert cmp.versions["invalid_move_rate"] == [0] and cmp.versions["win_rate_vs_base"] == [1]
+    assert cmp.tests == {} and cmp.quarters == {}

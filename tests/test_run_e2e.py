@@ -4,6 +4,7 @@ mirror self-play, and A2C against the fixed base model. Each run starts (and shu
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -74,8 +75,27 @@ def check_run_dir(run_dir: Path, tiny_model: str, learner: str) -> tuple[list[di
     return finished, registry
 
 
+def check_printed_output(stdout: str, run_dir: Path) -> None:
+    """Short labels in the progress lines, the summary opening with the sentence that summary.json records
+    (what was learned, or why nothing could be tested), nothing cut off with an ellipsis, no NaN."""
+    lines = stdout.splitlines()
+    progress = [i for i, line in enumerate(lines) if line.startswith("[") and " s] | " in line]
+    assert progress, stdout
+    for i in progress:
+        assert "TicTacToe-v0-train" not in lines[i] and "_rate" not in lines[i], lines[i]
+    assert any("| train invalid " in lines[i] for i in progress), stdout
+    learning = json.loads((run_dir / "summary.json").read_text())["learning"]
+    assert learning["significance"] == 0.01 and learning["sentence"]
+    assert lines[progress[-1] + 1] == f"result: {learning['sentence']}"
+    assert "…" not in stdout and not re.search(r"\bnan\b", stdout, re.IGNORECASE), stdout
+
+
 def test_unstable_run_reinforce_mirror_self_play(tiny_model, tmp_path):
-    unstable_run(tiny_model, tmp_path, "--run-name", "reinforce", "--eval-every", "1", "--eval-games", "4")
+    proc = unstable_run(
+        tiny_model, tmp_path, "--run-name", "reinforce", "--eval-every", "1", "--eval-games", "4",
+        "--progress-every-s", "1",
+    )  # fmt: skip
+    check_printed_output(proc.stdout, tmp_path / "reinforce")
     finished, registry = check_run_dir(tmp_path / "reinforce", tiny_model, "reinforce")
     # scheduled evaluation: 4 games of checkpoint 1 and of checkpoint 2 against base, seats alternated,
     # logged against the checkpoint with their counts and interval; no trickle of other eval games

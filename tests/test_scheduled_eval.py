@@ -123,14 +123,14 @@ def test_progress_and_summary_show_each_evaluation_with_its_interval():
 
     win = [result({0: "ckpt-2", 1: "base"}, {0: 1.0, 1: -1.0})]
     evals = {2: summarise("ckpt-2", win * 3 + [result({0: "base", 1: "ckpt-2"}, {0: 1.0, 1: -1.0})])}
-    expected = "0.750 [0.301, 0.954] 3/0/1 (n=4)"  # Wilson 95% of 3 in 4, by hand
+    expected = "0.750 [0.301, 0.954] 3/0/1"  # Wilson 95% of 3 in 4, by hand; W/D/L
     assert progress_line({"evals": evals}, 2).endswith(
-        f"eval ckpt-2 {TTT}/vs_base 0.750 [0.301, 0.954] 3/0/1 (n=4, score 0.750)"
+        "eval ckpt-2 vs base win 0.75 [0.30, 0.95] W/D/L 3/0/1"
     )
     console = Console(width=200, record=True)
     console.print(evals_table(evals))
     (row,) = [line for line in console.export_text().splitlines() if "ckpt-2" in line]
-    assert f"{TTT}/vs_base" in row and expected in row and "-0.500" not in row
+    assert row.split("│")[2].strip() == "base" and expected in row and "-0.500" not in row
     assert row.split("│")[-2].strip() == "0.500"  # mean reward: (1 + 1 + 1 - 1) / 4
 
 

@@ -90,13 +90,19 @@ def _version_of(uid: str) -> int | None:
     )
 
 
-def run_games(run_dir: str | Path) -> list[dict[str, Any]]:
+def run_games(run_dir: str | Path, skipped: dict[Path, list[int]] | None = None) -> list[dict[str, Any]]:
     """Every game record of a run: `games/games.jsonl` (training and evaluation games of the run) and the
-    `games.jsonl` files under `eval/` (games of `unstable eval`), in that order."""
+    `games.jsonl` files under `eval/` (games of `unstable eval`), in that order. Lines that are not JSON (cut
+    short by a crash) are left out; with `skipped`, their numbers are put there by file."""
     run_dir = Path(run_dir)
-    records = read_jsonl(run_dir / "games" / "games.jsonl")
-    for path in sorted((run_dir / "eval").rglob("games.jsonl")) if (run_dir / "eval").is_dir() else []:
-        records += [r for r in read_jsonl(path) if isinstance(r, dict) and "info" in r]
+    paths = [run_dir / "games" / "games.jsonl"]
+    paths += sorted((run_dir / "eval").rglob("games.jsonl")) if (run_dir / "eval").is_dir() else []
+    records: list[dict[str, Any]] = []
+    for path in paths:
+        bad: list[int] = []
+        records += [r for r in read_jsonl(path, bad) if isinstance(r, dict) and "info" in r]
+        if bad and skipped is not None:
+            skipped[path] = bad
     return records
 
 
@@ -154,39 +160,66 @@ def pool(rates: dict[int, VersionRates], versions: list[int]) -> VersionRates:
     return total
 
 
+STEP_RATES = ("invalid_move_rate", "format_rate")
+WIN_PREFIX = "win_rate_vs_"
+
+
+def has_data(r: VersionRates, name: str) -> bool:
+    """Whether version counts `r` hold data for the rate `name` (training turns, or games against the
+    opponent of `win_rate_vs_<opponent>`)."""
+    return r.steps > 0 if name in STEP_RATES else r.games.get(name[len(WIN_PREFIX) :], 0) > 0
+
+
 @attrs.define
 class QuarterComparison:
-    """First vs last quarter of the policy versions: the pooled counts and a z-test per rate."""
+    """First vs last quarter of the policy versions that have data for each rate: `versions` lists those
+    versions per rate, `quarters` the pooled counts of the two quarters and `tests` the test of each rate
+    with two or more such versions."""
 
-    first: VersionRates
-    last: VersionRates
+    versions: dict[str, list[int]]
+    quarters: dict[str, tuple[VersionRates, VersionRates]]
     tests: dict[str, Comparison]
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "first": self.first.to_dict(),
-            "last": self.last.to_dict(),
-            "tests": {name: c.to_dict() for name, c in self.tests.items()},
+            name: {
+                "versions": self.versions[name],
+                "first_versions": self.quarters[name][0].versions if name in self.tests else [],
+                "last_versions": self.quarters[name][1].versions if name in self.tests else [],
+                **(self.tests[name].to_dict() if name in self.tests else {}),
+            }
+            for name in self.versions
         }
 
 
-def compare_quarters(rates: dict[int, VersionRates]) -> QuarterComparison | None:
-    """Pool the first and the last quarter of the versions (at least one each) and test every rate (against
-    each opponent the win rate W / n; the score is in `first` and `last`); None with fewer than two
-    versions."""
-    versions = sorted(rates)
-    if len(versions) < 2:
-        return None
-    q = max(1, len(versions) // 4)
-    first, last = pool(rates, versions[:q]), pool(rates, versions[-q:])
-    tests = {
-        "invalid_move_rate": clustered_two_proportion_test(
+def _test(name: str, first: VersionRates, last: VersionRates) -> Comparison:
+    if name == "invalid_move_rate":
+        return clustered_two_proportion_test(
             [(i, n) for n, i, _ in first.seats], [(i, n) for n, i, _ in last.seats]
-        ),
-        "format_rate": clustered_two_proportion_test(
+        )
+    if name == "format_rate":
+        return clustered_two_proportion_test(
             [(f, n) for n, _, f in first.seats], [(f, n) for n, _, f in last.seats]
-        ),
-    }
-    for opp in sorted(set(first.games) | set(last.games)):
-        tests[f"win_rate_vs_{opp}"] = two_proportion_test(first.win_rate(opp), last.win_rate(opp))
-    return QuarterComparison(first, last, tests)
+        )
+    opponent = name[len(WIN_PREFIX) :]
+    return two_proportion_test(first.win_rate(opponent), last.win_rate(opponent))
+
+
+def compare_quarters(rates: dict[int, VersionRates]) -> QuarterComparison:
+    """For each rate (invalid-move and format rate per turn; against each opponent the win rate W / n, the
+    score being in `quarters`), pool the first and the last quarter (at least one each) of the versions
+    that have data for it, and test the change. Per rate, because the last checkpoint plays no training
+    game after the last update and ckpt-0 plays no scheduled evaluation: a rate with data in fewer than
+    two versions has no test."""
+    opponents = sorted({opp for r in rates.values() for opp in r.games})
+    cmp = QuarterComparison({}, {}, {})
+    for name in (*STEP_RATES, *(WIN_PREFIX + opp for opp in opponents)):
+        versions = [v for v in sorted(rates) if has_data(rates[v], name)]
+        cmp.versions[name] = versions
+        if len(versions) < 2:
+            continue
+        q = max(1, len(versions) // 4)
+        first, last = pool(rates, versions[:q]), pool(rates, versions[-q:])
+        cmp.quarters[name] = (first, last)
+        cmp.tests[name] = _test(name, first, last)
+    return cmp

@@ -53,6 +53,15 @@ class Rate:
         return {"k": self.k, "n": self.n, "rate": self.rate if self.n else None, "lo": lo, "hi": hi}
 
 
+def format_p(p: float) -> str:
+    """A p-value with two significant digits, as people write it: 0.41, 0.0036, 2e-5."""
+    text = f"{p:.2g}"
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}e{int(exponent)}"
+    return text
+
+
 @attrs.frozen
 class Comparison:
     """Two rates and the pooled two-proportion z-test of their difference (second minus first)."""
@@ -69,7 +78,7 @@ class Comparison:
         if self.method == "none":
             return "too few to test"
         note = {"fisher": " (Fisher exact)", "cluster-z": " (clustered by game)"}.get(self.method, "")
-        return f"p = {self.p_value:.2g}{note}"
+        return f"p = {format_p(self.p_value)}{note}"
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -15,14 +15,19 @@ from typing import Any
 
 import attrs
 
-from unstable_core.config import RunConfig, config_from_dict, merge_layers, parse_transform
-from unstable_core.errors import ConfigError, RunFailed, RunStopped, debug_enabled, describe
+from unstable_core.config import DEFAULT_LORA_CFG, RunConfig, config_from_dict, merge_layers, parse_transform
+from unstable_core.errors import ConfigError, RunFailed, RunStopped, debug_enabled, describe, root_cause
 from unstable_core.games.random_player import RANDOM, check_random_supported
 from unstable_core.inference.vllm import vllm_max_lora_rank
+from unstable_core.io import atomic_write_json
 from unstable_core.models import is_api_model
 from unstable_core.plugins import get_registry
 from unstable_core.preflight import (
+    check_components,
+    check_device,
     check_env_ids,
+    check_env_players,
+    check_lora_targets,
     check_model,
     check_run_name,
     check_templates,
@@ -31,7 +36,7 @@ from unstable_core.preflight import (
 )
 from unstable_core.rewards import check_stage
 from unstable_core.run_lock import LOCK_NAME, RunLock
-from unstable_core.runtime.cluster import start_ray
+from unstable_core.runtime.cluster import end_watchdog, start_ray, stop_ray
 from unstable_core.runtime.liveness import (
     FAILED_TO_START,
     ActorDied,
@@ -166,14 +171,22 @@ class Run:
         self._watch: InferenceWatch | None = None
 
     def preflight(self) -> None:
-        """What can fail inside an actor, checked here before Ray starts: env ids, templates, models."""
-        train, evals = self.cfg.train_specs(), self.eval_specs()
+        """What can fail inside an actor, checked here before Ray starts: env ids and player counts,
+        templates, models, the device, the components' options."""
+        cfg, comp = self.cfg, self.components
+        train, evals = cfg.train_specs(), self.eval_specs()
         check_env_ids([s.env_id for s in train], "--env")
         check_env_ids([s.env_id for s in evals], "--eval-env")
+        check_env_players(train, "--env")
+        check_env_players(evals, "--eval-env")
         check_templates(sorted({s.prompt_template for s in [*train, *evals]}))
         for key, model in self._engines().items():
             if not is_api_model(model):  # an API model is checked by check_api_models
                 check_model(model, "--model" if key == "main" else "fixed opponent")
+        check_device(cfg.device, cfg.ray_address)
+        check_components(cfg, comp.env_sampler, comp.model_sampler, comp.learner, evals)
+        if self.learn:
+            check_lora_targets(cfg.model_name, cfg.lora_config, DEFAULT_LORA_CFG["target_modules"])
 
     # ---- start
     def _init_ray(self) -> None:
@@ -182,7 +195,16 @@ class Run:
         if ray.is_initialized():
             return
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-        start_ray(self.cfg.ray_address, include_dashboard=False, log_to_driver=False, namespace="unstable")
+        # a local cluster's watchdog holds the lock too: after a kill of this process it is let go only
+        # once the cluster's processes are gone
+        self.lock.on_release(end_watchdog)
+        start_ray(
+            self.cfg.ray_address,
+            hold_fds=[self.lock.fileno()],
+            include_dashboard=False,
+            log_to_driver=False,
+            namespace="unstable",
+        )
         self._owns_ray = True
 
     def _engines(self) -> dict[str, str]:
@@ -283,7 +305,9 @@ class Run:
         return {**kwargs, **self.cfg.vllm_config}  # what the user set in vllm_config wins
 
     def _drop_empty_run_dir(self) -> None:
-        """A run that failed before writing anything leaves no folder behind."""
+        """A run that failed before writing anything leaves no folder behind (nor a Ray cluster)."""
+        if self._owns_ray:
+            stop_ray()
         self.lock.release()
         if [p.name for p in self.run_dir.iterdir()] == [LOCK_NAME]:
             with contextlib.suppress(OSError):
@@ -330,7 +354,11 @@ class Run:
 
         remote = lambda cls, **opts: ray.remote(cls).options(num_cpus=0, **opts)  # noqa: E731
         self.actors["tracker"] = remote(_TrackerActor).remote(
-            str(self.run_dir), comp.trackers, cfg.failure_window, cfg.max_failure_rate
+            str(self.run_dir),
+            comp.trackers,
+            cfg.failure_window,
+            cfg.max_failure_rate,
+            point.step if point else 0,
         )
         registry = remote(RegistryHost).remote(
             str(self.run_dir / "registry.json"),
@@ -531,6 +559,8 @@ class Run:
                 raise self._stop_after_death(cause) from None
             self.stop()
             hint = "" if debug_enabled() else " (rerun with --debug for the traceback)"
+            if isinstance(root_cause(exc), OSError):  # the run folder became unwritable, the disk full, ...
+                hint = ": fix that, then " + RESUME_HINT.format(run_dir=self.run_dir)
             raise RunFailed(f"run stopped: {who} failed: {describe(exc)}{hint}") from exc
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError, ActorDied) as exc:
             raise self._stop_after_death(exc) from None
@@ -593,7 +623,8 @@ class Run:
         except Exception:  # the stop of a broken run must not hide why it broke
             self.abort(release=False)
         step = max(checkpoint_steps(self.run_dir), default=0)
-        record_event(self.run_dir, event, actor=who, reason=why, last_checkpoint_step=step)
+        with contextlib.suppress(OSError):  # an unwritable run folder must not hide why the run stopped
+            record_event(self.run_dir, event, actor=who, reason=why, last_checkpoint_step=step)
         self.lock.release()
         fix = "fix that, then " if why.startswith(FAILED_TO_START) else ""
         return RunStopped(
@@ -632,13 +663,24 @@ class Run:
         self.summary = {"run_dir": str(self.run_dir), "elapsed_s": time.time() - self.started_at, **snap}
         self.actors.clear()
         if self._owns_ray:
-            ray.shutdown()
+            stop_ray()
         from unstable_core.plots import plot_run
 
         try:
             self.summary["plots"] = [str(p) for p in plot_run(self.run_dir)]
         except Exception as exc:  # a picture is not worth losing the summary
             self.summary["plots_error"] = str(exc)
+        if self.learn:  # what was learned, and its test: the sentence the summary opens with
+            from unstable_core.learning_verdict import run_verdict
+
+            try:
+                self.summary["learning"] = run_verdict(self.run_dir).to_dict()
+            except Exception as exc:  # as the pictures: not worth losing the summary
+                self.summary["learning_error"] = describe(exc)
+        try:
+            atomic_write_json(self.run_dir / "summary.json", self.summary)
+        except OSError as exc:  # the summary is still returned (and printed)
+            self.summary["summary_error"] = f"summary.json not written: {exc}"
         return self.summary
 
     def _close_files(self, timeout_s: float = 30.0) -> dict[str, Any]:
@@ -666,7 +708,10 @@ class Run:
         collected = [
             ask(f"collector-{i}", c, "stats") for i, c in enumerate(self.actors.get("collectors", []))
         ]
-        self._record_stop(snap.get("counts"), collected)
+        try:
+            self._record_stop(snap.get("counts"), collected)
+        except OSError as exc:  # a run folder that cannot be written: the stop goes on, the cause is shown
+            errors.append(f"metrics.jsonl: {describe(exc)}")
         if errors:
             snap["stop_errors"] = errors
         return snap
@@ -691,11 +736,9 @@ class Run:
     def abort(self, release: bool = True) -> dict[str, Any]:
         """Stop at once: shut the local Ray cluster down without waiting for the update in progress
         (checkpoints are written atomically, so the last complete one stays usable)."""
-        import ray
-
         self.actors.clear()
-        if self._owns_ray and ray.is_initialized():
-            ray.shutdown()
+        if self._owns_ray:
+            stop_ray()
         if release:
             self.lock.release()
         self.summary = {"run_dir": str(self.run_dir), "aborted": True}
@@ -711,10 +754,12 @@ class _TrackerActor:
         trackers: list[tuple[Any, dict[str, Any]]],
         failure_window: int = 20,
         max_failure_rate: float = 0.5,
+        learner_step: int = 0,
     ) -> None:
         from unstable_core.runtime.tracker import Tracker
 
-        self._t = Tracker(run_dir, [cls(**kw) for cls, kw in trackers], failure_window, max_failure_rate)
+        built = [cls(**kw) for cls, kw in trackers]
+        self._t = Tracker(run_dir, built, failure_window, max_failure_rate, learner_step)
 
     def add_game(self, result) -> None:
         self._t.add_game(result)

@@ -143,41 +143,52 @@ def _pairs(metrics: dict[str, float]) -> list[str]:
     return sorted({k.rsplit("/", 1)[0] for k in metrics if k.endswith("/games")})
 
 
-def _win_text(metrics: dict[str, float], key: str, with_score: bool = True) -> str:
-    wdl = "/".join(str(int(metrics[f"{key}/{x}"])) for x in ("wins", "draws", "losses"))
+def pair_names(keys: list[str]) -> dict[str, tuple[str | None, str]]:
+    """`eval/<env>/vs_<opponent>` -> (env's short name, or None when the keys hold one env only; opponent)."""
+    from unstable_core.labels import short_env_names
+
+    split = {key: key[len("eval/") :].rsplit("/vs_", 1) for key in keys}
+    names = short_env_names(env for env, _ in split.values())
+    return {key: (names[env] if len(names) > 1 else None, opp) for key, (env, opp) in split.items()}
+
+
+def _win_text(metrics: dict[str, float], key: str, digits: int = 3, wdl_label: str = "") -> str:
+    """Win rate W/n with its 95% interval and W/D/L: `0.750 [0.301, 0.954] 3/0/1`; `wdl_label` goes
+    before the W/D/L counts."""
     if f"{key}/win_rate" not in metrics:
-        return f"- (n=0, failed {int(metrics[f'{key}/failed'])})"
-    lo, hi = metrics[f"{key}/win_rate_lo"], metrics[f"{key}/win_rate_hi"]
-    score = f", score {metrics[f'{key}/score']:.3f}" if with_score and f"{key}/score" in metrics else ""
-    return f"{metrics[f'{key}/win_rate']:.3f} [{lo:.3f}, {hi:.3f}] {wdl} (n={int(metrics[f'{key}/games'])}{score})"
+        return f"no finished game ({int(metrics[f'{key}/failed'])} failed)"
+    wdl = "/".join(str(int(metrics[f"{key}/{x}"])) for x in ("wins", "draws", "losses"))
+    rate, lo, hi = (metrics[f"{key}/win_rate{x}"] for x in ("", "_lo", "_hi"))
+    return f"{rate:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}] {wdl_label}{wdl}"
 
 
 def last_eval_lines(evals: dict[int, dict[str, float]]) -> list[tuple[str, str]]:
-    """(label, win rate text) per (env, opponent) of the latest scheduled evaluation, for progress displays."""
+    """(label, win rate text) per (env, opponent) of the latest scheduled evaluation, for progress displays:
+    (`eval ckpt-4 vs base`, `win 0.75 [0.30, 0.95] W/D/L 3/0/1`)."""
     if not evals:
         return []
     version = max(evals)
+    metrics = evals[version]
     return [
-        (f"eval ckpt-{version} {key[len('eval/') :]}", _win_text(evals[version], key))
-        for key in _pairs(evals[version])
+        (
+            " ".join(["eval", f"ckpt-{version}", *([env] if env else []), "vs", opp]),
+            ("win " if f"{key}/win_rate" in metrics else "") + _win_text(metrics, key, 2, "W/D/L "),
+        )
+        for key, (env, opp) in pair_names(_pairs(metrics)).items()
     ]
 
 
 def evals_table(evals: dict[int, dict[str, float]]) -> Any:
-    """Every scheduled evaluation of a run as a rich table (a row per checkpoint and env/opponent)."""
+    """Every scheduled evaluation of a run as a rich table (a row per checkpoint and env/opponent); long
+    names fold rather than end in an ellipsis."""
     from rich.table import Table
 
     table = Table(title="Scheduled evaluation (95% Wilson intervals; win rate = W/n, score = (W + D/2)/n)")
-    for col in (
-        "checkpoint",
-        "env / opponent",
-        "win rate [95%] W/D/L (n)",
-        "score [95%]",
-        "invalid-move rate",
-        "format rate",
-        "mean reward",
-    ):
-        table.add_column(col)
+    names = pair_names(sorted({key for m in evals.values() for key in _pairs(m)}))
+    several = any(env for env, _ in names.values())
+    columns = ("ckpt", "env vs opponent" if several else "opponent", "win rate [95%] W/D/L", "score [95%]")
+    for col in (*columns, "invalid per turn", "format per turn", "mean reward"):
+        table.add_column(col, overflow="fold")
     for version in sorted(evals):
         m = evals[version]
         for key in _pairs(m):
@@ -189,7 +200,8 @@ def evals_table(evals: dict[int, dict[str, float]]) -> Any:
                     else "-"
                 )
             reward = f"{m[f'{key}/mean_reward']:.3f}" if f"{key}/mean_reward" in m else "-"
+            env, opp = names[key]
             table.add_row(
-                f"ckpt-{version}", key[len("eval/") :], _win_text(m, key, with_score=False), *rates, reward
+                f"ckpt-{version}", f"{env} vs {opp}" if env else opp, _win_text(m, key), *rates, reward
             )
     return table

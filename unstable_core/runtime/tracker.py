@@ -45,7 +45,9 @@ class Tracker:
         trackers: list[Any] = (),
         failure_window: int = 20,
         max_failure_rate: float = 0.5,
+        learner_step: int = 0,
     ) -> None:
+        """`learner_step`: where the learner starts (a resumed run's checkpoint), shown until its first update."""
         self.run_dir = Path(run_dir)
         self.failures = FailureMonitor(failure_window, max_failure_rate)
         (self.run_dir / "games").mkdir(parents=True, exist_ok=True)
@@ -54,7 +56,7 @@ class Tracker:
         self._window: dict[str, deque] = defaultdict(lambda: deque(maxlen=WINDOW))
         self.counts: dict[str, int] = defaultdict(int)
         self.learner: dict[str, float] = {}
-        self.learner_step = 0
+        self.learner_step = learner_step
         self.inference: dict[str, float] = {}
         self.evals: dict[int, dict[str, float]] = {}  # checkpoint version -> scheduled evaluation summary
         self.started = self._synced_at = time.time()
