@@ -1,14 +1,18 @@
-"""Does a real model learn on a CPU? The embedded default trained by each learner within a wall-clock budget,
-then the first and the last quarter of its policy versions compared: invalid-move rate and format rate of
-the training steps, win rate (W/n) against the base model in evaluation games, each with its count and
-Wilson 95% interval, and a two-proportion test (per-move rates clustered by game seat, small counts by
-Fisher's exact test); the score (W + D/2)/n is shown beside it, untested. Target: at least one rate improves
-with p < 0.01 per learner.
+"""Does a real model learn on a CPU, and does it play? The embedded default trained by each learner within a
+wall-clock budget, then the first and the last quarter of its policy versions (per rate, those with data for
+it) compared, in the words of `unstable run`'s summary (`unstable_core.learning_verdict`): invalid-move rate
+and format rate of the training steps, win rate (W/n) against each evaluation opponent (the base model and
+the random legal-move player, seats alternated), each with its count and Wilson 95% interval, and a
+two-proportion test (per-move rates clustered by game seat, small counts by Fisher's exact test); the score
+(W + D/2)/n is shown beside it, untested. Then the win rate against each opponent per checkpoint: "it
+plays" means a checkpoint beats the random player with the interval's lower bound above 0.5. Target: at
+least one rate improves with p < 0.01 per learner.
 
     python3 benchmarks/learning.py                          # reinforce, then a2c, 30 minutes each
     python3 benchmarks/learning.py --learner a2c --minutes 10
     python3 benchmarks/learning.py --learner ppo            # any installed learner (unstable plugins)
-    python3 benchmarks/learning.py --analyse runs/my-run    # the same table for a finished run
+    python3 benchmarks/learning.py --env KuhnPoker-v0-train --sampler fixed --fixed-opponent random
+    python3 benchmarks/learning.py --analyse runs/my-run    # the same tables for a finished run
 """
 
 from __future__ import annotations
@@ -18,47 +22,78 @@ import json
 import time
 from pathlib import Path
 
-from unstable_core.checkpoint_rates import QuarterComparison, compare_quarters, rates_by_version
+from unstable_core.checkpoint_rates import WIN_PREFIX, VersionRates, compare_quarters, rates_by_version
 from unstable_core.io import atomic_write_json
+from unstable_core.learning_verdict import LEARNING, SIGNIFICANCE, learning_verdict
+from unstable_core.stats import format_p
 
-TARGET_P = 0.01
-BETTER = {"invalid_move_rate": -1, "format_rate": +1}  # the direction that counts as learning; wins: +1
+TARGET_P = SIGNIFICANCE
 
 
 class _Budget(Exception):
     """The wall-clock budget is spent: stop the run cleanly."""
 
 
-def improved(name: str, z: float) -> bool:
-    """Whether a z of the change (last minus first) points the way that means learning."""
-    return z == z and z * BETTER.get(name, +1) > 0  # z == z: not NaN
+def per_checkpoint(rates: dict[int, VersionRates], opponent: str) -> list[dict]:
+    """Each checkpoint's W/D/L and win rate (Wilson 95%) against `opponent`, printed; the rows as JSON."""
+    rows = []
+    for version, r in rates.items():
+        if not r.games.get(opponent):
+            continue
+        w, d, lost = r.wdl(opponent)
+        rate = r.win_rate(opponent)
+        plays = rate.interval[0] > 0.5
+        print(f"  ckpt-{version:<4} {w}/{d}/{lost:<9} {rate!s:<32}{'  beats it' if plays else ''}")
+        rows.append({"checkpoint": version, "wins": w, "draws": d, "losses": lost, **rate.to_dict()})
+    return rows
 
 
 def report(run_dir: Path, title: str) -> dict:
-    """Print the first/last-quarter table of a run and write benchmark.json into it; returns the JSON."""
+    """Print the first/last-quarter table of a run and the sentence `unstable run`'s summary opens with;
+    write benchmark.json into the run directory; returns the JSON."""
     rates = rates_by_version(run_dir)
-    cmp: QuarterComparison | None = compare_quarters(rates)
+    cmp = compare_quarters(rates)
+    verdict = learning_verdict(rates)
     print(f"\n{title}\nrun directory: {run_dir}; policy versions with data: {sorted(rates)}")
-    if cmp is None:
-        print("fewer than two policy versions played: nothing to compare (give it more time)")
-        return {}
-    first, last = f"first quarter {cmp.first.versions}", f"last quarter {cmp.last.versions}"
-    print(f"{'rate':<26} {first:<38} {last:<38} {'z':>6} {'p':>9}  test")
-    met = []
-    for name, test in cmp.tests.items():
-        ok = improved(name, test.z) and test.p_value < TARGET_P
-        met += [name] if ok else []
-        row = f"{name:<26} {str(test.first):<38} {str(test.second):<38} {test.z:>6.2f} {test.p_value:>9.2g}"
-        print(f"{row}  {test.method}{'  *' if ok else ''}")
-    for opp in sorted(set(cmp.first.games) | set(cmp.last.games)):  # W + D/2: shown, not tested
-        print(f"{'score_vs_' + opp:<26} {str(cmp.first.score(opp)):<38} {str(cmp.last.score(opp)):<38}")
-    verdict = (
+    print(f"{'rate':<28} {'checkpoints':<14} {'first quarter':<38} {'last quarter':<38} {'p':>9}  test")
+    for change in verdict.changes:
+        if change.test is None:
+            print(f"{change.label:<28} {'':<14} {'':<38} {'':<38} {'-':>9}  no test: {change.why_untested}")
+            continue
+        first, last = change.first_versions, change.last_versions
+        where = f"{_span(first)} vs {_span(last)}"
+        why = change.why_untested
+        p = "-" if why else format_p(change.test.p_value)
+        test = f"no test: {why}" if why else f"{change.test.method}: {change.verdict}"
+        row = f"{change.label:<28} {where:<14} {str(change.test.first):<38} {str(change.test.second):<38} {p:>9}"
+        print(f"{row}  {test}")
+    for name, (first, last) in cmp.quarters.items():  # W + D/2: shown, not tested
+        if name.startswith(WIN_PREFIX):
+            opp = name[len(WIN_PREFIX) :]
+            print(f"{'score vs ' + opp:<28} {'':<14} {str(first.score(opp)):<38} {str(last.score(opp)):<38}")
+    met = [c.name for c in verdict.changes if c.verdict == LEARNING]
+    target = (
         f"target p < {TARGET_P} on at least one rate: {'met (' + ', '.join(met) + ')' if met else 'missed'}"
     )
-    print(verdict)
-    data = {"title": title, **cmp.to_dict(), "improved_with_p_below_target": met, "verdict": verdict}
+    print(f"result: {verdict.sentence}\n{target}")
+    by_checkpoint = {}
+    for opp in sorted({o for r in rates.values() for o in r.games}):
+        print(f"win rate against {opp} per checkpoint (W/D/L, W/n [95% CI]):")
+        by_checkpoint[opp] = per_checkpoint(rates, opp)
+    data = {
+        "title": title,
+        "summary": verdict.sentence,
+        "learning": verdict.to_dict(),
+        "improved_with_p_below_target": met,
+        "verdict": target,
+        "per_checkpoint": by_checkpoint,
+    }
     atomic_write_json(run_dir / "benchmark.json", data)
     return data
+
+
+def _span(versions: tuple[int, ...]) -> str:
+    return str(versions[0]) if len(versions) == 1 else f"{versions[0]}-{versions[-1]}"
 
 
 def train(args: argparse.Namespace, learner: str) -> Path:
@@ -77,7 +112,10 @@ def train(args: argparse.Namespace, learner: str) -> Path:
         mini_batch_size=args.mini_batch_size,
         num_train_workers=args.train_workers,
         num_eval_workers=args.eval_workers,
-        fixed_opponents=["base"],
+        sampler=args.sampler,
+        fixed_opponents=args.fixed_opponent or ["base"],
+        eval_envs=[f"{args.env}:2:{opp}" for opp in args.eval_opponent or ["base", "random"]],
+        algorithm_config=json.loads(args.algorithm_config),
         learning_steps=args.max_steps,
         runs_dir=args.runs_dir,
         run_name=f"bench-learning-{learner}-{int(time.time())}",
@@ -129,7 +167,15 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--mini-batch-size", type=int, default=8)
     ap.add_argument("--train-workers", type=int, default=16, help="training games in flight")
-    ap.add_argument("--eval-workers", type=int, default=4, help="evaluation games in flight against base")
+    ap.add_argument("--eval-workers", type=int, default=4, help="evaluation games in flight")
+    ap.add_argument(
+        "--eval-opponent", action="append", help="evaluation opponent, repeatable (default: base and random)"
+    )
+    ap.add_argument("--sampler", default="mirror", help="training opponents: mirror, fixed, lagged, ...")
+    ap.add_argument(
+        "--fixed-opponent", action="append", help="for --sampler fixed, repeatable (default: base)"
+    )
+    ap.add_argument("--algorithm-config", default="{}", help="the learner's options as JSON")
     ap.add_argument(
         "--max-steps", type=int, default=500, help="learner steps at most (the budget ends first)"
     )
@@ -145,7 +191,7 @@ def main() -> None:
         started = time.time()
         run_dir = train(args, learner)
         title = f"{learner}: {args.model} on {args.env}, {(time.time() - started) / 60:.1f} min wall"
-        results[learner] = report(run_dir, title).get("verdict", "no data")
+        results[learner] = report(run_dir, title)["summary"]
     print("\n" + "\n".join(f"{k}: {v}" for k, v in results.items()))
     print(json.dumps({"settings": vars(args) | {"analyse": None}}, default=str))
 
