@@ -17,7 +17,7 @@ from unstable_core.cli import cli
 from unstable_core.errors import ConfigError
 from unstable_core.eval.report import aggregate, plain_table
 from unstable_core.eval.session import PlannedGame, Triple, plan_games
-from unstable_core.eval.targets import EvalTarget, resolve_argument, resolve_players
+from unstable_core.eval.targets import EvalTarget, resolve_argument, resolve_players, run_setting
 from unstable_core.io import read_jsonl
 from unstable_core.types import GameInformation, GameResult, GameSpec, Step, Trajectory
 
@@ -154,6 +154,29 @@ def test_a_run_dir_is_its_latest_checkpoint_or_all_of_them_and_base_its_base_mod
     models, opponents = resolve_players([str(run_dir)], ["random", "base"], all_checkpoints=True)
     assert [t.label for t in models] == ["ckpt-1", "ckpt-3"]
     assert opponents == [EvalTarget("random", "random"), EvalTarget("base", "model", tiny_model)]
+
+
+def test_a_checkpoint_plays_with_its_runs_template_unless_runs_disagree(tmp_path):
+    """eval's --template and --max-generation-len default to the evaluated run's settings."""
+
+    def ckpt_of(name: str, config: str) -> EvalTarget:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.toml").write_text(config)
+        return EvalTarget(f"{name}-ckpt", "adapter", "m", "a", 1, str(tmp_path / name))
+
+    old = ckpt_of("old", 'model_name = "m"\n')  # written before the setting existed: the default
+    boxed = ckpt_of("boxed", 'prompt_template = "default"\nmax_generation_len = 24\n')
+    moved = ckpt_of("moved", 'prompt_template = "move"\n')
+    random_player = EvalTarget("random", "random")
+    assert run_setting([random_player], "prompt_template", "move", "--template") == "move"
+    assert run_setting([old], "prompt_template", "qwen3", "--template") == "qwen3"
+    assert run_setting([boxed, random_player], "prompt_template", "move", "--template") == "default"
+    assert run_setting([boxed], "max_generation_len", 8, "--max-generation-len") == 24
+    with pytest.raises(
+        ConfigError,
+        match=r"different prompt_template: 'default' \(boxed\), 'move' \(moved\); give --template",
+    ):
+        run_setting([boxed, moved], "prompt_template", "move", "--template")
 
 
 def test_bad_arguments_are_one_line_errors(run_dir, tmp_path, tiny_model):

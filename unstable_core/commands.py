@@ -325,7 +325,12 @@ def run(config_path: str | None, resume_dir: str | None, **options: Any) -> None
     default=None,
     help="Opponent: 'base', a LoRA folder, another model or openai:MODEL. Default: self-play.",
 )
-@click.option("--template", default="default", show_default=True, help="Prompt template.")
+@click.option(
+    "--template",
+    default=attrs.fields(RunConfig).prompt_template.default,
+    show_default=True,
+    help="Prompt template.",
+)
 @click.option("--players", default=2, show_default=True, type=click.IntRange(1), help="Seats of the env.")
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1), help="Games in flight.")
 @click.option(

@@ -158,10 +158,9 @@ class _Progress:
 )
 @click.option(
     "--max-generation-len",
-    default=_RUN.max_generation_len.default,
-    show_default=True,
+    default=None,
     type=click.IntRange(1),
-    help="Max new tokens per turn.",
+    help=f"Max new tokens per turn. Default: the evaluated run's, else {_RUN.max_generation_len.default}.",
 )
 @click.option(
     "--max-turns",
@@ -177,7 +176,11 @@ class _Progress:
     type=click.IntRange(0),
     help="Invalid moves a player may retry before it loses (0: the first one loses).",
 )
-@click.option("--template", default="default", show_default=True, help="Prompt template.")
+@click.option(
+    "--template",
+    default=None,
+    help=f"Prompt template. Default: the evaluated run's, else {_RUN.prompt_template.default!r}.",
+)
 @click.option("--device", default=None, help="Inference device (default: cuda if present, else cpu).")
 @api_options
 @click.option(
@@ -199,16 +202,25 @@ def eval_command(models, opponents, envs, games, all_checkpoints, seed, concurre
     """Evaluate MODEL(s) (run dirs, checkpoints, models, base, openai:MODEL) against fixed opponents."""
     from unstable_core.eval.report import aggregate, plain_table, rich_table
     from unstable_core.eval.session import EvalSettings, check_before_start, plan_games, play_all
-    from unstable_core.eval.targets import resolve_players
+    from unstable_core.eval.targets import resolve_players, run_setting
     from unstable_core.games.random_player import RANDOM, check_random_supported
     from unstable_core.games.templates import get_template
     from unstable_core.io import atomic_write_json, dumps_json
 
     envs = list(envs) or [DEFAULT_ENV]
     check_envs(envs)
-    get_template(template)
+    if template is not None:
+        get_template(template)
     model_targets, opponent_targets = resolve_players(
         list(models), list(opponents) or ["base"], all_checkpoints
+    )
+    # a checkpoint plays as it was trained: the run's template and answer length unless given
+    template = template or run_setting(
+        model_targets, "prompt_template", _RUN.prompt_template.default, "--template"
+    )
+    get_template(template)
+    max_generation_len = max_generation_len or run_setting(
+        model_targets, "max_generation_len", _RUN.max_generation_len.default, "--max-generation-len"
     )
     if any(t.kind == RANDOM for t in model_targets + opponent_targets):
         check_random_supported(envs)

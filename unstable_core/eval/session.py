@@ -53,7 +53,7 @@ def plan_games(
     envs: list[str],
     games: int,
     seed: int,
-    template: str = "default",
+    template: str = _RUN.prompt_template.default,
 ) -> list[PlannedGame]:
     """N games per (model, opponent, env), seats alternated (game k: the model at seat k mod 2); no seat is a
     training seat."""
@@ -99,7 +99,7 @@ class EvalSettings:
 
     temperature: float = 1.0
     top_p: float = 1.0
-    max_generation_len: int = 24
+    max_generation_len: int = attrs.field(default=_RUN.max_generation_len.default)
     max_turns: int = 60
     error_allowance: int = 0
     concurrency: int = 16

@@ -12,6 +12,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -60,6 +61,23 @@ def run_base_model(run_dir: Path) -> str:
         raise ConfigError(
             f"run directory {run_dir}: cannot read model_name from config.toml ({exc})"
         ) from exc
+
+
+def run_setting(targets: list[EvalTarget], name: str, default: Any, option: str) -> Any:
+    """A setting (e.g. prompt_template) as the runs of the evaluated checkpoints trained with it, so that a
+    checkpoint plays as it learned; `default` when no target comes from a run. Runs that disagree are
+    refused: `option` is the command-line option that settles it."""
+    values = {}
+    for run_dir in sorted({t.run_dir for t in targets if t.run_dir}):
+        try:
+            config = tomllib.loads((Path(run_dir) / "config.toml").read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"run directory {run_dir}: cannot read config.toml ({exc})") from exc
+        values[run_dir] = config.get(name, default)
+    if len(set(values.values())) > 1:
+        found = ", ".join(f"{v!r} ({Path(d).name})" for d, v in values.items())
+        raise ConfigError(f"the evaluated runs were trained with different {name}: {found}; give {option}")
+    return next(iter(values.values()), default)
 
 
 def checkpoints_of(run_dir: Path) -> list[tuple[int, Path]]:
