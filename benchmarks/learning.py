@@ -22,7 +22,10 @@ import json
 import time
 from pathlib import Path
 
+import attrs
+
 from unstable_core.checkpoint_rates import WIN_PREFIX, VersionRates, compare_quarters, rates_by_version
+from unstable_core.config import RunConfig
 from unstable_core.io import atomic_write_json
 from unstable_core.learning_verdict import LEARNING, SIGNIFICANCE, learning_verdict
 from unstable_core.stats import format_p
@@ -160,14 +163,19 @@ def main() -> None:
     ap.add_argument("--analyse", type=Path, help="only print the table of this finished run directory")
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--env", default="TicTacToe-v0-train")
-    ap.add_argument("--template", default="default")
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--max-generation-len", type=int, default=24)
-    ap.add_argument("--learning-rate", type=float, default=3e-4)
-    ap.add_argument("--batch-size", type=int, default=16)
+    run = attrs.fields(RunConfig)  # the run's defaults, one source
+    ap.add_argument("--template", default=run.prompt_template.default)
+    ap.add_argument("--temperature", type=float, default=run.temperature.default)
+    ap.add_argument("--max-generation-len", type=int, default=run.max_generation_len.default)
+    ap.add_argument("--learning-rate", type=float, default=run.learning_rate.default)
+    ap.add_argument("--batch-size", type=int, default=run.batch_size.default)
     ap.add_argument("--mini-batch-size", type=int, default=8)
-    ap.add_argument("--train-workers", type=int, default=16, help="training games in flight")
-    ap.add_argument("--eval-workers", type=int, default=4, help="evaluation games in flight")
+    ap.add_argument(
+        "--train-workers", type=int, default=run.num_train_workers.default, help="training games in flight"
+    )
+    ap.add_argument(
+        "--eval-workers", type=int, default=run.num_eval_workers.default, help="evaluation games in flight"
+    )
     ap.add_argument(
         "--eval-opponent", action="append", help="evaluation opponent, repeatable (default: base and random)"
     )
