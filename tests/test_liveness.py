@@ -240,3 +240,21 @@ def test_a_failed_game_of_a_group_reaches_the_buffer_and_cuts_its_group(ray_sess
     asyncio.run(collector._record(grouped(1, failed=True), "train"))
     stats = ray.get(buffer.stats.remote())
     assert stats["groups_incomplete"] == 1 and stats["steps_incomplete"] == 1 and stats["groups_pending"] == 0
+
+
+def test_an_actor_killed_for_memory_is_named_with_the_figures_and_what_to_lower():
+    """Ray's OutOfMemoryError (not a RayTaskError) reaches the run as one line, not a traceback."""
+    import ray.exceptions
+
+    from unstable_core.runtime.liveness import ActorDied, oom_reason
+
+    exc = ray.exceptions.OutOfMemoryError(
+        "2 worker(s) were killed due to the node running low on memory. Memory on the node (IP: 192.0.2.2, "
+        "ID: 64cd) was 22.37GB used / 23.54GB limit (0.950324)\nOOM kill reason: Memory usage ..."
+    )
+    died = ActorDied("the learner", oom_reason(exc))
+    assert died.what == (
+        "actor died (killed by Ray: the machine ran out of memory, 22.37GB of 23.54GB used; lower "
+        "--mini-batch-size or --num-train-workers, or stop other work on the machine)"
+    )
+    assert "ran out of memory;" in oom_reason(ray.exceptions.OutOfMemoryError("no figures"))

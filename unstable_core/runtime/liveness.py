@@ -56,6 +56,16 @@ def death_reason(exc: BaseException) -> str:
     return FAILED_TO_START + re.sub(r"^(UnstableError|ConfigError): ", "", last)
 
 
+def oom_reason(exc: BaseException) -> str:
+    """Why Ray's memory monitor killed an actor, in a few words with the memory figures and what to lower."""
+    used = re.search(r"was ([\d.]+GB) used / ([\d.]+GB) limit", str(exc))
+    figures = f", {used.group(1)} of {used.group(2)} used" if used else ""
+    return (
+        f"killed by Ray: the machine ran out of memory{figures}; lower --mini-batch-size or "
+        "--num-train-workers, or stop other work on the machine"
+    )
+
+
 def check_answers(asked: dict[str, Any], timeout_s: float = ANSWER_TIMEOUT_S) -> None:
     """`asked`: actor name -> the object ref of a cheap call to it. Raises ActorDied for an actor whose
     call failed because it died, ActorHung for one that did not answer within `timeout_s`."""

@@ -43,6 +43,7 @@ from unstable_core.runtime.liveness import (
     InferenceWatch,
     check_answers,
     death_reason,
+    oom_reason,
 )
 from unstable_core.runtime.placement import (
     Placement,
@@ -553,6 +554,8 @@ class Run:
         except RunFailed:
             self.stop()
             raise
+        except ray.exceptions.OutOfMemoryError as exc:  # not a RayTaskError: `who` was being waited on
+            raise self._stop_after_death(ActorDied(who, oom_reason(exc))) from None
         except ray.exceptions.RayTaskError as exc:
             cause = exc.cause if getattr(exc, "cause", None) is not None else exc
             if isinstance(cause, ray.exceptions.RayActorError):
