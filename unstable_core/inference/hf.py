@@ -2,8 +2,9 @@
 
 Decoding is our own loop over the KV cache rather than `model.generate`, so that each row keeps its
 own temperature, top-p, seed and token budget, and the log-probability of every sampled token is that
-of the tempered distribution it was sampled from, log softmax(logits / T) (before top-p; exact with the
-default top_p = 1; T = 0, greedy, is recorded at T = 1): exactly what the learner recomputes. The LM head
+of the distribution it was sampled from: softmax(logits / T) over the top-p nucleus, renormalised
+(`sampling.sampling_logprobs`; T = 0, greedy, is recorded at T = 1): exactly what the learner recomputes
+with the run's temperature and top_p. The LM head
 and the log-softmax run in float32 whatever the model's dtype, as in the learner. Finished rows are
 dropped from the batch (and from the cache) as soon as they end.
 """
@@ -26,7 +27,7 @@ from unstable_core.inference.base import (
     token_budget,
 )
 from unstable_core.inference.peft_pool import BASE, PeftAdapterPool
-from unstable_core.inference.sampling import sample_tokens
+from unstable_core.inference.sampling import row_logprobs, sample_tokens
 from unstable_core.models import load_causal_lm, load_tokenizer, plain_linear_head
 
 
@@ -181,11 +182,8 @@ class TransformersBackend(InferenceBackend):
             else:
                 logits = out.logits[:, -1, :].float()  # [B, V]
             params = [r.request.params for r in active]
-            temperature = torch.tensor(
-                [p.temperature if p.temperature > 0 else 1.0 for p in params], device=logits.device
-            )  # [B]
-            logprobs = torch.log_softmax(logits / temperature[:, None], dim=-1)  # [B, V] tempered policy
-            tokens = sample_tokens(logits, params, [r.generator for r in active])  # [B]
+            logprobs = row_logprobs(logits, params)  # [B, V]: the distribution each row samples from
+            tokens = sample_tokens(logits, params, [r.generator for r in active], logprobs)  # [B]
             token_logprobs = logprobs.gather(-1, tokens[:, None])[:, 0]  # [B]
             keep = []
             for b, (row, token, logprob) in enumerate(
