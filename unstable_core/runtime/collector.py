@@ -23,6 +23,7 @@ from unstable_core.games.random_player import RANDOM, RandomPlayer, random_seat_
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
 from unstable_core.model_registry import ModelRegistry
 from unstable_core.runtime.liveness import ANSWER_TIMEOUT_S
+from unstable_core.runtime.request_batching import ActorRequests
 from unstable_core.runtime.scheduled_eval import EvalPlan, summarise
 from unstable_core.runtime.scheduler import GameScheduler
 from unstable_core.types import GameInformation, GameResult, GameSpec
@@ -115,17 +116,26 @@ class Collector:
         self._eval_checked_at = 0.0
         self._eval_after: int | None = None  # checkpoints up to this one were there before: not evaluated
         self._draining = False
+        self._clients: dict[tuple[str, int], ActorRequests] = {}  # (engine, actor index) -> its requests
 
     # ---- one game
     def _generator(
         self, engine: str, attempt: int, game_idx: int
     ) -> Callable[[GenerationRequest], Awaitable[GenerationOutput]]:
         pool = self.engines[engine]
-        actor = pool[(game_idx + attempt) % len(pool)]
+        index = (game_idx + attempt) % len(pool)
+        actor = pool[index]
+        if hasattr(actor, "generate_many"):  # an InferenceActor: the loop pass's requests in one call
+            client = self._clients.get((engine, index))
+            if client is None or client.actor is not actor:
+                client = self._clients[(engine, index)] = ActorRequests(actor)
+            send = client.generate
+        else:
+            send = actor.generate.remote
 
         async def generate(request: GenerationRequest) -> GenerationOutput:
             try:
-                return await actor.generate.remote(request)
+                return await send(request)
             except Exception as exc:
                 if is_actor_failure(exc):
                     raise InferenceUnavailable(
