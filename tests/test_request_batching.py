@@ -74,3 +74,42 @@ def test_a_cancelled_game_does_not_break_the_others():
 
     assert asyncio.run(games()).token_ids == [1]
     assert actor.calls == [1]  # cancelled before the pass ended: its request was never sent
+
+
+def test_games_starting_together_share_one_registry_snapshot():
+    from unstable_core.inference.base import SamplingParams
+    from unstable_core.runtime.collector import Collector
+
+    class Registry:
+        calls = 0
+
+        def __init__(self):
+            self.to_dict = self
+
+        def remote(self):
+            Registry.calls += 1
+            n = Registry.calls
+
+            async def state():
+                await asyncio.sleep(0)
+                return {"fetch": n}
+
+            return state()
+
+    collector = Collector(
+        engines={},
+        tokenizers={},
+        buffer=None,
+        registry=Registry(),
+        tracker=None,
+        scheduler=None,
+        params=SamplingParams(),
+    )
+
+    async def starts():
+        together = await asyncio.gather(*(collector._registry_state() for _ in range(5)))
+        later = await collector._registry_state()  # the first fetch is done: a new one
+        return together, later
+
+    together, later = asyncio.run(starts())
+    assert together == [{"fetch": 1}] * 5 and later == {"fetch": 2} and Registry.calls == 2

@@ -117,6 +117,7 @@ class Collector:
         self._eval_after: int | None = None  # checkpoints up to this one were there before: not evaluated
         self._draining = False
         self._clients: dict[tuple[str, int], ActorRequests] = {}  # (engine, actor index) -> its requests
+        self._registry_fetch: asyncio.Future | None = None  # the registry snapshot being fetched
 
     # ---- one game
     def _generator(
@@ -215,8 +216,15 @@ class Collector:
                     await asyncio.sleep(0.5)
         return True
 
+    async def _registry_state(self) -> dict[str, Any]:
+        """The registry's state for a game about to start. Games that start while a fetch is under way
+        share it (one Ray call for a whole pass of new games; at most one round trip older)."""
+        if self._registry_fetch is None or self._registry_fetch.done():
+            self._registry_fetch = asyncio.ensure_future(self.registry.to_dict.remote())
+        return await asyncio.shield(self._registry_fetch)
+
     async def _run(self, kind: str) -> GameResult:
-        registry = ModelRegistry.from_dict(await self.registry.to_dict.remote())
+        registry = ModelRegistry.from_dict(await self._registry_state())
         spec = self.scheduler.next_train(registry) if kind == "train" else self.scheduler.next_eval(registry)
         return await self._finish(spec, registry, kind)
 
