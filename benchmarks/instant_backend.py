@@ -21,6 +21,7 @@ from unstable_core.inference.base import GenerationOutput, GenerationRequest, In
 BACKEND_NAME = "instant-bench"
 _MOVES_LINE = re.compile(r"(?:available|valid) moves?\s*:(.*)", re.IGNORECASE)
 _MOVE = re.compile(r"\[[^\[\]\n]+\]")
+TAIL_TOKENS = 128  # prompt tokens decoded to find the moves line before decoding the whole prompt
 
 
 def legal_moves(text: str) -> list[str]:
@@ -52,6 +53,7 @@ class InstantBackend(InferenceBackend):
         self._tokenizer = load_tokenizer(model)
         self._rng = random.Random(seed)
         self.eos_id = self._tokenizer.eos_token_id
+        self._answers: dict[str, list[int]] = {}  # answer text -> its token ids, EOS included
 
     @property
     def tokenizer(self) -> Any:
@@ -69,16 +71,20 @@ class InstantBackend(InferenceBackend):
         return [self._answer(request) for request in requests]
 
     def _answer(self, request: GenerationRequest) -> GenerationOutput:
-        prompt = self._tokenizer.decode(request.prompt_ids)
+        # the moves line closes the prompt: decode its end (a model reads no text either), the whole if needed
+        moves = legal_moves(self._tokenizer.decode(request.prompt_ids[-TAIL_TOKENS:]))
+        if not moves and len(request.prompt_ids) > TAIL_TOKENS:
+            moves = legal_moves(self._tokenizer.decode(request.prompt_ids))
         seed = request.params.seed
-        moves = legal_moves(prompt)
         if not moves:
             return GenerationOutput.failure(
                 "the prompt lists no 'Available Moves'/'Valid moves'; the instant backend only plays such envs"
             )
         move = (random.Random(seed) if seed is not None else self._rng).choice(moves)
         text = f"\\boxed{{{move}}}"
-        token_ids = [*self._tokenizer.encode(text, add_special_tokens=False), self.eos_id]
+        if text not in self._answers:
+            self._answers[text] = [*self._tokenizer.encode(text, add_special_tokens=False), self.eos_id]
+        token_ids = list(self._answers[text])
         # the policy is uniform over the legal moves: the first token carries the choice, the rest follow
         logprobs = [math.log(1.0 / len(moves))] + [0.0] * (len(token_ids) - 1)
         return GenerationOutput(text=text, token_ids=token_ids, logprobs=logprobs, finish_reason="stop")

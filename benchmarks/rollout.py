@@ -1,11 +1,16 @@
 """The rollout engine against its parts, measured in one run (ratios against baselines of the same run).
 
 a) the backend alone: generated tokens/s for B prompts in one batch (TransformersBackend, in-process);
+a') its FLOP/s, 2 x parameters x generated tokens/s (prompt tokens and attention not counted), against
+   the machine's fp32 matmul at a decode step's shape [B, H] x [H, I] (the model's hidden and MLP
+   widths; the [2048, H] x [H, I] figure beside it), with the backend's threads (target >= 0.4);
 b) the engine (InferenceActor + Collector actor wired as run.py wires them, B TicTacToe games in flight):
    generated tokens/s, and b/a (target >= 0.85);
 c) B games in flight against one game at a time on the same engine: tokens/s ratio (target >= 4);
 d) on a backend answering a random legal move at once: engine turns/s against a plain in-process
    TextArena loop with the same move choice (target >= 0.25);
+d') `play_game` in-process on that backend, no Ray: turns/s (target >= 5,000);
+d'') the engine through Ray against d') (target >= 0.5);
 e) the collector's peak RSS with 1,024 games in flight on that backend, its answers delayed 1 s so that
    they stay in flight (target <= 1 GiB).
 
@@ -307,6 +312,17 @@ class BackendAlone:
         alone.tokens_per_s(seed=-1)
         return alone
 
+    @property
+    def parameters(self) -> int:
+        """The model's parameter count (tied embeddings once: the LM head's matmul)."""
+        return sum(p.numel() for p in self.backend._pool.base_model.parameters())
+
+    @property
+    def widths(self) -> tuple[int, int]:
+        """(hidden size, MLP width) of the model: the matmul shape of most of its FLOPs."""
+        config = self.backend._pool.base_model.config
+        return int(config.hidden_size), int(getattr(config, "intermediate_size", 4 * config.hidden_size))
+
     def tokens_per_s(self, seed: int = 0) -> float:
         """Generated tokens per second of one batch."""
         from unstable_core.inference.bench import measure_backend_throughput
@@ -319,6 +335,25 @@ class BackendAlone:
     def close(self) -> None:
         """Release the model."""
         asyncio.run(self.backend.close())
+
+
+def matmul_flops(rows: int, inner: int, cols: int, seconds: float = 0.5) -> float:
+    """fp32 FLOP/s of torch.matmul [rows, inner] x [inner, cols] in this process (its torch threads): the
+    best of three timings of about `seconds / 3` each."""
+    import torch
+
+    a, b = torch.randn(rows, inner), torch.randn(inner, cols)
+    torch.matmul(a, b)
+    started = time.perf_counter()
+    torch.matmul(a, b)
+    reps = max(1, int(seconds / 3 / max(time.perf_counter() - started, 1e-6)))
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(reps):
+            torch.matmul(a, b)
+        best = min(best, (time.perf_counter() - started) / reps)
+    return 2.0 * rows * inner * cols / best
 
 
 def play_plain_games(turns: int, seed: int = 0) -> int:
@@ -348,14 +383,18 @@ def plain_turns_per_s(turns: int, seed: int = 0) -> float:
     return played / (time.perf_counter() - started)
 
 
-def play_inprocess_games(model: str, games_in_flight: int, turns: int, max_tokens: int) -> int:
-    """(d') the game loop alone: `play_game` coroutines in this process on an InstantBackend, no Ray,
-    `games_in_flight` at a time until at least `turns` turns were played; the turns played."""
+def play_inprocess_games(
+    model: str, games_in_flight: int, turns: int, max_tokens: int, backend: Any = None
+) -> int:
+    """(d') the game loop alone: `play_game` coroutines in this process on an InstantBackend (`backend`,
+    else a new one), no Ray, `games_in_flight` at a time until at least `turns` turns were played; the
+    turns played."""
     from unstable_core.errors import UnstableError
     from unstable_core.games.loop import play_game
     from unstable_core.types import GameSpec, PlayerSpec
 
-    backend = instant_backend.InstantBackend(model)
+    own = backend is None
+    backend = backend or instant_backend.InstantBackend(model)
     params = SamplingParams(temperature=TEMPERATURE, max_tokens=max_tokens)
     played = started_games = 0
 
@@ -381,17 +420,29 @@ def play_inprocess_games(model: str, games_in_flight: int, turns: int, max_token
         try:
             await asyncio.gather(*(keep_playing() for _ in range(games_in_flight)))
         finally:
-            await backend.close()
+            if own:
+                await backend.close()
 
     asyncio.run(play_all())
     return played
 
 
-def inprocess_turns_per_s(model: str, games_in_flight: int, turns: int, max_tokens: int) -> float:
-    """Turns per second of `play_inprocess_games`."""
-    started = time.perf_counter()
-    played = play_inprocess_games(model, games_in_flight, turns, max_tokens)
-    return played / (time.perf_counter() - started)
+def inprocess_turns_per_s(
+    model: str, games_in_flight: int, turns: int, max_tokens: int, rounds: int = 1
+) -> list[float]:
+    """Turns per second of `play_inprocess_games`, `rounds` times on one backend loaded beforehand (its
+    tokenizer's loading is no turn's cost), after a warm-up of as many turns."""
+    backend = instant_backend.InstantBackend(model)
+    rates = []
+    try:
+        play_inprocess_games(model, games_in_flight, turns, max_tokens, backend)
+        for _ in range(rounds):
+            started = time.perf_counter()
+            played = play_inprocess_games(model, games_in_flight, turns, max_tokens, backend)
+            rates.append(played / (time.perf_counter() - started))
+    finally:
+        asyncio.run(backend.close())
+    return rates
 
 
 @attrs.define
@@ -487,17 +538,23 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
     that each ratio compares measurements taken moments apart; the rows give the medians over rounds."""
     threads = engine.torch_threads()
     alone = BackendAlone.load(model, batch, max_tokens, threads)
-    a, b, one = [], [], []
+    hidden, width = alone.widths
+    a, b, one, step_peak, big_peak = [], [], [], [], []
     try:
         for r in range(sizes.rounds):
             engine.stop_collecting()  # the in-process batch gets the CPU to itself, as the engine does
             a.append(alone.tokens_per_s(seed=r))
+            step_peak.append(matmul_flops(batch, hidden, width))
+            big_peak.append(matmul_flops(2048, hidden, width))
             engine.collect(batch)
             b.append(engine.window(warmup_turns=batch, turns=sizes.window_batches * batch).tokens_per_s)
             engine.collect(1)
             one.append(engine.window(warmup_turns=1, turns=sizes.single_turns).tokens_per_s)
+        parameters = alone.parameters
     finally:
         alone.close()
+    flops = [2.0 * parameters * x for x in a]
+    of_peak = [x / y for x, y in zip(flops, step_peak, strict=True)]
     b_over_a = [x / y for x, y in zip(b, a, strict=True)]
     b_over_one = [x / y for x, y in zip(b, one, strict=True)]
     med = statistics.median
@@ -505,6 +562,16 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
     return [
         Row(
             "a) backend alone", med(a), "tok/s", "", None, f"batch {batch}, {threads} thread(s); {rounds(a)}"
+        ),
+        Row(
+            "a') backend FLOP/s / matmul",
+            med(of_peak),
+            "x",
+            ">= 0.4",
+            med(of_peak) >= 0.4,
+            f"{med(flops) / 1e9:,.1f} GFLOP/s = 2 x {parameters / 1e6:,.1f}M params x tok/s; fp32 matmul "
+            f"[{batch}, {hidden}] x [{hidden}, {width}] {med(step_peak) / 1e9:,.1f} GFLOP/s "
+            f"([2048, {hidden}]: {med(big_peak) / 1e9:,.1f}); {rounds(of_peak)}",
         ),
         Row("b) engine", med(b), "tok/s", "", None, f"{batch} games in flight; {rounds(b)}"),
         Row("b/a) engine / backend", med(b_over_a), "x", ">= 0.85", med(b_over_a) >= 0.85, rounds(b_over_a)),
@@ -529,8 +596,7 @@ def measure_instant(engine: Engine, model: str, max_tokens: int, sizes: Sizes) -
     engine_rate = med(w.turns_per_s for w in fast)
     plain = med(plain_turns_per_s(sizes.instant_turns, seed=r) for r in range(sizes.rounds))
     alone = med(
-        inprocess_turns_per_s(model, sizes.instant_games, sizes.instant_turns, max_tokens)
-        for _ in range(sizes.rounds)
+        inprocess_turns_per_s(model, sizes.instant_games, sizes.instant_turns, max_tokens, sizes.rounds)
     )
     ratio = engine_rate / plain
     rows = [
@@ -543,12 +609,21 @@ def measure_instant(engine: Engine, model: str, max_tokens: int, sizes: Sizes) -
             f"{engine_rate:,.0f} vs {plain:,.0f} turns/s, {sizes.instant_games} games in flight",
         ),
         Row(
-            "d') game loop / plain loop",
-            alone / plain,
+            "d') game loop in-process",
+            alone,
+            "turns/s",
+            ">= 5,000",
+            alone >= 5000,
+            f"play_game on the instant backend, no Ray, {sizes.instant_games} games in flight; "
+            f"{alone / plain:.2f} x the plain loop",
+        ),
+        Row(
+            "d'') engine / game loop",
+            engine_rate / alone,
             "x",
-            "",
-            None,
-            f"{alone:,.0f} turns/s: play_game in-process on the instant backend, no Ray",
+            ">= 0.5",
+            engine_rate / alone >= 0.5,
+            f"{engine_rate:,.0f} turns/s through Ray vs {alone:,.0f} in-process",
         ),
     ]
     return rows

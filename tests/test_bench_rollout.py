@@ -144,6 +144,20 @@ def test_inprocess_game_loop_plays_whole_games(bench, tiny_model):
     assert 12 <= played < 12 + 3 * 9  # each of the 3 workers finishes the game it is playing
 
 
+def test_inprocess_rates_are_one_per_round_on_one_backend(bench, tiny_model):
+    _, rollout = bench
+    rates = rollout.inprocess_turns_per_s(tiny_model, games_in_flight=2, turns=6, max_tokens=8, rounds=2)
+    assert len(rates) == 2 and all(r > 0 for r in rates)
+
+
+def test_matmul_flops_counts_two_flops_per_multiply_add(bench, monkeypatch):
+    _, rollout = bench
+    clock = iter(range(100))
+    monkeypatch.setattr(rollout.time, "perf_counter", lambda: float(next(clock)))
+    # every timed stretch reads 1 s on this clock: one repetition each, so 2 * 4 * 5 * 6 FLOP per second
+    assert rollout.matmul_flops(4, 5, 6, seconds=3.0) == 240.0
+
+
 class _Remote:
     """An actor method stand-in: `.remote(request)` gives an awaitable output of `n` tokens."""
 
@@ -234,16 +248,18 @@ def test_quick_run_prints_every_measure(tiny_model):
     lines = run.stdout.splitlines()
     names = [
         "a) backend alone",
+        "a') backend FLOP/s / matmul",
         "b) engine",
         "b/a) engine / backend",
         "c) 2 games / 1 game",
         "d) engine / plain loop",
-        "d') game loop / plain loop",
+        "d') game loop in-process",
+        "d'') engine / game loop",
         "e) collector peak RSS",
     ]
     for name in names:
         row = next((line for line in lines if name in line), None)
         assert row is not None, f"no row {name!r} in:\n{run.stdout}"
-        if not name.startswith(("a)", "b)", "d')")):
+        if not name.startswith(("a)", "b)")):
             assert ("PASS" in row) != ("MISS" in row), row
     assert "failed" not in run.stdout  # no game failed during the measurements

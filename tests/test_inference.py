@@ -9,7 +9,7 @@ import torch
 
 from unstable_core.errors import UnstableError
 from unstable_core.inference.base import GenerationRequest, SamplingParams
-from unstable_core.inference.hf import TransformersBackend, _Row
+from unstable_core.inference.hf import MIN_SHARED_PREFIX, TransformersBackend, _Row
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=6)
 
@@ -77,6 +77,33 @@ def test_batched_greedy_equals_one_by_one(backend, prompts):
     assert batched[0].logprobs == pytest.approx(
         recompute_logprobs(backend, prompts[0], batched[0].token_ids), abs=1e-4
     )
+
+
+def test_a_shared_prompt_prefix_is_computed_once_with_the_same_results(backend, prompts):
+    """Rows that share a prompt prefix (a chat template's frame) get its KV cache computed once: the same
+    tokens as each row alone and the log-probs the learner recomputes, with rows leaving at different steps."""
+    frame = tuple(backend.tokenizer.encode("<|im_start|>system\nYou are a helpful player of many games.\n"))
+    assert len(frame) >= MIN_SHARED_PREFIX
+    rows = [frame + p for p in prompts]
+    assert backend._shared_prefix(
+        [_Row(i, GenerationRequest(r), 4, "base", None) for i, r in enumerate(rows)]
+    ) == len(frame)
+    requests = [
+        GenerationRequest(r, params=SamplingParams(temperature=0.0, max_tokens=n))
+        for r, n in zip(rows, [5, 2, 4], strict=True)
+    ]
+    batched = backend.generate_batch(requests)
+    for request, out in zip(requests, batched, strict=True):
+        alone = backend.generate_batch([request])[0]
+        assert out.token_ids == alone.token_ids
+        assert out.logprobs == pytest.approx(
+            recompute_logprobs(backend, request.prompt_ids, out.token_ids), abs=1e-4
+        )
+    sampled = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=5, seed=2)
+    outs = backend.generate_batch([GenerationRequest(r, params=sampled) for r in rows])
+    for row, out in zip(rows, outs, strict=True):
+        tempered = recompute_logprobs(backend, row, out.token_ids, temperature=0.7)
+        assert all(lp >= t - 1e-4 for lp, t in zip(out.logprobs, tempered, strict=True))  # renormalised
 
 
 def test_logprobs_are_those_of_the_tempered_policy(backend, prompts):

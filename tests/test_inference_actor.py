@@ -55,6 +55,15 @@ def test_actor_generates_batches_and_survives_a_kill(ray_runtime, tiny_model):
     assert ray.get(actor.ping.remote()) == "pong"
     again = ray.get(actor.generate.remote(GenerationRequest((28, 29, 30), params=params)), timeout=120)
     assert again.token_ids == outs[0].token_ids
+    # many requests in one call: each its own output, a bad one its own error, the others unaffected
+    many = ray.get(
+        actor.generate_many.remote(
+            [GenerationRequest((28, 29, 30), params=params), GenerationRequest((10**9,))]
+        ),
+        timeout=120,
+    )
+    assert many[0].token_ids == outs[0].token_ids
+    assert many[1].finish_reason == "error" and "token ids must be in" in many[1].error
 
 
 def test_unknown_backend_fails_in_the_caller(ray_runtime, tiny_model):

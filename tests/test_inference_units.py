@@ -14,7 +14,7 @@ from unstable_core.inference.base import (
     SamplingParams,
     token_budget,
 )
-from unstable_core.inference.sampling import sample_tokens, top_p_filter
+from unstable_core.inference.sampling import sample_tokens, sampling_logprobs, top_p_filter
 from unstable_core.inference.stats import ThroughputMeter
 
 
@@ -55,6 +55,18 @@ def test_top_p_filter_keeps_smallest_set_reaching_p():
     # 0.5: the mass above 0.3 is exactly 0.5, not < 0.5
     assert kept[1].tolist() == pytest.approx([0.0, 0.5, 0.0, 0.0])
     assert kept[2].tolist() == pytest.approx([0.15, 0.5, 0.05, 0.3])
+
+
+def test_sampling_logprobs_are_renormalised_over_the_nucleus():
+    logits = torch.log(torch.tensor([[0.15, 0.5, 0.05, 0.3]] * 3))
+    logp = sampling_logprobs(logits, torch.tensor([1.0, 1.0, 0.0]), torch.tensor([0.7, 1.0, 0.7]))
+    # top_p 0.7 keeps 0.5 and 0.3, renormalised by 0.8; the others cannot be sampled
+    assert logp[0].exp().tolist() == pytest.approx([0.0, 0.625, 0.0, 0.375])
+    assert logp[1].exp().tolist() == pytest.approx([0.15, 0.5, 0.05, 0.3])  # top_p 1: the tempered softmax
+    assert logp[2].exp().tolist() == pytest.approx([0.15, 0.5, 0.05, 0.3])  # greedy: T = 1, whole vocabulary
+    # a target at the nucleus' edge (here outside it) is kept, never -inf
+    kept = sampling_logprobs(logits[:1], 1.0, 0.7, targets=torch.tensor([0]))
+    assert kept[0].exp().tolist() == pytest.approx([0.15 / 0.95, 0.5 / 0.95, 0.0, 0.3 / 0.95])
 
 
 def test_sample_tokens_greedy_nucleus_and_seed():

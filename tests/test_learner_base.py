@@ -259,6 +259,43 @@ def test_zero_lag_fp32_log_ratio_is_zero_at_the_sampling_temperature(tiny_model,
     assert wrong.update(steps)["off_policy/max_abs_log_ratio"] > 1e-2
 
 
+def test_top_p_logprobs_are_those_of_the_nucleus_sampled_from(tiny_model, tmp_path):
+    """At T = 0.7, top_p = 0.9 the backend records the log-prob renormalised over the nucleus it sampled
+    from, and a learner given the run's top_p recomputes exactly that; the full-vocabulary one differs."""
+    from unstable_core.inference.base import GenerationRequest, SamplingParams
+    from unstable_core.inference.hf import TransformersBackend
+
+    backend = TransformersBackend(tiny_model, device="cpu")
+    prompts = [tuple(backend.tokenizer.encode(t)) for t in ("hello there", "one two three", "a b c d e")]
+    params = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=6, seed=5)
+    outs = backend.generate_batch([GenerationRequest(p, params=params) for p in prompts])
+    steps = [
+        make_step(list(p), list(o.token_ids), logprobs=list(o.logprobs), game_idx=i)
+        for i, (p, o) in enumerate(zip(prompts, outs, strict=True))
+    ]
+    nucleus = SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, temperature=0.7, top_p=0.9)
+    nucleus.initialize_algorithm()
+    tokens = nucleus.collate(steps)
+    recorded = tokens.behaviour_logprobs[tokens.behaviour_mask]
+    with torch.no_grad():
+        recomputed = nucleus.policy_logprobs(tokens)[tokens.behaviour_mask]
+        full = nucleus.completion_logprobs(nucleus.policy_logits(tokens), tokens)[tokens.behaviour_mask]
+    assert torch.allclose(recorded, recomputed, atol=1e-5)
+    nucleus.config = type(nucleus.config)(**{**vars_of(nucleus.config), "top_p": 1.0})
+    with torch.no_grad():
+        whole = nucleus.policy_logprobs(tokens)[tokens.behaviour_mask]
+    # a near-uniform random model: the 0.9 nucleus drops about a tenth of the mass, log(1 / 0.9) = 0.105
+    assert (recorded - whole).min().item() > 0.05
+    assert torch.allclose(full, recomputed, atol=1e-5)  # the full-logits path applies the nucleus too
+    nucleus.config = type(nucleus.config)(**{**vars_of(nucleus.config), "top_p": 0.9})
+    assert nucleus.update(steps)["off_policy/max_abs_log_ratio"] < 1e-4  # the logged ratio is the true one
+
+
+def test_a_learner_refuses_a_top_p_outside_its_range(tiny_model, tmp_path):
+    with pytest.raises(ConfigError, match="top_p must be in"):
+        SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, top_p=0.0)
+
+
 def test_policy_logprobs_equal_the_full_logits_path(learner):
     tokens = learner.collate(BATCH)
     learner.config = type(learner.config)(**{**vars_of(learner.config), "temperature": 0.7})

@@ -51,6 +51,9 @@ def move_template(observation: str, tokenizer: Any) -> str:
 
 
 move_template.answer_prefix = MOVE_PREFIX  # type: ignore[attr-defined]
+# the observation enters these two as it is, once, between fixed text: `render_prompt` may reuse the frame
+default_template.observation_slot = True  # type: ignore[attr-defined]
+move_template.observation_slot = True  # type: ignore[attr-defined]
 
 
 def answer_prefix(template: Template) -> str:
@@ -129,7 +132,17 @@ def render_prompt(
 
     The ids are tokenized without added special tokens (chat templates carry their own). The returned
     text is the decoding of those ids, so that the text recorded for a step is exactly what the model saw.
+    A fast tokenizer's lines are tokenised once and remembered (`prompt_tokens.PromptEncoder`: the same
+    ids, checked against the whole encoding), and a chat template's frame around the observation is
+    rendered once per tokenizer (`prompt_tokens.template_frame`).
     """
-    text = get_template(template_name, templates)(observation, tokenizer)
+    from unstable_core.games.prompt_tokens import prompt_encoder, template_frame
+
+    template = get_template(template_name, templates)
+    frame = template_frame(template, tokenizer)
+    text = frame[0] + observation + frame[1] if frame is not None else template(observation, tokenizer)
+    encoder = prompt_encoder(tokenizer)
+    if encoder is not None:
+        return encoder.encode(text)
     ids = list(tokenizer.encode(text, add_special_tokens=False))
     return tokenizer.decode(ids), ids

@@ -2,10 +2,13 @@
 
 Decoding is our own loop over the KV cache rather than `model.generate`, so that each row keeps its
 own temperature, top-p, seed and token budget, and the log-probability of every sampled token is that
-of the tempered distribution it was sampled from, log softmax(logits / T) (before top-p; exact with the
-default top_p = 1; T = 0, greedy, is recorded at T = 1): exactly what the learner recomputes. The LM head
-and the log-softmax run in float32 whatever the model's dtype, as in the learner. Finished rows are
-dropped from the batch (and from the cache) as soon as they end.
+of the distribution it was sampled from: softmax(logits / T) over the top-p nucleus, renormalised
+(`sampling.sampling_logprobs`; T = 0, greedy, is recorded at T = 1): exactly what the learner recomputes
+with the run's temperature and top_p. The LM head
+and the log-softmax run in float32 whatever the model's dtype, as in the learner. The prompt prefix that
+every row of a batch shares (a chat template's system turn, a game's rules) is computed once and its KV
+cache repeated for each row. Finished rows are dropped from the batch (and from the cache) as soon as
+they end.
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ from unstable_core.inference.base import (
     InferenceBackend,
     token_budget,
 )
+from unstable_core.inference.kv_cache import in_place_cache
 from unstable_core.inference.peft_pool import BASE, PeftAdapterPool
-from unstable_core.inference.sampling import sample_tokens
+from unstable_core.inference.sampling import row_logprobs, sample_tokens
 from unstable_core.models import load_causal_lm, load_tokenizer, plain_linear_head
+
+MIN_SHARED_PREFIX = 8  # prompt tokens all rows of a batch must share before their prefix is computed once
 
 
 @attrs.define
@@ -149,17 +155,23 @@ class TransformersBackend(InferenceBackend):
         # an adapter with a LoRA on lm_head wraps the head, and some models cap or scale their logits: then
         # the model's own logits, cast to float32
         fp32_head = self._fp32_head and plain_linear_head(self._pool.base_model)
-        longest = max(len(r.request.prompt_ids) for r in rows)
+        shared = self._shared_prefix(rows)
+        longest = max(len(r.request.prompt_ids) for r in rows) - shared
+        cache = in_place_cache(self._pool.base_model.config, shared + longest + max(r.budget for r in rows))
+        if shared:
+            self._prefill_prefix(rows, shared, cache)
         input_ids = torch.full((len(rows), longest), self.pad_id, dtype=torch.long)  # [B, T]
-        attention = torch.zeros((len(rows), longest), dtype=torch.long)  # [B, T], 0 on the left padding
+        # [B, P + T]: the shared prefix, then 0 on each row's left padding before the rest of its prompt
+        attention = torch.zeros((len(rows), shared + longest), dtype=torch.long)
+        attention[:, :shared] = 1
         for b, row in enumerate(rows):
-            prompt = row.request.prompt_ids
-            input_ids[b, longest - len(prompt) :] = torch.tensor(prompt)
-            attention[b, longest - len(prompt) :] = 1
+            rest = row.request.prompt_ids[shared:]
+            input_ids[b, longest - len(rest) :] = torch.tensor(rest)
+            attention[b, shared + longest - len(rest) :] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # [B, T]: 0 at each row's first real token
+        # [B, T]: each token's position in its own prompt (0 at the first real token)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, shared:]
         active = list(rows)
-        cache = None
         while active:
             extra = (
                 {"adapter_names": [r.adapter for r in active]} if self._pool.peft_model is not None else {}
@@ -181,11 +193,8 @@ class TransformersBackend(InferenceBackend):
             else:
                 logits = out.logits[:, -1, :].float()  # [B, V]
             params = [r.request.params for r in active]
-            temperature = torch.tensor(
-                [p.temperature if p.temperature > 0 else 1.0 for p in params], device=logits.device
-            )  # [B]
-            logprobs = torch.log_softmax(logits / temperature[:, None], dim=-1)  # [B, V] tempered policy
-            tokens = sample_tokens(logits, params, [r.generator for r in active])  # [B]
+            logprobs = row_logprobs(logits, params)  # [B, V]: the distribution each row samples from
+            tokens = sample_tokens(logits, params, [r.generator for r in active], logprobs)  # [B]
             token_logprobs = logprobs.gather(-1, tokens[:, None])[:, 0]  # [B]
             keep = []
             for b, (row, token, logprob) in enumerate(
@@ -210,6 +219,26 @@ class TransformersBackend(InferenceBackend):
             attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=-1)  # [B, T+1]
             positions = positions[:, -1:] + 1  # [B, 1]
         return rows
+
+    def _shared_prefix(self, rows: list[_Row]) -> int:
+        """How many leading prompt tokens all `rows` share, to be computed once (0: not worth it, or the
+        rows use different adapters, whose keys and values differ). Each row keeps at least one token of
+        its own to run."""
+        if len(rows) < 2 or len({r.adapter for r in rows}) > 1:
+            return 0
+        prompts = [r.request.prompt_ids for r in rows]
+        first, n = prompts[0], min(len(p) for p in prompts) - 1
+        for other in prompts[1:]:
+            n = next((i for i in range(n) if other[i] != first[i]), n)
+        return n if n >= MIN_SHARED_PREFIX else 0
+
+    def _prefill_prefix(self, rows: list[_Row], shared: int, cache: Any) -> None:
+        """Fill the empty `cache` with the rows' shared prefix: computed once, repeated for every row."""
+        model = self._pool.model
+        extra = {"adapter_names": [rows[0].adapter]} if self._pool.peft_model is not None else {}
+        prefix = torch.tensor([rows[0].request.prompt_ids[:shared]], device=self.device)  # [1, P]
+        model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1, **extra)
+        cache.batch_repeat_interleave(len(rows))
 
     def _to_output(self, row: _Row) -> GenerationOutput:
         text = self._tokenizer.decode(row.token_ids, skip_special_tokens=True)

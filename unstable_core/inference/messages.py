@@ -34,7 +34,7 @@ class SamplingParams:
 
 
 def _to_token_tuple(ids: Any) -> tuple[int, ...]:
-    return tuple(int(i) for i in ids)
+    return tuple(map(int, ids))  # map: a few times faster than a generator, for prompts of every turn
 
 
 def _to_path(path: Any) -> str | None:
@@ -54,8 +54,9 @@ class GenerationRequest:
 class GenerationOutput:
     """A completion: its text, the sampled token ids, and each token's log-probability under the policy.
 
-    `token_ids` end with the EOS token when `finish_reason` is "stop"; `logprobs[i]` is
-    log softmax(raw logits)[token_ids[i]] (temperature 1, no top-p), the quantity the learner recomputes.
+    `token_ids` end with the EOS token when `finish_reason` is "stop"; `logprobs[i]` is the log-prob of
+    token_ids[i] under the distribution it was sampled from (temperature, then the top-p nucleus,
+    renormalised: `sampling.sampling_logprobs`), the quantity the learner recomputes.
     `completion_tokens` is the server's own count where the backend has no token ids (an API's `usage`),
     else None: reports of tokens per turn read it instead of `len(token_ids)`.
     """

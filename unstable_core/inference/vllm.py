@@ -214,10 +214,10 @@ class VLLMBackend(InferenceBackend):
         if max_cpu_loras is not None:
             kwargs["max_cpu_loras"] = max_cpu_loras
         if "logprobs_mode" in _field_names(self._api.engine_args):
-            # log-probs after temperature, log softmax(logits / T) as the learner recomputes them (greedy: T = 1).
-            # vLLM also applies top-p first (renormalised over the nucleus): exact with top_p = 1, the default;
-            # with top_p < 1 the learner's off_policy/ metrics show the gap. Engines older than the option
-            # (vllm-project/vllm#21398, July 2025) return raw T = 1 log-probs: the same metrics show that too.
+            # log-probs of the distribution sampled from: after temperature and top-p, renormalised over the
+            # nucleus, the definition of `inference.sampling.sampling_logprobs` that the learner recomputes
+            # with the run's temperature and top_p (greedy: T = 1). Engines older than the option
+            # (vllm-project/vllm#21398, July 2025) return raw T = 1 log-probs: off_policy/ metrics show that.
             kwargs["logprobs_mode"] = "processed_logprobs"
         kwargs.update(extra)
         return kwargs

@@ -38,6 +38,11 @@ def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise ConfigError(f"learner {attribute.name} must be > 0, got {value!r}")
 
 
+def _top_p(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not 0 < value <= 1:
+        raise ConfigError(f"learner top_p must be in (0, 1] like the sampler's, got {value!r}; 1 disables it")
+
+
 def _non_negative(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not value >= 0:
         raise ConfigError(f"learner {attribute.name} must be >= 0, got {value!r}")
@@ -58,6 +63,9 @@ class LearnerConfig:
     max_train_len: int | None = attrs.field(default=None, validator=_positive)
     max_generation_len: int = attrs.field(default=4096, validator=_positive)
     temperature: float = attrs.field(default=1.0, validator=_non_negative)  # the sampler's; 0 (greedy) -> 1
+    top_p: float = attrs.field(
+        default=1.0, validator=_top_p
+    )  # the sampler's nucleus; 1: the whole vocabulary
     importance_cap: float | None = attrs.field(default=None, validator=_positive)
     seed: int = 0
 
@@ -142,6 +150,7 @@ class BaseLearner:
         max_train_len: int | None = None,
         max_generation_len: int = 4096,
         temperature: float = 1.0,
+        top_p: float = 1.0,
         importance_cap: float | None = None,
         run_dir: str | Path,
         device: str | None = None,
@@ -164,6 +173,7 @@ class BaseLearner:
             max_train_len=max_train_len,
             max_generation_len=max_generation_len,
             temperature=temperature,
+            top_p=top_p,
             importance_cap=importance_cap,
             seed=seed,
         )
@@ -265,7 +275,7 @@ class BaseLearner:
     def completion_logprobs(self, logits: Any, batch: TokenBatch, entropy: bool = False) -> Any:
         """[B, T-1] tempered log-probs of the sampled completion tokens from full logits; 0 elsewhere
         (with `entropy`, also the tempered entropy there: a pair)."""
-        return completion_logprobs(logits, batch, self.config.temperature, entropy)
+        return completion_logprobs(logits, batch, self.config.temperature, entropy, self.config.top_p)
 
     def policy_logits(self, batch: TokenBatch) -> Any:
         """[B, T, V] logits of the policy (base model + policy adapter, which is active outside `use_adapter`)."""
@@ -286,7 +296,7 @@ class BaseLearner:
         hidden = base.get_decoder()(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
         ).last_hidden_state  # [B, T, H]
-        return head_logprobs(hidden, head, batch, self.config.temperature, entropy)
+        return head_logprobs(hidden, head, batch, self.config.temperature, entropy, self.config.top_p)
 
     def importance_weights(self, logp: Any, batch: TokenBatch) -> Any:
         """[B, T-1] truncated importance weights min(pi/mu, importance_cap) (all 1 without a cap); also

@@ -81,15 +81,23 @@ def _scatter(mask: Any, picked: Any) -> Any:
     return zeros.masked_scatter(mask, picked)
 
 
-def tempered_logprobs(logits: Any, targets: Any, temperature: float, entropy: bool = False) -> Any:
-    """log softmax(logits / T)[target] in float32, per row: [N, V], [N] -> [N]. T = 0 (greedy) counts as 1.
-    With `entropy`, also the entropy of each row's tempered distribution: a pair of [N] tensors."""
-    t = temperature if temperature > 0 else 1.0
-    log_probs = (logits.float() / t).log_softmax(dim=-1)  # [N, V]
+def tempered_logprobs(
+    logits: Any, targets: Any, temperature: float, entropy: bool = False, top_p: float = 1.0
+) -> Any:
+    """The sampler's log-prob of each target in float32, per row: [N, V], [N] -> [N]: log softmax(logits / T),
+    renormalised over the top-p nucleus when top_p < 1 (`inference.sampling.sampling_logprobs`, the backends'
+    definition). T = 0 (greedy) counts as 1 with no nucleus. With `entropy`, also the entropy of each row's
+    sampling distribution: a pair of [N] tensors."""
+    import torch
+
+    from unstable_core.inference.sampling import sampling_logprobs
+
+    log_probs = sampling_logprobs(logits, temperature, top_p, targets=targets)  # [N, V]
     picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     if not entropy:
         return picked
-    return picked, -(log_probs.exp() * log_probs).sum(dim=-1)
+    finite = log_probs.clamp(min=torch.finfo(log_probs.dtype).min)  # outside the nucleus 0 * -inf is NaN
+    return picked, -(log_probs.exp() * finite).sum(dim=-1)
 
 
 def _scattered(mask: Any, result: Any) -> Any:
@@ -100,18 +108,25 @@ def _scattered(mask: Any, result: Any) -> Any:
 
 
 def completion_logprobs(
-    logits: Any, batch: TokenBatch, temperature: float = 1.0, entropy: bool = False
+    logits: Any, batch: TokenBatch, temperature: float = 1.0, entropy: bool = False, top_p: float = 1.0
 ) -> Any:
     """log pi_T(y_t | x, y_<t) of every sampled token from full logits [B, T, V] -> [B, T-1], aligned with
     `input_ids[:, 1:]`; exactly 0 (and gradient-free) where `batch.target_mask` is False. With `entropy`,
     also the tempered policy's entropy at the same positions: a pair of [B, T-1] tensors."""
     mask = batch.target_mask  # [B, T-1]
     rows = logits[:, :-1][mask]  # [N, V]: position t predicts token t+1
-    return _scattered(mask, tempered_logprobs(rows, batch.input_ids[:, 1:][mask], temperature, entropy))
+    return _scattered(
+        mask, tempered_logprobs(rows, batch.input_ids[:, 1:][mask], temperature, entropy, top_p)
+    )
 
 
 def head_logprobs(
-    hidden: Any, head: Any, batch: TokenBatch, temperature: float = 1.0, entropy: bool = False
+    hidden: Any,
+    head: Any,
+    batch: TokenBatch,
+    temperature: float = 1.0,
+    entropy: bool = False,
+    top_p: float = 1.0,
 ) -> Any:
     """Like `completion_logprobs`, from the final hidden states [B, T, H] and the LM head (a Linear).
 
@@ -125,4 +140,6 @@ def head_logprobs(
     h = hidden[:, :-1][mask].float()  # [N, H]
     bias = head.bias.float() if getattr(head, "bias", None) is not None else None
     logits = F.linear(h, head.weight.float(), bias)  # [N, V] in fp32
-    return _scattered(mask, tempered_logprobs(logits, batch.input_ids[:, 1:][mask], temperature, entropy))
+    return _scattered(
+        mask, tempered_logprobs(logits, batch.input_ids[:, 1:][mask], temperature, entropy, top_p)
+    )

@@ -23,6 +23,7 @@ from unstable_core.games.random_player import RANDOM, RandomPlayer, random_seat_
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
 from unstable_core.model_registry import ModelRegistry
 from unstable_core.runtime.liveness import ANSWER_TIMEOUT_S
+from unstable_core.runtime.request_batching import ActorRequests
 from unstable_core.runtime.scheduled_eval import EvalPlan, summarise
 from unstable_core.runtime.scheduler import GameScheduler
 from unstable_core.types import GameInformation, GameResult, GameSpec
@@ -115,17 +116,27 @@ class Collector:
         self._eval_checked_at = 0.0
         self._eval_after: int | None = None  # checkpoints up to this one were there before: not evaluated
         self._draining = False
+        self._clients: dict[tuple[str, int], ActorRequests] = {}  # (engine, actor index) -> its requests
+        self._registry_fetch: asyncio.Future | None = None  # the registry snapshot being fetched
 
     # ---- one game
     def _generator(
         self, engine: str, attempt: int, game_idx: int
     ) -> Callable[[GenerationRequest], Awaitable[GenerationOutput]]:
         pool = self.engines[engine]
-        actor = pool[(game_idx + attempt) % len(pool)]
+        index = (game_idx + attempt) % len(pool)
+        actor = pool[index]
+        if hasattr(actor, "generate_many"):  # an InferenceActor: the loop pass's requests in one call
+            client = self._clients.get((engine, index))
+            if client is None or client.actor is not actor:
+                client = self._clients[(engine, index)] = ActorRequests(actor)
+            send = client.generate
+        else:
+            send = actor.generate.remote
 
         async def generate(request: GenerationRequest) -> GenerationOutput:
             try:
-                return await actor.generate.remote(request)
+                return await send(request)
             except Exception as exc:
                 if is_actor_failure(exc):
                     raise InferenceUnavailable(
@@ -205,8 +216,15 @@ class Collector:
                     await asyncio.sleep(0.5)
         return True
 
+    async def _registry_state(self) -> dict[str, Any]:
+        """The registry's state for a game about to start. Games that start while a fetch is under way
+        share it (one Ray call for a whole pass of new games; at most one round trip older)."""
+        if self._registry_fetch is None or self._registry_fetch.done():
+            self._registry_fetch = asyncio.ensure_future(self.registry.to_dict.remote())
+        return await asyncio.shield(self._registry_fetch)
+
     async def _run(self, kind: str) -> GameResult:
-        registry = ModelRegistry.from_dict(await self.registry.to_dict.remote())
+        registry = ModelRegistry.from_dict(await self._registry_state())
         spec = self.scheduler.next_train(registry) if kind == "train" else self.scheduler.next_eval(registry)
         return await self._finish(spec, registry, kind)
 

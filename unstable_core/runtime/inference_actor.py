@@ -36,6 +36,15 @@ class InferenceActor:
         """Complete one request (batched with the concurrent ones)."""
         return await self.backend.generate(request)
 
+    async def generate_many(self, requests: list[GenerationRequest]) -> list[GenerationOutput | Exception]:
+        """Complete many requests of one collector in one Ray call (batched with the concurrent ones); a
+        request whose `generate` raised gets its exception in its place."""
+        import asyncio
+
+        return list(
+            await asyncio.gather(*(self.backend.generate(r) for r in requests), return_exceptions=True)
+        )
+
     async def stats(self) -> dict[str, float]:
         """The backend's queue and throughput figures."""
         return self.backend.stats()

@@ -465,6 +465,7 @@ class Run:
                 max_train_len=cfg.max_train_len,
                 max_generation_len=cfg.max_generation_len,
                 temperature=cfg.temperature,
+                top_p=cfg.top_p,
                 importance_cap=cfg.importance_cap,
                 run_dir=str(self.run_dir),
                 device=cfg.device,
