@@ -47,7 +47,8 @@ def test_play_records_the_exact_tokens_of_every_turn(tiny_model, tmp_path):
     assert steps and not any(g["info"]["failed"] for g in games)
     for s in steps:
         assert tok.decode(s["prompt_ids"]) == s["obs"]
-        assert s["obs"].startswith("<|im_start|>") and s["obs"].endswith("<|im_start|>assistant\n")
+        # the default template, `move`, opens the answer with TextArena's bracket
+        assert s["obs"].startswith("<|im_start|>") and s["obs"].endswith("<|im_start|>assistant\n[")
         # the backend's text is the completion decoded without special tokens (an <|im_end|> that ends it)
         assert tok.decode(s["completion_ids"], skip_special_tokens=True) == s["act"]
         assert 1 <= len(s["completion_ids"]) <= 8 and s["policy_version"] == 0
