@@ -69,6 +69,12 @@ def test_sampling_logprobs_are_renormalised_over_the_nucleus():
     assert kept[0].exp().tolist() == pytest.approx([0.15 / 0.95, 0.5 / 0.95, 0.0, 0.3 / 0.95])
 
 
+def test_sample_tokens_refuses_logits_that_are_not_finite():
+    logits = torch.tensor([[0.0, float("nan"), 1.0]])
+    with pytest.raises(ValueError, match="NaN or inf"):
+        sample_tokens(logits, [SamplingParams(temperature=1.0)], [None])
+
+
 def test_sample_tokens_greedy_nucleus_and_seed():
     logits = torch.tensor([[0.0, 3.0, 1.0, 2.0]] * 3)
     greedy = SamplingParams(temperature=0.0)

@@ -79,6 +79,8 @@ def sample_tokens(
         logprobs = row_logprobs(logits, params)
     rows = torch.tensor(sampled, device=logits.device)
     cumulative = logprobs[rows].exp().cumsum(dim=-1)  # [S, V]
+    if not bool(torch.isfinite(cumulative[:, -1]).all()):  # a NaN would silently draw the last token
+        raise ValueError("the sampling distribution holds NaN or inf: the model's logits are not finite")
     # inverse-CDF draws, one uniform per row from the row's generator: multinomial's exponential draw over
     # the whole vocabulary costs about a millisecond per row on a CPU
     uniform = torch.cat([torch.rand(1, generator=generators[i], device=logits.device) for i in sampled])
