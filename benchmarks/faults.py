@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import fcntl
 import json
 import os
 import random
@@ -44,6 +43,7 @@ from pathlib import Path
 
 import psutil
 
+from unstable_core.run_lock import lock_is_free
 from unstable_core.runtime.resume import is_learner_record
 
 KINDS = {  # kind -> the actor classes whose Ray worker title (`ray::<Class>...`) names it
@@ -98,17 +98,6 @@ def launch(args: list[str]) -> subprocess.Popen:
         env=env,
         start_new_session=True,
     )
-
-
-def lock_is_free(run_dir: Path) -> bool:
-    fd = os.open(run_dir / ".lock", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def files_of(run_dir: Path) -> dict[Path, tuple[int, int]]:

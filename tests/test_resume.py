@@ -4,7 +4,6 @@ and what a run does when one of its actors dies (the tiny random-weight model, t
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -18,6 +17,7 @@ import psutil
 import pytest
 
 from unstable_core.io import read_jsonl
+from unstable_core.run_lock import lock_is_free
 from unstable_core.runtime.resume import is_learner_record
 from unstable_core.testing import TINY_RUN_ARGS
 
@@ -161,17 +161,6 @@ def test_resume_after_sigkill_during_collection_an_update_and_a_checkpoint_write
     assert len(line) == 1 and "Traceback" not in broken.stderr, broken.stderr[-3000:]
     assert line[0].startswith("Error: the learner actor failed to start (SafetensorError: "), line[0]
     assert f"fix that, then continue it with `unstable run --resume {run_dir}`" in line[0]
-
-
-def lock_is_free(run_dir: Path) -> bool:
-    fd = os.open(run_dir / ".lock", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def files_of(run_dir: Path) -> dict[str, tuple[int, int]]:

@@ -2,7 +2,6 @@
 processes without Ray: a driver that holds a run lock starts the watchdog, marks two children (one in a
 session of its own, as Ray's processes may be) and is killed; the children go, and only then the lock."""
 
-import fcntl
 import os
 import signal
 import subprocess
@@ -13,6 +12,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from unstable_core.run_lock import lock_is_free
 
 DRIVER = textwrap.dedent(
     """
@@ -57,17 +58,6 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def lock_is_free(run_dir: Path) -> bool:
-    fd = os.open(run_dir / ".lock", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def cleanup(pids: list[int]) -> None:

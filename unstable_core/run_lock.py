@@ -58,3 +58,15 @@ class RunLock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def lock_is_free(run_dir: str | os.PathLike) -> bool:
+    """Whether no process holds the run's lock now (it is tried, and released at once)."""
+    fd = os.open(Path(run_dir) / LOCK_NAME, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
