@@ -1,6 +1,7 @@
 """The watchdog of a driver that starts a local Ray cluster (`unstable_core.runtime.watchdog`), on real
 processes without Ray: a driver that holds a run lock starts the watchdog, marks two children (one in a
-session of its own, as Ray's processes may be) and is killed; the children go, and only then the lock."""
+session of its own, as Ray's processes may be) and a third whose child has lost the mark (as Ray's agents
+do when `setproctitle` overwrites their environment block), and is killed; they all go, then the lock."""
 
 import os
 import signal
@@ -15,6 +16,11 @@ import pytest
 
 from unstable_core.run_lock import lock_is_free
 
+UNMARKED_CHILD = (  # a marked process whose child does not carry the mark in its environment
+    "import os, subprocess, sys, time; env = dict(os.environ); del env['UNSTABLE_RAY_SESSION']; "
+    "print(subprocess.Popen(['sleep', '300'], env=env).pid, flush=True); time.sleep(300)"
+)
+
 DRIVER = textwrap.dedent(
     """
     import subprocess, sys, time
@@ -28,11 +34,13 @@ DRIVER = textwrap.dedent(
         subprocess.Popen(["sleep", "300"]),
         subprocess.Popen(["sleep", "300"], start_new_session=True),
     ]
+    parent = subprocess.Popen([sys.executable, "-c", sys.argv[3]], stdout=subprocess.PIPE, text=True)
+    lost_mark = int(parent.stdout.readline())
     Watchdog.unmark(previous)
     unmarked = subprocess.Popen(["sleep", "300"])  # started after the cluster: not the watchdog's
-    print(dog.proc.pid, *[c.pid for c in children], unmarked.pid, flush=True)
+    print(dog.proc.pid, *[c.pid for c in children], unmarked.pid, parent.pid, lost_mark, flush=True)
     if sys.argv[2] == "end":
-        for c in children:
+        for c in children + [parent]:
             c.kill()
             c.wait()
         dog.end()
@@ -45,7 +53,7 @@ DRIVER = textwrap.dedent(
 
 def start_driver(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, list[int]]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(tmp_path), mode],
+        [sys.executable, "-c", DRIVER, str(tmp_path), mode, UNMARKED_CHILD],
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
@@ -67,7 +75,7 @@ def cleanup(pids: list[int]) -> None:
 
 
 def test_a_killed_driver_takes_its_marked_processes_along_and_then_lets_go_of_the_lock(tmp_path):
-    proc, (dog, child, own_session, unmarked) = start_driver(tmp_path, "kill")
+    proc, (dog, child, own_session, unmarked, parent, lost_mark) = start_driver(tmp_path, "kill")
     try:
         assert not lock_is_free(tmp_path)
         os.kill(proc.pid, signal.SIGKILL)
@@ -78,26 +86,27 @@ def test_a_killed_driver_takes_its_marked_processes_along_and_then_lets_go_of_th
             time.sleep(0.01)
         # the lock goes last: by then every marked process is gone
         assert not alive(child) and not alive(own_session)
+        assert not alive(parent) and not alive(lost_mark)  # a marked process's child goes with it
         assert alive(unmarked)  # started after the cluster: not killed
         psutil.Process(dog).wait(timeout=10)
     finally:
-        cleanup([dog, child, own_session, unmarked])
+        cleanup([dog, child, own_session, unmarked, parent, lost_mark])
 
 
 def test_end_stops_guarding_kills_what_is_left_and_frees_the_lock(tmp_path):
-    proc, (dog, child, own_session, unmarked) = start_driver(tmp_path, "end")
+    proc, (dog, child, own_session, unmarked, parent, lost_mark) = start_driver(tmp_path, "end")
     try:
         assert proc.stdout.readline().strip() == "ended"
         assert lock_is_free(tmp_path) and not alive(dog)
         assert proc.poll() is None and alive(unmarked)  # the driver lives on
     finally:
-        cleanup([proc.pid, dog, child, own_session, unmarked])
+        cleanup([proc.pid, dog, child, own_session, unmarked, parent, lost_mark])
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_the_watchdog_ignores_the_signals_of_an_interrupt(tmp_path, signum):
     """Ctrl-C or a SIGTERM for the run must let it stop cleanly: the watchdog stays until the driver ends."""
-    proc, (dog, child, own_session, unmarked) = start_driver(tmp_path, "kill")
+    proc, (dog, child, own_session, unmarked, parent, lost_mark) = start_driver(tmp_path, "kill")
     try:
         os.kill(dog, signum)
         time.sleep(0.5)
@@ -106,4 +115,4 @@ def test_the_watchdog_ignores_the_signals_of_an_interrupt(tmp_path, signum):
         proc.kill()
         proc.wait()
         psutil.Process(dog).wait(timeout=10)
-        cleanup([dog, child, own_session, unmarked])
+        cleanup([dog, child, own_session, unmarked, parent, lost_mark])

@@ -30,34 +30,62 @@ POLL_S = 0.2  # how often the watchdog also checks that its parent is still the 
 KILL_WITHIN_S = 10.0  # the watchdog gives up killing (and exits, releasing the lock) after this long
 
 
+def _parent_of(pid: int) -> int | None:
+    """The parent pid of a live, non-zombie process; None when it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()  # the name, in parentheses, may hold spaces
+    except OSError:
+        return None
+    return None if fields[0] in (b"Z", b"X") else int(fields[1])
+
+
 def marked_processes(token: str, exclude: Iterable[int] = ()) -> list[int]:
-    """Pids of the live processes whose environment carries `MARK_ENV=token` (zombies have none)."""
+    """Pids of the live processes whose environment carries `MARK_ENV=token`, and of their descendants.
+
+    Descendants count because a process may overwrite its own environment block: Ray's agents set their
+    title with `setproctitle`, which clobbers what `/proc/PID/environ` shows, so only their parent (the
+    raylet) is found by its mark."""
     needle = f"{MARK_ENV}={token}".encode()
     skip = set(exclude)
-    found = []
+    parents: dict[int, int] = {}
+    found: set[int] = set()
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) in skip:
             continue
+        pid = int(name)
+        parent = _parent_of(pid)
+        if parent is None:
+            continue
+        parents[pid] = parent
         try:
             with open(f"/proc/{name}/environ", "rb") as f:
                 if needle in f.read().split(b"\0"):
-                    found.append(int(name))
+                    found.add(pid)
         except OSError:  # gone meanwhile, or not ours to read
             continue
-    return found
+    grew = True
+    while grew:  # close over children: a child of a marked process is the cluster's too
+        more = {pid for pid, parent in parents.items() if parent in found and pid not in found}
+        found |= more
+        grew = bool(more)
+    return sorted(found)
 
 
 def kill_marked(token: str, exclude: Iterable[int] = (), within_s: float = KILL_WITHIN_S) -> int:
-    """SIGKILL every marked process, again until none is left (a raylet may spawn a worker meanwhile) or
-    `within_s` passed; returns how many were found still alive at the end."""
+    """SIGKILL every marked process, again until none is left (a raylet may spawn a worker meanwhile) and
+    every one killed is gone or a zombie, or `within_s` passed; returns how many were still alive then."""
     deadline = time.monotonic() + within_s
+    killed: set[int] = set()
     while True:
         pids = marked_processes(token, exclude)
-        if not pids or time.monotonic() > deadline:
-            return len(pids)
+        dying = [pid for pid in killed if _parent_of(pid) is not None]  # a SIGKILL takes a moment to land
+        if not pids and not dying or time.monotonic() > deadline:
+            return len(set(pids) | set(dying))
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        killed.update(pids)
         time.sleep(0.02)
 
 
