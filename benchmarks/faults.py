@@ -49,9 +49,9 @@ from unstable_core.runtime.resume import is_learner_record
 KINDS = {  # kind -> the actor classes whose Ray worker title (`ray::<Class>...`) names it
     "collector": ("Collector",),
     "buffer": ("StepBuffer", "EpisodeBuffer"),
-    "registry": ("RegistryHost",),
-    "tracker": ("_TrackerActor",),
-    "learner": ("LearnerHost",),
+    "registry": ("LeagueActor",),
+    "tracker": ("RecorderActor",),
+    "learner": ("LearnerActor",),
     "inference": ("InferenceActor",),
     "driver": (),  # the `unstable run` process itself
 }

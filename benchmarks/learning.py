@@ -1,6 +1,6 @@
 """Does a real model learn on a CPU, and does it play? The embedded default trained by each learner within a
 wall-clock budget, then the first and the last quarter of its policy versions (per rate, those with data for
-it) compared, in the words of `unstable run`'s summary (`unstable_core.learning_verdict`): invalid-move rate
+it) compared, in the words of `unstable run`'s summary (`unstable_core.report.learning_verdict`): invalid-move rate
 and format rate of the training steps, win rate (W/n) against each evaluation opponent (the base model and
 the random legal-move player, seats alternated), each with its count and Wilson 95% interval, and a
 two-proportion test (per-move rates clustered by game seat, small counts by Fisher's exact test); the score
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import attrs
 
-from unstable_core.checkpoint_rates import WIN_PREFIX, VersionRates, compare_quarters, rates_by_version
 from unstable_core.config import RunConfig
 from unstable_core.io import atomic_write_json
-from unstable_core.learning_verdict import LEARNING, SIGNIFICANCE, learning_verdict
-from unstable_core.stats import format_p
+from unstable_core.report.checkpoint_rates import WIN_PREFIX, VersionRates, compare_quarters, rates_by_version
+from unstable_core.report.learning_verdict import LEARNING, SIGNIFICANCE, learning_verdict
+from unstable_core.report.stats import format_p
 
 TARGET_P = SIGNIFICANCE
 

@@ -148,11 +148,11 @@ class Window:
 
 @attrs.define
 class Engine:
-    """One inference actor, a registry host, a tracker and a measured collector, wired as run.py does."""
+    """One inference actor, a registry host, a recorder and a measured collector, wired as run.py does."""
 
     inference: Any
     registry: Any
-    tracker: Any
+    recorder: Any
     collector: Any
     collecting: Any = None
 
@@ -172,15 +172,15 @@ class Engine:
 
         from unstable_core import plugins
         from unstable_core.runtime.inference_actor import create_inference_actor
-        from unstable_core.runtime.registry_host import RegistryHost
+        from unstable_core.runtime.league_actor import LeagueActor
+        from unstable_core.runtime.recorder import Recorder
         from unstable_core.runtime.scheduler import GameScheduler
-        from unstable_core.runtime.tracker import Tracker
         from unstable_core.types import TrainEnvSpec
 
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         remote = lambda c, **opts: ray.remote(c).options(num_cpus=0, **opts)  # noqa: E731
-        tracker = remote(Tracker).remote(run_dir, [])
-        registry = remote(RegistryHost).remote(f"{run_dir}/registry.json")
+        recorder = remote(Recorder).remote(run_dir, [])
+        registry = remote(LeagueActor).remote(f"{run_dir}/registry.json")
         ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
         kwargs = {"model": model, "max_batch_size": 32, "max_loras": 8, "max_model_len": 4096, "device": None}
         kwargs.update(backend_options or {})
@@ -195,15 +195,15 @@ class Engine:
             engines={"main": [inference]},
             tokenizers={"main": model},
             buffer=None,
-            registry=registry,
-            tracker=tracker,
+            league=registry,
+            recorder=recorder,
             scheduler=scheduler,
             params=SamplingParams(temperature=TEMPERATURE, max_tokens=max_tokens),
             max_turns=60,
             game_timeout_s=game_timeout_s,
         )
         ray.get([inference.ping.remote(), collector.snapshot.remote()])
-        return cls(inference, registry, tracker, collector)
+        return cls(inference, registry, recorder, collector)
 
     def collect(self, games_in_flight: int) -> None:
         """Start keeping `games_in_flight` games in flight (stopping the previous collection first)."""
@@ -259,7 +259,7 @@ class Engine:
         import ray
 
         self.stop_collecting()
-        for actor in (self.collector, self.inference, self.registry, self.tracker):
+        for actor in (self.collector, self.inference, self.registry, self.recorder):
             ray.kill(actor)
 
     def torch_threads(self) -> int:

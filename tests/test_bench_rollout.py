@@ -183,8 +183,8 @@ def test_measured_collector_counts_turns_and_tokens(bench, tiny_model):
         engines={"main": [actor]},
         tokenizers={"main": tiny_model},
         buffer=None,
-        registry=None,
-        tracker=None,
+        league=None,
+        recorder=None,
         scheduler=None,
         params=SamplingParams(),
     )

@@ -108,12 +108,12 @@ def test_episode_buffer_serves_whole_trajectories_in_turn_order():
 
 
 def test_tracker_counts_outcomes_and_moving_means(tmp_path):
-    from unstable_core.runtime.tracker import Tracker, outcome_label
+    from unstable_core.runtime.recorder import Recorder, outcome_label
 
     assert outcome_label({0: 1.0, 1: -1.0}) == "seat0_win"
     assert outcome_label({0: -1.0, 1: 1.0, 2: 1.0}) == "seat1_win"
     assert outcome_label({0: 0.0, 1: 0.0}) == "draw"
-    t = Tracker(tmp_path)
+    t = Recorder(tmp_path)
     t.add_game(game(0, {0: 1.0, 1: -1.0}))
     t.add_game(game(1, {0: 0.0, 1: 0.0}))
     t.add_game(game(2, {0: 0.0, 1: 0.0}, failed=True))

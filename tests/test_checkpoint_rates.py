@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from unstable_core.checkpoint_rates import compare_quarters, rates_by_version
+from unstable_core.report.checkpoint_rates import compare_quarters, rates_by_version
 
 
 def game(models, rewards, steps=(), eval_=False, failed=False):

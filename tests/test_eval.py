@@ -282,7 +282,7 @@ def test_an_api_model_is_evaluated_and_is_an_opponent(tiny_model, tmp_path):
     against a loopback OpenAI-compatible server (a fake of the boundary, which plays the first listed
     move): every game finishes, the rates are the evaluated model's own, and an API model's tokens per
     turn are the server's usage (7 per answer)."""
-    from unstable_core.testing_openai import FakeOpenAIServer
+    from unstable_core.testing.openai_server import FakeOpenAIServer
 
     key_env, secret = "UNSTABLE_TEST_EVAL_KEY", "sk-eval-secret-42"
     os.environ[key_env] = secret  # the subprocesses inherit it; removed below
@@ -362,7 +362,7 @@ def test_api_game_errors_are_shown_once_each_and_failed_games_exit_1_unless_allo
     does): the error is printed once (the first game with it, as `unstable run` prints them), as the
     server's text, and eval exits 1 unless --allow-failures. Before: nothing on the terminal, exit 0, and
     the JSON body as the error."""
-    from unstable_core.testing_openai import FakeOpenAIServer, Scripted
+    from unstable_core.testing.openai_server import FakeOpenAIServer, Scripted
 
     models = Scripted(body={"object": "list", "data": [{"id": "some-model"}]})  # the check before Ray
     refusal = Scripted(400, body={"detail": "max_tokens is too large for this model"})
@@ -390,7 +390,7 @@ def test_api_game_errors_are_shown_once_each_and_failed_games_exit_1_unless_allo
 def test_an_api_server_that_serves_under_v1_gets_the_hint_to_add_it(tmp_path):
     """`--base-url http://HOST:PORT` for a server whose API is under /v1 (FastAPI's 404 at /models):
     before, it passed the check as a server without /models, and every game failed later."""
-    from unstable_core.testing_openai import FakeOpenAIServer
+    from unstable_core.testing.openai_server import FakeOpenAIServer
 
     with FakeOpenAIServer(fastapi=True) as server:
         root = server.base_url.removesuffix("/v1")

@@ -9,12 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 from unstable_core.cli import cli
-from unstable_core.export import prompt_messages
+from unstable_core.commands.export import prompt_messages
 from unstable_core.games import play_game
 from unstable_core.games.templates import gemma3_zs, llama_instruct_zs, qwen3_reasoning, qwen3_zs
 from unstable_core.inference.base import SamplingParams
 from unstable_core.inference.chat_prompt import MessagesTokenizer
-from unstable_core.runtime.tracker import Tracker
+from unstable_core.runtime.recorder import Recorder
 from unstable_core.types import GameSpec, PlayerSpec
 
 TTT = "TicTacToe-v0-train"
@@ -64,7 +64,7 @@ def played(tiny_model, tmp_path_factory):
     assert [r.info.final_rewards[0] for r in results] == [-1.0] * 6  # the first mover lost every game
     results[2].info.final_rewards = {0: 1.0, 1: -1.0}
     results[4].info.final_rewards = {0: 0.0, 1: 0.0}
-    tracker = Tracker(run_dir)
+    tracker = Recorder(run_dir)
     for r in results:
         assert not r.info.failed, r.info.error
         tracker.add_game(r)

@@ -11,7 +11,7 @@ from unstable_core.io import dumps_json, read_jsonl
 from unstable_core.rewards import FinalRewardTransform, StepRewardTransform
 from unstable_core.runtime.buffer import StepBuffer
 from unstable_core.runtime.failures import FailureMonitor, NonFiniteUpdates, error_key
-from unstable_core.runtime.tracker import Tracker
+from unstable_core.runtime.recorder import Recorder
 from unstable_core.trackers.jsonl import JSONLTracker
 from unstable_core.types import GameInformation, GameResult, Step, Trajectory
 
@@ -93,7 +93,7 @@ def test_json_files_hold_null_for_nan_and_count_it(tmp_path):
     assert strict_loads(dumps_json({"a": float("nan"), "b": [1.0, float("inf")], "c": 2})) == {
         "a": None, "b": [1.0, None], "c": 2,
     }  # fmt: skip
-    tracker = Tracker(tmp_path, [JSONLTracker(tmp_path, "r")])
+    tracker = Recorder(tmp_path, [JSONLTracker(tmp_path, "r")])
     tracker.log_learner({"loss": float("nan"), "grad_norm": float("inf"), "lr": 1e-3}, step=1)
     tracker.log_learner({"loss": 0.5}, step=2)
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
@@ -132,7 +132,7 @@ def attrs_evolve(step, **changes):
 def test_a_non_finite_number_in_a_game_is_null_in_games_jsonl_and_counted(tmp_path):
     game = _game()
     game.info.duration_s = float("inf")
-    tracker = Tracker(tmp_path, [JSONLTracker(tmp_path, "r")])
+    tracker = Recorder(tmp_path, [JSONLTracker(tmp_path, "r")])
     tracker.add_game(game)
     line = (tmp_path / "games" / "games.jsonl").read_text().splitlines()[0]
     assert strict_loads(line)["info"]["duration_s"] is None

@@ -18,7 +18,7 @@ from unstable_core.inference.openai_api import ApiError, OpenAIBackend, check_ap
 from unstable_core.io import read_jsonl
 from unstable_core.models import load_tokenizer
 from unstable_core.runtime.resume import is_learner_record
-from unstable_core.testing_openai import FakeOpenAIServer, Scripted
+from unstable_core.testing.openai_server import FakeOpenAIServer, Scripted
 
 OBS = "Current Board: ...\nAvailable Moves: '[2]', '[5]'"
 KEY_ENV = "UNSTABLE_TEST_API_KEY"
@@ -321,7 +321,7 @@ def test_unstable_run_against_an_api_opponent(tiny_model, tmp_path):
     assert lines and "step 0/1" in lines[0]
 
     # `unstable export --model openai:some-model`: the API's turns as the chat messages it was sent
-    from unstable_core.export import ExportFilter, export_records
+    from unstable_core.commands.export import ExportFilter, export_records
 
     records = list(export_records(games, ExportFilter(models=("openai:some-model",))))
     assert len(records) == api_turns

@@ -6,8 +6,8 @@ import json
 from click.testing import CliRunner
 
 from unstable_core.cli import cli
-from unstable_core.model_registry import ModelRegistry
-from unstable_core.runtime.tracker import Tracker
+from unstable_core.league.league import League
+from unstable_core.runtime.recorder import Recorder
 from unstable_core.types import GameInformation, GameResult
 
 TTT = "TicTacToe-v0-train"
@@ -24,7 +24,7 @@ def play(idx: int, models: dict[int, str], rewards: dict[int, float], eval_: boo
 def make_run(tmp_path):
     """ckpt-1 against base: win, win, draw, loss (seats alternated); ckpt-0 loses to base once; a mirror
     game of ckpt-1; a failed game (left out). Rated as the collector rates them."""
-    registry = ModelRegistry()
+    registry = League()
     registry.add_checkpoint("ckpt-0", None, 0, inherit=False)
     registry.add_fixed("base")
     registry.add_checkpoint("ckpt-1", str(tmp_path / "checkpoints" / "step-1"), 1)
@@ -38,7 +38,7 @@ def make_run(tmp_path):
     ]
     failed = play(6, {0: "ckpt-1", 1: "base"}, {})
     failed.info.failed = True
-    tracker = Tracker(tmp_path)
+    tracker = Recorder(tmp_path)
     for g in [*games, failed]:
         tracker.add_game(g)
         if not g.info.failed:
@@ -102,7 +102,9 @@ def test_leaderboard_of_a_folder_that_is_no_run_says_so(tmp_path):
 
 def test_games_of_unstable_eval_under_eval_count_too(tmp_path):
     make_run(tmp_path)
-    tracker = Tracker(tmp_path / "eval" / "20261122-120000")  # where `unstable eval RUN_DIR` writes its games
+    tracker = Recorder(
+        tmp_path / "eval" / "20261122-120000"
+    )  # where `unstable eval RUN_DIR` writes its games
     tracker.add_game(play(100, {0: "ckpt-1", 1: "random"}, {0: 1.0, 1: -1.0}))
     tracker.add_game(play(101, {0: "random", 1: "ckpt-1"}, {0: 1.0, 1: -1.0}))
     tracker.close()

@@ -3,8 +3,8 @@ gets (the card game must not be passable without reading the card)."""
 
 import pytest
 
-from unstable_core.learning_check import GOAL
-from unstable_core.learning_games import CARDS, HighOrLowEnv, WinOrStallEnv, dealt_card
+from unstable_core.testing.learning_check import GOAL
+from unstable_core.testing.learning_games import CARDS, HighOrLowEnv, WinOrStallEnv, dealt_card
 
 
 def play(env, answers, seed=0):

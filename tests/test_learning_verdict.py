@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from unstable_core.checkpoint_rates import VersionRates
 from unstable_core.io import dumps_json
-from unstable_core.learning_verdict import (
+from unstable_core.report.checkpoint_rates import VersionRates
+from unstable_core.report.learning_verdict import (
     LEARNING,
     NO_CHANGE,
     NO_TEST,
@@ -18,7 +18,7 @@ from unstable_core.learning_verdict import (
     learning_verdict,
     run_verdict,
 )
-from unstable_core.stats import clustered_two_proportion_test, format_p, two_proportion_test
+from unstable_core.report.stats import clustered_two_proportion_test, format_p, two_proportion_test
 
 BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -64,7 +64,7 @@ def test_more_invalid_moves_read_as_getting_worse_not_learning():
 def test_a_falling_win_rate_reads_as_getting_worse():
     rates = {v: version(v, invalid=10, turns=20, wins=(19, 20) if v < 2 else (4, 20)) for v in range(8)}
     verdict = learning_verdict(rates)
-    from unstable_core.stats import Rate
+    from unstable_core.report.stats import Rate
 
     p = format_p(two_proportion_test(Rate(38, 40), Rate(8, 40)).p_value)
     assert verdict.status == WORSE

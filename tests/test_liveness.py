@@ -15,10 +15,10 @@ from unstable_core.config import RunConfig
 from unstable_core.errors import RunStopped, UnstableError
 from unstable_core.io import read_jsonl
 from unstable_core.runtime.collector import Collector
+from unstable_core.runtime.league_actor import LeagueActor
 from unstable_core.runtime.liveness import ActorDied, ActorHung, InferenceWatch, check_answers
-from unstable_core.runtime.registry_host import RegistryHost
-from unstable_core.runtime.run import Run, _TrackerActor
-from unstable_core.runtime.tracker import Tracker
+from unstable_core.runtime.recorder import Recorder
+from unstable_core.runtime.run import RecorderActor, Run
 from unstable_core.types import GameInformation, GameResult
 
 
@@ -38,58 +38,58 @@ def game(idx: int) -> GameResult:
 
 
 def test_each_game_reaches_games_jsonl_when_it_is_recorded(tmp_path):
-    """Before: up to 64 games (2 s) waited in the tracker's memory, lost when it died."""
-    tracker = Tracker(tmp_path)
-    tracker.add_game(game(0))
-    tracker.add_game(game(1))
+    """Before: up to 64 games (2 s) waited in the recorder's memory, lost when it died."""
+    recorder = Recorder(tmp_path)
+    recorder.add_game(game(0))
+    recorder.add_game(game(1))
     assert [g["info"]["game_idx"] for g in read_jsonl(tmp_path / "games" / "games.jsonl")] == [0, 1]
 
 
 def test_a_killed_tracker_loses_no_recorded_game(ray_session, tmp_path):
-    tracker = ray.remote(_TrackerActor).options(num_cpus=0).remote(str(tmp_path), [])
+    recorder = ray.remote(RecorderActor).options(num_cpus=0).remote(str(tmp_path), [])
     for i in range(3):
-        tracker.add_game.remote(game(i))
-    assert ray.get(tracker.snapshot.remote())["counts"]["train_games"] == 3
-    ray.kill(tracker, no_restart=True)
+        recorder.add_game.remote(game(i))
+    assert ray.get(recorder.snapshot.remote())["counts"]["train_games"] == 3
+    ray.kill(recorder, no_restart=True)
     assert len(read_jsonl(tmp_path / "games" / "games.jsonl")) == 3
 
 
 def started_run(tiny_model: str, tmp_path) -> Run:
-    """A Run with a real tracker and registry (rated once, not yet saved) and nothing else started."""
+    """A Run with a real recorder and league (rated once, not yet saved) and nothing else started."""
     cfg = RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), run_name="r", trackers=[])
     run = Run(cfg, learn=False)
     remote = lambda cls: ray.remote(cls).options(num_cpus=0)  # noqa: E731
-    run.actors["tracker"] = remote(_TrackerActor).remote(str(run.run_dir), [])
-    registry = remote(RegistryHost).remote(str(run.run_dir / "registry.json"), save_every_s=3600)
-    run.actors["registry"] = registry
-    ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
-    ray.get(registry.add_fixed.remote("base"))
+    run.actors["recorder"] = remote(RecorderActor).remote(str(run.run_dir), [])
+    league = remote(LeagueActor).remote(str(run.run_dir / "registry.json"), save_every_s=3600)
+    run.actors["league"] = league
+    ray.get(league.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
+    ray.get(league.add_fixed.remote("base"))
     # rated in memory only: save_every_s keeps it off the disk until a flush
-    ray.get(registry.update_ratings.remote(["ckpt-0", "base"], [1.0, -1.0], "E"))
-    ray.get(run.actors["tracker"].add_game.remote(game(0)))
+    ray.get(league.update_ratings.remote(["ckpt-0", "base"], [1.0, -1.0], "E"))
+    ray.get(run.actors["recorder"].add_game.remote(game(0)))
     return run
 
 
 def test_stop_flushes_the_registry_when_the_tracker_is_dead(ray_session, tiny_model, tmp_path):
-    """Before: the tracker's dead snapshot raised first, so the registry's last ratings never reached disk."""
+    """Before: the recorder's dead snapshot raised first, so the league's last ratings never reached disk."""
     run = started_run(tiny_model, tmp_path)
-    ray.kill(run.actors["tracker"], no_restart=True)
+    ray.kill(run.actors["recorder"], no_restart=True)
     summary = run.stop()
     saved = {m["uid"]: m for m in json.loads((run.run_dir / "registry.json").read_text())["models"]}
     assert saved["ckpt-0"]["games"] == 1 and saved["ckpt-0"]["wins"] == 1
     assert summary["registry"]["current"] == "ckpt-0"
-    assert any(e.startswith("tracker.close: ") for e in summary["stop_errors"])
+    assert any(e.startswith("recorder.close: ") for e in summary["stop_errors"])
     stopped = [r for r in read_jsonl(run.run_dir / "metrics.jsonl") if r.get("event") == "stopped"]
-    assert len(stopped) == 1 and stopped[0]["games_recorded"] is None  # the tracker did not answer
+    assert len(stopped) == 1 and stopped[0]["games_recorded"] is None  # the recorder did not answer
 
 
 def test_stop_closes_the_tracker_when_the_registry_is_dead(ray_session, tiny_model, tmp_path):
     run = started_run(tiny_model, tmp_path)
-    ray.kill(run.actors["registry"], no_restart=True)
+    ray.kill(run.actors["league"], no_restart=True)
     summary = run.stop()
-    assert summary["counts"]["train_games"] == 1  # the tracker still answered
+    assert summary["counts"]["train_games"] == 1  # the recorder still answered
     assert len(read_jsonl(run.run_dir / "games" / "games.jsonl")) == 1
-    assert "registry" not in summary and any(e.startswith("registry.flush: ") for e in summary["stop_errors"])
+    assert "registry" not in summary and any(e.startswith("league.flush: ") for e in summary["stop_errors"])
     (stopped,) = [r for r in read_jsonl(run.run_dir / "metrics.jsonl") if r.get("event") == "stopped"]
     assert (stopped["index_base"], stopped["games_sent"], stopped["games_recorded"]) == (0, [], 1)
 
@@ -116,16 +116,28 @@ def answering(**options):
     return ray.remote(Answering).options(num_cpus=0, **options)
 
 
+def wait_until_dead(actor, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.pid.remote())
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the killed actor still answers")
+
+
 def test_check_answers_names_the_actor_that_died_or_did_not_answer(ray_session):
     alive, dead, stuck = answering().remote(), answering().remote(), answering(max_concurrency=2).remote()
     ray.get([alive.pid.remote(), dead.pid.remote(), stuck.pid.remote()])
     ray.kill(dead, no_restart=True)
+    wait_until_dead(dead)  # ray.kill does not wait: a call right after it may still be answered
     with pytest.raises(ActorDied, match=r"^the collector-1: its process died$"):
-        check_answers({"the tracker": alive.pid.remote(), "the collector-1": dead.pid.remote()})
+        check_answers({"the recorder": alive.pid.remote(), "the collector-1": dead.pid.remote()})
     stuck.hang.remote()
     with pytest.raises(ActorHung) as hung:
         check_answers(
-            {"the tracker": alive.pid.remote(), "the collector-0": stuck.hang.remote()}, timeout_s=1
+            {"the recorder": alive.pid.remote(), "the collector-0": stuck.hang.remote()}, timeout_s=1
         )
     assert (hung.value.who, hung.value.what) == ("the collector-0", "actor did not answer within 1 s")
     ray.kill(stuck)
@@ -203,7 +215,7 @@ def test_a_game_stops_waiting_for_an_inference_actor_dead_for_good(ray_session):
     with pytest.raises(ray.exceptions.RayActorError):  # ray.kill returns before the actor is gone
         ray.get(dead.ping.remote(), timeout=60)
     collector = Collector(
-        engines={"main": [dead]}, tokenizers={}, buffer=None, registry=None, tracker=None, scheduler=None,
+        engines={"main": [dead]}, tokenizers={}, buffer=None, league=None, recorder=None, scheduler=None,
         params=None, restart_timeout_s=3600,
     )  # fmt: skip
     deadline = time.monotonic() + 3600
@@ -218,12 +230,12 @@ def test_a_failed_game_of_a_group_reaches_the_buffer_and_cuts_its_group(ray_sess
 
     remote = lambda cls: ray.remote(cls).options(num_cpus=0)  # noqa: E731
     buffer = remote(StepBuffer).remote(100)
-    tracker = remote(_TrackerActor).remote(str(tmp_path), [])
-    registry = remote(RegistryHost).remote(str(tmp_path / "registry.json"), save_every_s=3600)
-    ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
-    ray.get(registry.add_fixed.remote("base"))
+    recorder = remote(RecorderActor).remote(str(tmp_path), [])
+    league = remote(LeagueActor).remote(str(tmp_path / "registry.json"), save_every_s=3600)
+    ray.get(league.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
+    ray.get(league.add_fixed.remote("base"))
     collector = Collector(
-        engines={}, tokenizers={}, buffer=buffer, registry=registry, tracker=tracker, scheduler=None,
+        engines={}, tokenizers={}, buffer=buffer, league=league, recorder=recorder, scheduler=None,
         params=None,
     )  # fmt: skip
 

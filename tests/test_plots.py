@@ -3,7 +3,7 @@
 import json
 
 from unstable_core.io import append_jsonl
-from unstable_core.plots import plot_run
+from unstable_core.report.plots import plot_run
 
 
 def test_plots_written_from_registry_and_metrics(tmp_path):
@@ -23,7 +23,7 @@ def test_plots_written_from_registry_and_metrics(tmp_path):
 
 
 def test_curves_draw_rates_per_checkpoint_with_their_intervals(tmp_path):
-    from unstable_core.plots import _rate_panels
+    from unstable_core.report.plots import _rate_panels
 
     games = []
     for v in range(3):

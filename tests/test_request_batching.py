@@ -100,8 +100,8 @@ def test_games_starting_together_share_one_registry_snapshot():
         engines={},
         tokenizers={},
         buffer=None,
-        registry=Registry(),
-        tracker=None,
+        league=Registry(),
+        recorder=None,
         scheduler=None,
         params=SamplingParams(),
     )

@@ -28,7 +28,7 @@ def launch(
     *args: str, pause_at: str | None = None, marker: Path | None = None, pause_s: float | None = None
 ) -> subprocess.Popen:
     """`unstable run ARGS` in its own process group (so that a kill takes Ray's processes with it); with
-    `pause_at`, the run pauses at that test hook point (unstable_core.test_hooks) after writing `marker`,
+    `pause_at`, the run pauses at that test hook point (unstable_core.testing.hooks) after writing `marker`,
     for `pause_s` seconds (default: until killed)."""
     env = {**ENV, "UNSTABLE_TEST_PAUSE_AT": f"{pause_at}:{marker}"} if pause_at else ENV
     if pause_s is not None:
@@ -261,7 +261,7 @@ def actor_pid(proc: subprocess.Popen, title: str, timeout: float = 240) -> int:
     return found[0]
 
 
-@pytest.mark.parametrize("actor", ["Collector", "LearnerHost"])
+@pytest.mark.parametrize("actor", ["Collector", "LearnerActor"])
 def test_a_dead_actor_stops_the_run_with_the_resume_line(tiny_model, tmp_path, actor):
     run_dir = tmp_path / "r"
     proc = start(tiny_model, tmp_path, "--run-name", "r", "--learning-steps", "50")
@@ -286,7 +286,7 @@ def test_a_dead_actor_stops_the_run_with_the_resume_line(tiny_model, tmp_path, a
 def test_scheduler_state_round_trip_continues_the_samplers_streams():
     """A scheduler restored from `state_dict` (through JSON) makes the same choices as the one it was saved
     from, and a restored index base numbers games after the recorded ones."""
-    from unstable_core.model_registry import ModelRegistry
+    from unstable_core.league.league import League
     from unstable_core.plugins import get_registry
     from unstable_core.runtime.scheduler import GameScheduler
     from unstable_core.types import TrainEnvSpec
@@ -295,7 +295,7 @@ def test_scheduler_state_round_trip_continues_the_samplers_streams():
     model_sampler = get_registry().load("model_sampler", "fixed")
 
     envs = [TrainEnvSpec(e, 2, 1) for e in ("TicTacToe-v0-train", "KuhnPoker-v0-train", "Nim-v0-train")]
-    registry = ModelRegistry()
+    registry = League()
     registry.add_checkpoint("ckpt-0", None, 0)
     for name in ("a", "b", "c"):
         registry.add_fixed(name)

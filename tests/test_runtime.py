@@ -14,11 +14,11 @@ from unstable_core.plugins import get_registry
 from unstable_core.runtime.buffer import StepBuffer
 from unstable_core.runtime.collector import Collector
 from unstable_core.runtime.inference_actor import create_inference_actor
-from unstable_core.runtime.registry_host import RegistryHost
+from unstable_core.runtime.league_actor import LeagueActor
+from unstable_core.runtime.recorder import Recorder
 from unstable_core.runtime.run import Run
 from unstable_core.runtime.scheduled_eval import EvalPlan
 from unstable_core.runtime.scheduler import GameScheduler
-from unstable_core.runtime.tracker import Tracker
 from unstable_core.types import EvalEnvSpec, TrainEnvSpec
 
 TTT = "TicTacToe-v0-train"
@@ -66,14 +66,14 @@ def start_collector(
     specs: list[TrainEnvSpec],
     seed: int = 0,
     eval_plan=None,
-    tracker_cls: type = Tracker,
+    tracker_cls: type = Recorder,
 ):
-    """A collector actor with a real registry, buffer and tracker (all Ray actors), sampling `specs`."""
+    """A collector actor with a real league, buffer and recorder (all Ray actors), sampling `specs`."""
     reg = get_registry()
-    registry = ray.remote(RegistryHost).options(num_cpus=0).remote(str(run_dir / "registry.json"))
-    ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
+    league = ray.remote(LeagueActor).options(num_cpus=0).remote(str(run_dir / "registry.json"))
+    ray.get(league.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
     buffer = ray.remote(StepBuffer).options(num_cpus=0).remote(10_000)
-    tracker = ray.remote(tracker_cls).options(num_cpus=0).remote(str(run_dir))
+    recorder = ray.remote(tracker_cls).options(num_cpus=0).remote(str(run_dir))
     scheduler = GameScheduler(
         reg.load("env_sampler", "random")(specs, seed=seed),
         reg.load("model_sampler", "mirror")(seed=seed),
@@ -86,8 +86,8 @@ def start_collector(
             engines={"main": [engine]},
             tokenizers={"main": tiny_model},
             buffer=buffer,
-            registry=registry,
-            tracker=tracker,
+            league=league,
+            recorder=recorder,
             scheduler=scheduler,
             params=SamplingParams(temperature=1.0, max_tokens=MAX_NEW_TOKENS),
             max_turns=20,
@@ -95,29 +95,27 @@ def start_collector(
             eval_plan=eval_plan,
         )
     )
-    return collector, registry, buffer, tracker
+    return collector, league, buffer, recorder
 
 
-def finish(tracker, registry, num_games: int) -> tuple[dict, dict]:
-    """Wait until the tracker has the collector's fire-and-forget game records, write games.jsonl;
-    returns (tracker snapshot, registry as a dict)."""
-    recorded = lambda: ray.get(tracker.snapshot.remote())["counts"].get("train_games", 0)  # noqa: E731
+def finish(recorder, league, num_games: int) -> tuple[dict, dict]:
+    """Wait until the recorder has the collector's fire-and-forget game records, write games.jsonl;
+    returns (recorder snapshot, league as a dict)."""
+    recorded = lambda: ray.get(recorder.snapshot.remote())["counts"].get("train_games", 0)  # noqa: E731
     wait_until(lambda: recorded() >= num_games, what="game records")
-    ray.get(tracker.close.remote())
-    return ray.get(tracker.snapshot.remote()), ray.get(registry.to_dict.remote())
+    ray.get(recorder.close.remote())
+    return ray.get(recorder.snapshot.remote()), ray.get(league.to_dict.remote())
 
 
 def test_games_finish_and_produce_steps(engine, tiny_model, tmp_path):
-    collector, registry, buffer, tracker = start_collector(
+    collector, league, buffer, recorder = start_collector(
         tmp_path, engine, tiny_model, [TrainEnvSpec(TTT, 2, 2)]
     )
     counts = ray.get(collector.collect.remote(2, 0, 4), timeout=300)
     assert counts == {"started": 4, "finished": 4, "failed": 0, "retries": 0, "recorded": 4}
 
-    wait_until(
-        lambda: ray.get(registry.to_dict.remote())["env_games"].get(TTT) == 4, what="ratings of 4 games"
-    )
-    finish(tracker, registry, 4)
+    wait_until(lambda: ray.get(league.to_dict.remote())["env_games"].get(TTT) == 4, what="ratings of 4 games")
+    finish(recorder, league, 4)
     games = read_jsonl(tmp_path / "games" / "games.jsonl")
     assert sorted(g["info"]["game_idx"] for g in games) == [0, 1, 2, 3]
     steps = [s for g in games for t in g["trajectories"] for s in t["steps"]]
@@ -140,22 +138,22 @@ def test_games_finish_and_produce_steps(engine, tiny_model, tmp_path):
 def test_a_dead_tracker_stops_collection_and_its_games_reach_neither_buffer_nor_ratings(
     engine, tiny_model, tmp_path
 ):
-    """Before: the collector kept playing for the dead tracker (fire and forget), training on and rating
+    """Before: the collector kept playing for the dead recorder (fire and forget), training on and rating
     games that never reached games.jsonl."""
-    collector, registry, buffer, tracker = start_collector(
+    collector, league, buffer, recorder = start_collector(
         tmp_path, engine, tiny_model, [TrainEnvSpec(TTT, 2, 2)]
     )
-    ray.kill(tracker, no_restart=True)
+    ray.kill(recorder, no_restart=True)
     with pytest.raises(ray.exceptions.RayTaskError) as stopped:
         ray.get(collector.collect.remote(2, 0, 4), timeout=300)
     assert isinstance(stopped.value.cause, ray.exceptions.RayActorError)  # the run names the dead actor
     assert ray.get(buffer.stats.remote())["games"] == 0
-    assert ray.get(registry.to_dict.remote())["env_games"].get(TTT, 0) == 0
+    assert ray.get(league.to_dict.remote())["env_games"].get(TTT, 0) == 0
     assert ray.get(collector.stats.remote())["recorded"] == 0
 
 
-class SlowTracker(Tracker):
-    """A tracker that takes a second per game: stopping the collection finds games waiting for it."""
+class SlowRecorder(Recorder):
+    """A recorder that takes a second per game: stopping the collection finds games waiting for it."""
 
     def add_game(self, result) -> None:
         time.sleep(1.0)
@@ -163,19 +161,19 @@ class SlowTracker(Tracker):
 
 
 def test_games_finished_when_collection_stops_are_rated_and_buffered_whole(engine, tiny_model, tmp_path):
-    """Before: stopping cancelled a finished game while it waited for the tracker, so it reached
+    """Before: stopping cancelled a finished game while it waited for the recorder, so it reached
     games.jsonl but neither the ratings nor the buffer (a run's summary rated fewer games than it had)."""
-    collector, registry, buffer, tracker = start_collector(
-        tmp_path, engine, tiny_model, [TrainEnvSpec(TTT, 2, 2)], tracker_cls=SlowTracker
+    collector, league, buffer, recorder = start_collector(
+        tmp_path, engine, tiny_model, [TrainEnvSpec(TTT, 2, 2)], tracker_cls=SlowRecorder
     )
     collecting = collector.collect.remote(4, 0)
     wait_until(lambda: ray.get(collector.stats.remote())["finished"] >= 3, what="3 finished games")
     ray.get(collector.stop.remote())
     counts = ray.get(collecting, timeout=120)
 
-    recorded = ray.get(tracker.snapshot.remote())["counts"]["train_games"]
+    recorded = ray.get(recorder.snapshot.remote())["counts"]["train_games"]
     assert counts["finished"] >= 3 and recorded == counts["recorded"] == counts["finished"]
-    assert ray.get(registry.to_dict.remote())["env_games"][TTT] == recorded
+    assert ray.get(league.to_dict.remote())["env_games"][TTT] == recorded
     assert ray.get(buffer.stats.remote())["games"] == recorded
 
 
@@ -187,11 +185,11 @@ def test_failing_env_is_recorded_as_failed_while_the_others_finish(engine, tiny_
     assert TTT in expected and MISSING_ENV in expected, "pick a seed that draws both envs"
     bad = {i for i, env in enumerate(expected) if env == MISSING_ENV}
 
-    collector, registry, buffer, tracker = start_collector(tmp_path, engine, tiny_model, specs, seed=3)
+    collector, league, buffer, recorder = start_collector(tmp_path, engine, tiny_model, specs, seed=3)
     counts = ray.get(collector.collect.remote(2, 0, 6), timeout=300)
     assert counts == {"started": 6, "finished": 6 - len(bad), "failed": len(bad), "retries": 0, "recorded": 6}
 
-    snap, _ = finish(tracker, registry, 6)
+    snap, _ = finish(recorder, league, 6)
     assert (snap["counts"]["train_games"], snap["counts"]["train_failed"]) == (6, len(bad))
     games = {g["info"]["game_idx"]: g for g in read_jsonl(tmp_path / "games" / "games.jsonl")}
     assert sorted(games) == list(range(6))
@@ -204,7 +202,7 @@ def test_failing_env_is_recorded_as_failed_while_the_others_finish(engine, tiny_
         else:
             assert not info["failed"] and info["error"] is None and info["num_turns"] >= 1
     assert ray.get(buffer.stats.remote())["games"] == 6 - len(bad)
-    wait_until(lambda: ray.get(registry.to_dict.remote())["env_games"] == {TTT: 6 - len(bad)}, what="ratings")
+    wait_until(lambda: ray.get(league.to_dict.remote())["env_games"] == {TTT: 6 - len(bad)}, what="ratings")
 
 
 def test_killed_inference_actor_restarts_and_no_game_is_counted_twice(ray_session, tiny_model, tmp_path):
@@ -224,9 +222,9 @@ def test_killed_inference_actor_restarts_and_no_game_is_counted_twice(ray_sessio
         trackers=[],
     )
     run = Run(cfg, learn=False).start()
-    tracker, collector = run.actors["tracker"], run.actors["collectors"][0]
+    recorder, collector = run.actors["recorder"], run.actors["collectors"][0]
     engine = run.actors["engines"]["main"][0]
-    played = lambda: ray.get(tracker.snapshot.remote())["counts"].get("train_games", 0)  # noqa: E731
+    played = lambda: ray.get(recorder.snapshot.remote())["counts"].get("train_games", 0)  # noqa: E731
     wait_until(lambda: played() >= 3, what="3 games before the kill")
 
     ray.kill(engine, no_restart=False)
@@ -253,20 +251,20 @@ def test_collector_plays_scheduled_evaluations_beside_training_and_none_reach_th
     """--eval-every: a checkpoint's evaluation games are played beside training games, logged against it,
     and none of them reaches the buffer."""
     plan = EvalPlan((EvalEnvSpec(TTT, 2, fixed_opponent="base"),), every=1, games=4)
-    collector, registry, buffer, tracker = start_collector(
+    collector, league, buffer, recorder = start_collector(
         tmp_path, engine, tiny_model, [TrainEnvSpec(TTT, 2, 2)], eval_plan=plan
     )
-    ray.get(registry.add_fixed.remote("base"))
-    ray.get(registry.add_checkpoint.remote("ckpt-1", None, 1))  # there before (as in a resumed run): skipped
+    ray.get(league.add_fixed.remote("base"))
+    ray.get(league.add_checkpoint.remote("ckpt-1", None, 1))  # there before (as in a resumed run): skipped
     collecting = collector.collect.remote(2, 2)
-    trained = lambda: ray.get(tracker.snapshot.remote())["counts"].get("train_games", 0) >= 2  # noqa: E731
+    trained = lambda: ray.get(recorder.snapshot.remote())["counts"].get("train_games", 0) >= 2  # noqa: E731
     wait_until(trained, what="two training games")
-    ray.get(registry.add_checkpoint.remote("ckpt-2", None, 2))  # published: due at once (every 1 step)
+    ray.get(league.add_checkpoint.remote("ckpt-2", None, 2))  # published: due at once (every 1 step)
     assert ray.get(collector.drain_evals.remote(300), timeout=320) == 0
     ray.get(collector.stop.remote())
     ray.get(collecting, timeout=120)
-    ray.get(tracker.close.remote())
-    snap = ray.get(tracker.snapshot.remote())
+    ray.get(recorder.close.remote())
+    snap = ray.get(recorder.snapshot.remote())
     evals = snap["evals"]
     assert list(evals) == [2] and evals[2][f"eval/{TTT}/vs_base/games"] == 4
 

@@ -88,7 +88,7 @@ def test_summary_counts_and_wilson_intervals_by_hand():
 
 def test_curves_draw_the_scheduled_win_rate_per_checkpoint_with_its_band(tmp_path):
     from unstable_core.io import append_jsonl
-    from unstable_core.plots import _rate_panels, plot_run
+    from unstable_core.report.plots import _rate_panels, plot_run
 
     key = f"eval/{TTT}/vs_base"
     records = [{"step": s, "learner/loss": 1.0} for s in (1, 2)] + [
@@ -136,9 +136,9 @@ def test_progress_and_summary_show_each_evaluation_with_its_interval():
 
 def test_the_trackers_moving_win_rate_counts_wins_and_its_score_draws_as_half(tmp_path):
     """metrics.jsonl's collection/<kind>/<env>/win_rate is W/n and .../score (W + D/2)/n, as everywhere."""
-    from unstable_core.runtime.tracker import Tracker
+    from unstable_core.runtime.recorder import Recorder
 
-    tracker = Tracker(tmp_path)
+    tracker = Recorder(tmp_path)
     for rewards in ({0: 1.0, 1: -1.0}, {0: 0.0, 1: 0.0}):
         r = result({0: "ckpt-2", 1: "base"}, rewards)
         r.info.learner_pids = [0]

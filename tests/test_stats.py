@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from unstable_core.stats import Rate, fisher_exact, two_proportion_test, wilson_interval
+from unstable_core.report.stats import Rate, fisher_exact, two_proportion_test, wilson_interval
 
 
 def test_wilson_interval_known_values():
@@ -65,7 +65,7 @@ def test_small_counts_use_fisher_not_the_normal():
 def test_clustered_test_by_hand():
     """Seats of 2 moves: first 15 of 30 (clusters 1, 0, 2 five times), second 5 of 40 (0, 0, 1, 0 five
     times). V1 = 15/14 * 10 / 30^2, V2 = 20/19 * 3.75 / 40^2, z = (0.125 - 0.5) / sqrt(V1 + V2)."""
-    from unstable_core.stats import clustered_two_proportion_test
+    from unstable_core.report.stats import clustered_two_proportion_test
 
     first = [(1, 2), (0, 2), (2, 2)] * 5
     second = [(0, 2), (0, 2), (1, 2), (0, 2)] * 5
@@ -83,7 +83,7 @@ def test_clustered_test_by_hand():
 
 def test_correlated_moves_are_weaker_evidence_than_independent_ones():
     """All-or-nothing seats (every move of a seat alike) carry the evidence of one trial each, not of n."""
-    from unstable_core.stats import clustered_two_proportion_test
+    from unstable_core.report.stats import clustered_two_proportion_test
 
     first = [(4, 4)] * 6 + [(0, 4)] * 6  # 24 of 48, in 12 seats
     second = [(4, 4)] * 2 + [(0, 4)] * 10  # 8 of 48

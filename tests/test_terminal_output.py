@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from unstable_core.checkpoint_rates import VersionRates
 from unstable_core.commands import _progress_table, execute, progress_line, rates_table, ratings_table
+from unstable_core.report.checkpoint_rates import VersionRates
 from unstable_core.runtime.scheduled_eval import evals_table
 
 TTT, NIM = "TicTacToe-v0-train", "Nim-v0-train"
@@ -69,7 +69,7 @@ def render(renderable, width: int) -> str:
 
 
 def test_env_ids_shorten_to_their_game_unless_two_would_read_alike():
-    from unstable_core.labels import short_env, short_env_names
+    from unstable_core.report.labels import short_env, short_env_names
 
     assert short_env(TTT) == "TicTacToe" and short_env("2048-v0-easy-train") == "2048-easy"
     assert short_env_names([TTT, NIM]) == {TTT: "TicTacToe", NIM: "Nim"}

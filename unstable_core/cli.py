@@ -71,9 +71,9 @@ def plugins(as_json: bool, show_all: bool) -> None:
 
 def _add_core_commands() -> None:
     from unstable_core.commands import envs, play, run
+    from unstable_core.commands.export import export_command
     from unstable_core.eval.command import eval_command
-    from unstable_core.export import export_command
-    from unstable_core.leaderboard import leaderboard_command
+    from unstable_core.league.leaderboard import leaderboard_command
 
     for command in (run, play, envs, eval_command, leaderboard_command, export_command):
         cli.add_command(command)

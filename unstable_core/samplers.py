@@ -1,7 +1,7 @@
 """Base classes of the two samplers a game scheduler asks: which environment, and which opponent.
 
 Plugins (such as `unstable-samplers`) subclass these. Samplers are plain Python objects (no Ray),
-living inside the collector; they see the model registry as a `ModelRegistry` snapshot.
+living inside the collector; they see the league as a `League` snapshot.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from unstable_core.errors import UnstableError
-from unstable_core.model_registry import ModelRegistry
+from unstable_core.league.league import League
 from unstable_core.types import EvalEnvSpec, GameInformation, TrainEnvSpec
 
 # an opponent that is the learner's current checkpoint, whichever it is when the game starts
@@ -98,8 +98,8 @@ class BaseModelSampler:
         _reject_unknown_options(type(self).__name__, kwargs)
         self.rng = random.Random(seed)
 
-    def sample_opponent(self, registry: ModelRegistry) -> str:
-        """The uid (in `registry`) of the opponent for the next game."""
+    def sample_opponent(self, league: League) -> str:
+        """The uid (in `league`) of the opponent for the next game."""
         raise NotImplementedError
 
     def adapters_in_play(self) -> int | None:
@@ -108,4 +108,4 @@ class BaseModelSampler:
         return None
 
     def update(self, info: GameInformation) -> None:
-        """Learn from a finished game; nothing by default (ratings live in the registry)."""
+        """Learn from a finished game; nothing by default (ratings live in the league)."""

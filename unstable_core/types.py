@@ -51,7 +51,7 @@ class EvalEnvSpec:
 
 @attrs.define
 class PlayerSpec:
-    """Who sits at seat `pid`: a model uid of the registry, and whether its turns become training data."""
+    """Who sits at seat `pid`: a model uid of the league, and whether its turns become training data."""
 
     pid: int
     model_uid: str
@@ -169,7 +169,7 @@ class GameResult:
 
 @attrs.define
 class ModelMeta:
-    """A model of the registry: a learner checkpoint or a fixed opponent, with its TrueSkill rating."""
+    """A model of the league: a learner checkpoint or a fixed opponent, with its TrueSkill rating."""
 
     uid: str
     kind: ModelKind

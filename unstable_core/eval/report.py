@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from unstable_core.eval.session import PlannedGame, Triple
-from unstable_core.stats import Rate
+from unstable_core.report.stats import Rate
 from unstable_core.types import GameResult, Step
 
 

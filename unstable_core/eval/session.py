@@ -1,6 +1,6 @@
 """Playing the games of `unstable eval` on the runtime a run uses: inference actors (one engine per base
-model, checkpoints as LoRA adapters on it), a collector keeping many games in flight, the registry and the
-tracker (which writes every game to `<out>/games/games.jsonl`). No buffer and no learner exist here.
+model, checkpoints as LoRA adapters on it), a collector keeping many games in flight, the league and the
+recorder (which writes every game to `<out>/games/games.jsonl`). No buffer and no learner exist here.
 
 Game k of a (model, opponent, env) triple seats the model at seat k mod 2 and has a seed that depends on
 the evaluation's seed, the env and k only: every model meets the same deals and openings. No seat collects
@@ -86,10 +86,10 @@ class EvalScheduler:
         self.env_sampler = self.model_sampler = self._Static()
         self.shard, self.num_shards = 0, 1
 
-    def next_eval(self, registry: Any) -> GameSpec:
+    def next_eval(self, league: Any) -> GameSpec:
         return self.specs.popleft()
 
-    def next_train(self, registry: Any) -> GameSpec:
+    def next_train(self, league: Any) -> GameSpec:
         raise UnstableError("an evaluation plays no training games")
 
 
@@ -176,8 +176,8 @@ def play_all(
     from unstable_core.runtime.cluster import start_ray, stop_ray
     from unstable_core.runtime.collector import Collector
     from unstable_core.runtime.inference_actor import create_engines
-    from unstable_core.runtime.registry_host import RegistryHost
-    from unstable_core.runtime.run import _TrackerActor
+    from unstable_core.runtime.league_actor import LeagueActor
+    from unstable_core.runtime.run import RecorderActor
 
     cfg = check_before_start(targets, settings, api=False)  # `unstable eval` checked the API models
     owns_ray = not ray.is_initialized()
@@ -186,15 +186,15 @@ def play_all(
         start_ray(None, include_dashboard=False, log_to_driver=False, namespace="unstable")
     try:
         remote = lambda cls, **opts: ray.remote(cls).options(num_cpus=0, **opts)  # noqa: E731
-        tracker = remote(_TrackerActor).remote(str(out_dir), [])
-        registry = remote(RegistryHost).remote(str(out_dir / "registry.json"))
+        recorder = remote(RecorderActor).remote(str(out_dir), [])
+        league = remote(LeagueActor).remote(str(out_dir / "registry.json"))
         for t in targets:
             if t.kind == "adapter":
-                ray.get(registry.add_checkpoint.remote(t.label, t.adapter, t.step, inherit=False))
+                ray.get(league.add_checkpoint.remote(t.label, t.adapter, t.step, inherit=False))
             elif t.kind == "model" and t.model == main_model(targets):  # served by the main engine
-                ray.get(registry.add_checkpoint.remote(t.label, None, 0, inherit=False))
+                ray.get(league.add_checkpoint.remote(t.label, None, 0, inherit=False))
             else:
-                ray.get(registry.add_fixed.remote(t.label))
+                ray.get(league.add_fixed.remote(t.label))
         engine_models = engines_of(targets)
         device = settings.device or default_device()
         local = [k for k, m in engine_models.items() if not engine_spec(m, cfg, {}).remote]
@@ -217,8 +217,8 @@ def play_all(
             engines=engines,
             tokenizers=engine_models,
             buffer=None,
-            registry=registry,
-            tracker=tracker,
+            league=league,
+            recorder=recorder,
             scheduler=EvalScheduler([g.spec for g in planned]),
             params=params,
             max_turns=settings.max_turns,
@@ -226,7 +226,7 @@ def play_all(
             error_allowance=settings.error_allowance,
         )
         done = collector.collect.remote(0, settings.concurrency, len(planned))
-        errors = _ErrorLines(tracker, on_event)
+        errors = _ErrorLines(recorder, on_event)
         while not ray.wait([done], timeout=1.0)[0]:
             if on_progress:
                 on_progress(ray.get(collector.stats.remote()))
@@ -234,9 +234,9 @@ def play_all(
         counts = ray.get(done)
         if on_progress:
             on_progress(counts)
-        _wait_for_records(tracker, len(planned))
+        _wait_for_records(recorder, len(planned))
         errors.poll()
-        ray.get([tracker.close.remote(), registry.flush.remote()])
+        ray.get([recorder.close.remote(), league.flush.remote()])
     finally:
         if owns_ray:
             stop_ray()
@@ -246,28 +246,28 @@ def play_all(
 
 
 class _ErrorLines:
-    """The first game of each distinct error the tracker has seen, passed on once (see `play_all`)."""
+    """The first game of each distinct error the recorder has seen, passed on once (see `play_all`)."""
 
-    def __init__(self, tracker: Any, on_event: Callable[[str], None] | None) -> None:
-        self.tracker, self.on_event, self.shown = tracker, on_event, set()
+    def __init__(self, recorder: Any, on_event: Callable[[str], None] | None) -> None:
+        self.recorder, self.on_event, self.shown = recorder, on_event, set()
 
     def poll(self) -> None:
         import ray
 
         if self.on_event is None:
             return
-        for entry in ray.get(self.tracker.snapshot.remote()).get("failures", {}).get("errors", []):
+        for entry in ray.get(self.recorder.snapshot.remote()).get("failures", {}).get("errors", []):
             if entry["error"] not in self.shown:
                 self.shown.add(entry["error"])
                 self.on_event(f"{entry['kind']} game {entry['game_idx']} failed: {entry['error']}")
 
 
-def _wait_for_records(tracker: Any, expected: int, timeout_s: float = 60.0) -> None:
-    """The collector sends games to the tracker without waiting: wait until it has every one."""
+def _wait_for_records(recorder: Any, expected: int, timeout_s: float = 60.0) -> None:
+    """The collector sends games to the recorder without waiting: wait until it has every one."""
     import ray
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if ray.get(tracker.snapshot.remote())["counts"].get("eval_games", 0) >= expected:
+        if ray.get(recorder.snapshot.remote())["counts"].get("eval_games", 0) >= expected:
             return
         time.sleep(0.2)

@@ -31,7 +31,7 @@ from typing import Any
 
 from unstable_core.errors import ConfigError, UnstableError
 
-RANDOM = "random"  # the opponent's name on the command line and its uid in the model registry
+RANDOM = "random"  # the opponent's name on the command line and its uid in the league
 
 LegalMoves = Callable[[Any, str], list[str]]
 

@@ -21,7 +21,7 @@ from unstable_core.errors import UnstableError, describe, root_cause
 from unstable_core.games.loop import InferenceUnavailable, play_game
 from unstable_core.games.random_player import RANDOM, RandomPlayer, random_seat_seed
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
-from unstable_core.model_registry import ModelRegistry
+from unstable_core.league.league import League
 from unstable_core.runtime.liveness import ANSWER_TIMEOUT_S
 from unstable_core.runtime.request_batching import ActorRequests
 from unstable_core.runtime.scheduled_eval import EvalPlan, summarise
@@ -43,10 +43,10 @@ class Route:
     version: int
 
 
-def route_of(registry: ModelRegistry, uid: str, engines: set[str]) -> Route:
+def route_of(league: League, uid: str, engines: set[str]) -> Route:
     """Checkpoints and the fixed opponent 'base' (or a LoRA folder) run on the main engine; `random` on no
     engine (a RandomPlayer in the collector); any other fixed model on the engine named after it."""
-    meta = registry.get_all_models().get(uid)
+    meta = league.get_all_models().get(uid)
     if meta is None:
         raise KeyError(f"model {uid!r} is not in the registry")
     if meta.kind == "checkpoint":
@@ -76,7 +76,7 @@ def is_actor_failure(exc: BaseException) -> bool:
 
 
 class Collector:
-    """Plays training and evaluation games until stopped, streaming results to buffer, registry and tracker."""
+    """Plays training and evaluation games until stopped, streaming results to buffer, league and recorder."""
 
     def __init__(
         self,
@@ -84,8 +84,8 @@ class Collector:
         engines: dict[str, list[Any]],
         tokenizers: dict[str, str],
         buffer: Any,
-        registry: Any,
-        tracker: Any,
+        league: Any,
+        recorder: Any,
         scheduler: GameScheduler,
         params: SamplingParams,
         max_turns: int = 200,
@@ -99,7 +99,7 @@ class Collector:
 
         self.engines = engines
         self.tokenizers = {key: load_tokenizer(name) for key, name in tokenizers.items()}
-        self.buffer, self.registry, self.tracker = buffer, registry, tracker
+        self.buffer, self.league, self.recorder = buffer, league, recorder
         self.scheduler = scheduler
         self.params = params
         self.max_turns, self.game_timeout_s, self.max_retries = max_turns, game_timeout_s, max_retries
@@ -117,7 +117,7 @@ class Collector:
         self._eval_after: int | None = None  # checkpoints up to this one were there before: not evaluated
         self._draining = False
         self._clients: dict[tuple[str, int], ActorRequests] = {}  # (engine, actor index) -> its requests
-        self._registry_fetch: asyncio.Future | None = None  # the registry snapshot being fetched
+        self._league_fetch: asyncio.Future | None = None  # the league snapshot being fetched
 
     # ---- one game
     def _generator(
@@ -152,14 +152,14 @@ class Collector:
             return RandomPlayer(spec.env_id, random_seat_seed(spec.seed, pid))
         return self._generator(engine, attempt, spec.game_idx)
 
-    async def play(self, spec: GameSpec, registry: ModelRegistry) -> GameResult:
+    async def play(self, spec: GameSpec, league: League) -> GameResult:
         """Play one game, replaying it when its inference actor dies (waiting for the restart at most
         `restart_timeout_s` in all, not per replay)."""
         error = ""
         deadline: float | None = None
         for attempt in range(self.max_retries + 1):
             try:
-                routes = {p.pid: route_of(registry, p.model_uid, set(self.engines)) for p in spec.players}
+                routes = {p.pid: route_of(league, p.model_uid, set(self.engines)) for p in spec.players}
                 missing = {r.engine for r in routes.values()} - set(self.engines) - {RANDOM}
                 if missing:
                     raise KeyError(f"no inference engine for {sorted(missing)}")
@@ -180,7 +180,7 @@ class Collector:
             except InferenceUnavailable as exc:
                 error = str(exc)
                 self.counts["retries"] += 1
-                self.tracker.add_count.remote("inference_retries")  # in metrics.jsonl as counts/...
+                self.recorder.add_count.remote("inference_retries")  # in metrics.jsonl as counts/...
                 log.warning("game %d: %s; replaying (attempt %d)", spec.game_idx, error, attempt + 1)
                 engines = {r.engine for r in routes.values()} - {RANDOM}
                 deadline = deadline or time.monotonic() + self.restart_timeout_s
@@ -216,22 +216,22 @@ class Collector:
                     await asyncio.sleep(0.5)
         return True
 
-    async def _registry_state(self) -> dict[str, Any]:
-        """The registry's state for a game about to start. Games that start while a fetch is under way
+    async def _league_state(self) -> dict[str, Any]:
+        """The league's state for a game about to start. Games that start while a fetch is under way
         share it (one Ray call for a whole pass of new games; at most one round trip older)."""
-        if self._registry_fetch is None or self._registry_fetch.done():
-            self._registry_fetch = asyncio.ensure_future(self.registry.to_dict.remote())
-        return await asyncio.shield(self._registry_fetch)
+        if self._league_fetch is None or self._league_fetch.done():
+            self._league_fetch = asyncio.ensure_future(self.league.to_dict.remote())
+        return await asyncio.shield(self._league_fetch)
 
     async def _run(self, kind: str) -> GameResult:
-        registry = ModelRegistry.from_dict(await self._registry_state())
-        spec = self.scheduler.next_train(registry) if kind == "train" else self.scheduler.next_eval(registry)
-        return await self._finish(spec, registry, kind)
+        league = League.from_dict(await self._league_state())
+        spec = self.scheduler.next_train(league) if kind == "train" else self.scheduler.next_eval(league)
+        return await self._finish(spec, league, kind)
 
-    async def _finish(self, spec: GameSpec, registry: ModelRegistry, kind: str) -> GameResult:
+    async def _finish(self, spec: GameSpec, league: League, kind: str) -> GameResult:
         """Play `spec` and send its result on (`_record`). A game that has finished is recorded whole even
         when collection stops meanwhile: `collect` cancels games in flight, not their recording."""
-        result = await self.play(spec, registry)
+        result = await self.play(spec, league)
         self.counts["failed" if result.info.failed else "finished"] += 1
         self.scheduler.env_sampler.update(result.info)
         self.scheduler.model_sampler.update(result.info)
@@ -241,15 +241,15 @@ class Collector:
         return await asyncio.shield(recording)
 
     async def _record(self, result: GameResult, kind: str) -> GameResult:
-        """Tracker, ratings, and (training games only) the buffer. The tracker first, and waited for: a game
-        the run rates or learns from is in games.jsonl (when the tracker is dead, the game goes nowhere and
+        """Recorder, ratings, and (training games only) the buffer. The recorder first, and waited for: a game
+        the run rates or learns from is in games.jsonl (when the recorder is dead, the game goes nowhere and
         the run stops, as for a game in flight)."""
-        await self.tracker.add_game.remote(result)
+        await self.recorder.add_game.remote(result)
         self.counts["recorded"] += 1
         info = result.info
         if not info.failed:
             pids = sorted(info.final_rewards)
-            await self.registry.update_ratings.remote(
+            await self.league.update_ratings.remote(
                 [info.models[p] for p in pids], [info.final_rewards[p] for p in pids], info.env_id
             )
         if kind == "train" and self.buffer is not None and (not info.failed or info.group_id):
@@ -262,12 +262,12 @@ class Collector:
         if self.eval_plan is None or (not force and time.monotonic() - self._eval_checked_at < 0.5):
             return
         self._eval_checked_at = time.monotonic()
-        registry = ModelRegistry.from_dict(await self.registry.to_dict.remote())
+        league = League.from_dict(await self.league.to_dict.remote())
         if self._eval_after is None:  # the first check, before any game: a resumed run's old checkpoints
-            current = registry.get_current_ckpt()
-            self._eval_after = registry.get_model(current).iteration if current else 0
-        for uid in registry.checkpoint_uids():
-            version = registry.get_model(uid).iteration
+            current = league.get_current_ckpt()
+            self._eval_after = league.get_model(current).iteration if current else 0
+        for uid in league.checkpoint_uids():
+            version = league.get_model(uid).iteration
             if (
                 version <= self._eval_after
                 or uid in self._eval_due
@@ -282,10 +282,10 @@ class Collector:
     async def _run_scheduled(self, uid: str, spec: GameSpec) -> GameResult:
         """One game of a checkpoint's scheduled evaluation; the last one logs the checkpoint's summary."""
         try:
-            registry = ModelRegistry.from_dict(await self.registry.to_dict.remote())
-            result = await self._finish(spec, registry, "eval")
+            league = League.from_dict(await self.league.to_dict.remote())
+            result = await self._finish(spec, league, "eval")
         except Exception as exc:  # counted as failed: the evaluation of the checkpoint still completes
-            if is_actor_failure(exc):  # but a dead tracker or registry stops the collection
+            if is_actor_failure(exc):  # but a dead recorder or league stops the collection
                 raise
             log.error("scheduled evaluation game %d crashed: %r", spec.game_idx, exc)
             result = _failed(spec, f"{type(exc).__name__}: {exc}")
@@ -293,7 +293,7 @@ class Collector:
         done.append(result)
         version, total = self._eval_due[uid]
         if len(done) == total:
-            self.tracker.log_eval.remote(summarise(uid, done), version)
+            self.recorder.log_eval.remote(summarise(uid, done), version)
         return result
 
     def evals_pending(self) -> int:
@@ -344,7 +344,7 @@ class Collector:
                         inflight[asyncio.create_task(game)] = kind
                         # counted here, not in the task, so that the max_games check above sees it at once
                         self.counts["started"] += 1
-                        await asyncio.sleep(0)  # let the task take its registry snapshot and index
+                        await asyncio.sleep(0)  # let the task take its league snapshot and index
                 if not inflight:
                     if not room:
                         break
@@ -355,7 +355,7 @@ class Collector:
                     inflight.pop(task)
                     if task.exception() is not None:
                         # not a game failure (those are results): a component (reward transform, buffer,
-                        # registry) raised; the run stops with it instead of losing every game silently
+                        # league) raised; the run stops with it instead of losing every game silently
                         self.counts["failed"] += 1
                         cause = task.exception()
                         if is_actor_failure(cause):  # the run names the actor that died
@@ -367,7 +367,7 @@ class Collector:
             for task in inflight:
                 task.cancel()
             await asyncio.gather(*inflight, return_exceptions=True)
-            if self._recording:  # finished games still on their way to the tracker, ratings and buffer
+            if self._recording:  # finished games still on their way to the recorder, ratings and buffer
                 done, _ = await asyncio.wait(set(self._recording), timeout=RECORD_TIMEOUT_S)
                 for recording in done:  # their errors were the cancelled games' to raise: seen, not raised
                     recording.cancelled() or recording.exception()

@@ -1,4 +1,4 @@
-"""Is every actor of a run still there? The stateful actors (tracker, registry, buffer, collectors) must
+"""Is every actor of a run still there? The stateful actors (recorder, league, buffer, collectors) must
 answer a cheap question within ANSWER_TIMEOUT_S; the inference actors, which Ray restarts, are watched
 without waiting on them: a restart is reported, one that is dead for good (Ray could not restart it) or
 silent for ANSWER_TIMEOUT_S stops the run, naming it."""

@@ -1,6 +1,6 @@
 """Continuing a run from its last complete checkpoint (`unstable run --resume RUN_DIR`).
 
-Every checkpoint folder holds, beside the learner's files, `run_state.json`: the model registry as it was
+Every checkpoint folder holds, beside the learner's files, `run_state.json`: the league as it was
 just before the checkpoint was registered, the reward transforms' state, each collector's sampler state
 and RNG streams, and the learner metrics of that step. The folder is written atomically, so a checkpoint is
 complete with all of it or absent.
@@ -63,7 +63,7 @@ class ResumePoint:
     state: dict[str, Any]
 
     @property
-    def registry(self) -> dict[str, Any]:
+    def league(self) -> dict[str, Any]:
         return self.state["registry"]
 
     @property

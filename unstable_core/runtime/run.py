@@ -1,6 +1,6 @@
 """`build(...)`: resolve a run's components, start its Ray actors, wait for it, stop it cleanly.
 
-Tracker, ModelRegistry, Buffer, InferenceActor x N (per engine), Collector x M and the Learner are Ray
+Recorder, League, Buffer, InferenceActor x N (per engine), Collector x M and the Learner are Ray
 actors; games are coroutines inside the collectors.
 """
 
@@ -22,18 +22,6 @@ from unstable_core.inference.vllm import vllm_max_lora_rank
 from unstable_core.io import atomic_write_json
 from unstable_core.models import is_api_model
 from unstable_core.plugins import get_registry
-from unstable_core.preflight import (
-    check_components,
-    check_device,
-    check_env_ids,
-    check_env_players,
-    check_lora_targets,
-    check_model,
-    check_run_name,
-    check_templates,
-    check_trackers,
-    claim_run_dir,
-)
 from unstable_core.rewards import check_stage
 from unstable_core.run_lock import LOCK_NAME, RunLock
 from unstable_core.runtime.cluster import end_watchdog, start_ray, stop_ray
@@ -52,6 +40,18 @@ from unstable_core.runtime.placement import (
     check_nodes,
     cluster_nodes,
     plan_placement,
+)
+from unstable_core.runtime.preflight import (
+    check_components,
+    check_device,
+    check_env_ids,
+    check_env_players,
+    check_lora_targets,
+    check_model,
+    check_run_name,
+    check_templates,
+    check_trackers,
+    claim_run_dir,
 )
 from unstable_core.runtime.resume import (
     RESUME_HINT,
@@ -85,7 +85,7 @@ def is_adapter_dir(name: str) -> bool:
 
 @attrs.define
 class Components:
-    """What a run config names, resolved through the plugin registry (errors surface before Ray starts)."""
+    """What a run config names, resolved through the plugin league (errors surface before Ray starts)."""
 
     learner: Any
     env_sampler: Any
@@ -329,8 +329,8 @@ class Run:
         from unstable_core.runtime.buffer import BUFFERS
         from unstable_core.runtime.collector import Collector
         from unstable_core.runtime.inference_actor import create_engines
-        from unstable_core.runtime.learner_host import LearnerHost
-        from unstable_core.runtime.registry_host import RegistryHost
+        from unstable_core.runtime.league_actor import LeagueActor
+        from unstable_core.runtime.learner_actor import LearnerActor
         from unstable_core.runtime.scheduler import GameScheduler
 
         cfg, comp = self.cfg, self.components
@@ -354,25 +354,25 @@ class Run:
         threads = max(1, os.cpu_count() or 1)
 
         remote = lambda cls, **opts: ray.remote(cls).options(num_cpus=0, **opts)  # noqa: E731
-        self.actors["tracker"] = remote(_TrackerActor).remote(
+        self.actors["recorder"] = remote(RecorderActor).remote(
             str(self.run_dir),
             comp.trackers,
             cfg.failure_window,
             cfg.max_failure_rate,
             point.step if point else 0,
         )
-        registry = remote(RegistryHost).remote(
+        league = remote(LeagueActor).remote(
             str(self.run_dir / "registry.json"),
-            state=point.registry if point else None,
+            state=point.league if point else None,
             fresh=self.resume_dir is not None,
         )
-        self.actors["registry"] = registry
+        self.actors["league"] = league
         if point is None:
-            ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
-        else:  # the registry as it was when the checkpoint was saved, then the checkpoint itself
-            ray.get(registry.add_checkpoint.remote(f"ckpt-{point.step}", str(point.checkpoint), point.step))
+            ray.get(league.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
+        else:  # the league as it was when the checkpoint was saved, then the checkpoint itself
+            ray.get(league.add_checkpoint.remote(f"ckpt-{point.step}", str(point.checkpoint), point.step))
         for name in self.fixed_opponents():
-            ray.get(registry.add_fixed.remote(name))
+            ray.get(league.add_fixed.remote(name))
 
         buffer_kind = getattr(comp.learner, "buffer_kind", "step") if self.learn else "step"
         buffer = None
@@ -393,7 +393,7 @@ class Run:
                     ]
                 )
         if self.resume_dir is not None:  # with the ratings and reward state read back from the live actors
-            models = ray.get(registry.to_dict.remote())["models"]
+            models = ray.get(league.to_dict.remote())["models"]
             resume_record["ratings_loaded"] = {
                 m["uid"]: {k: m[k] for k in ("mu", "sigma", "games")} for m in models
             }
@@ -435,8 +435,8 @@ class Run:
                     engines=engines,
                     tokenizers=self._engines(),
                     buffer=buffer,
-                    registry=registry,
-                    tracker=self.actors["tracker"],
+                    league=league,
+                    recorder=self.actors["recorder"],
                     scheduler=scheduler,
                     params=params,
                     max_turns=cfg.max_turns,
@@ -471,13 +471,13 @@ class Run:
                 device=cfg.device,
                 seed=cfg.seed,
             )
-            host = remote(LearnerHost, num_gpus=placement.learner_gpus, max_concurrency=2).remote(
+            host = remote(LearnerActor, num_gpus=placement.learner_gpus, max_concurrency=2).remote(
                 comp.learner,
                 learner_kwargs,
                 cfg.algorithm_config,
                 buffer=buffer,
-                registry=registry,
-                tracker=self.actors["tracker"],
+                league=league,
+                recorder=self.actors["recorder"],
                 batch_size=cfg.batch_size,
                 torch_threads=threads,
                 collectors=collectors,
@@ -490,15 +490,15 @@ class Run:
 
     # ---- watch
     def progress(self) -> dict[str, Any]:
-        """Tracker snapshot plus the registry's ratings (for a progress display)."""
+        """Recorder snapshot plus the league's ratings (for a progress display)."""
         import ray
 
-        snap = ray.get(self.actors["tracker"].snapshot.remote())
-        snap["registry"] = ray.get(self.actors["registry"].to_dict.remote())
+        snap = ray.get(self.actors["recorder"].snapshot.remote())
+        snap["registry"] = ray.get(self.actors["league"].to_dict.remote())
         try:
             engine = self.actors["engines"]["main"][0]
             stats = ray.get(engine.stats.remote(), timeout=5)
-            self.actors["tracker"].set_inference_stats.remote(stats)
+            self.actors["recorder"].set_inference_stats.remote(stats)
             snap["inference"] = stats
         except Exception:  # a restarting inference actor must not stop the display
             pass
@@ -592,7 +592,7 @@ class Run:
     def _actor_names(self) -> dict[str, str]:
         """Actor id (hex) -> name as the run's messages give it ('the learner', 'the inference-main-0')."""
         names = {}
-        for key in ("tracker", "registry", "buffer", "learner"):
+        for key in ("recorder", "league", "buffer", "learner"):
             if key in self.actors:
                 names[self.actors[key]._actor_id.hex()] = f"the {key}"
         for i, c in enumerate(self.actors.get("collectors", [])):
@@ -608,7 +608,7 @@ class Run:
         names = self._actor_names()
         asked = {
             names[a._actor_id.hex()]: getattr(a, method).remote()
-            for key, method in (("tracker", "snapshot"), ("registry", "get_current_ckpt"), ("buffer", "size"))
+            for key, method in (("recorder", "snapshot"), ("league", "get_current_ckpt"), ("buffer", "size"))
             if (a := self.actors.get(key)) is not None
         }
         asked.update({names[c._actor_id.hex()]: c.stats.remote() for c in self.actors.get("collectors", [])})
@@ -668,14 +668,14 @@ class Run:
         self.actors.clear()
         if self._owns_ray:
             stop_ray()
-        from unstable_core.plots import plot_run
+        from unstable_core.report.plots import plot_run
 
         try:
             self.summary["plots"] = [str(p) for p in plot_run(self.run_dir)]
         except Exception as exc:  # a picture is not worth losing the summary
             self.summary["plots_error"] = str(exc)
         if self.learn:  # what was learned, and its test: the sentence the summary opens with
-            from unstable_core.learning_verdict import run_verdict
+            from unstable_core.report.learning_verdict import run_verdict
 
             try:
                 self.summary["learning"] = run_verdict(self.run_dir).to_dict()
@@ -688,7 +688,7 @@ class Run:
         return self.summary
 
     def _close_files(self, timeout_s: float = 30.0) -> dict[str, Any]:
-        """Flush the tracker's and the registry's files, each on its own with a time limit (a dead or hung
+        """Flush the recorder's and the league's files, each on its own with a time limit (a dead or hung
         actor must not keep the other's data from the disk); then their last numbers, as far as they
         answer (`stop_errors` says which did not), and the `stopped` event in metrics.jsonl."""
         import ray
@@ -702,11 +702,11 @@ class Run:
                 errors.append(f"{name}.{method}: {describe(exc)}")
                 return None
 
-        tracker, registry = self.actors["tracker"], self.actors["registry"]
-        ask("tracker", tracker, "close")
-        ask("registry", registry, "flush")
-        snap = ask("tracker", tracker, "snapshot") or {}
-        models = ask("registry", registry, "to_dict")
+        recorder, league = self.actors["recorder"], self.actors["league"]
+        ask("recorder", recorder, "close")
+        ask("league", league, "flush")
+        snap = ask("recorder", recorder, "snapshot") or {}
+        models = ask("league", league, "to_dict")
         if models is not None:
             snap["registry"] = models
         collected = [
@@ -722,7 +722,7 @@ class Run:
 
     def _record_stop(self, counts: dict[str, int] | None, collected: list[dict[str, int] | None]) -> None:
         """This process's games and restarts, as a `stopped` event of metrics.jsonl: games each collector
-        had the tracker record (None: it did not answer), games the tracker recorded, games replayed and
+        had the recorder record (None: it did not answer), games the recorder recorded, games replayed and
         inference actor restarts seen. Games numbered from `index_base` on are this process's, so a
         check can compare what was played with what games.jsonl holds (benchmarks/faults.py)."""
         record_event(
@@ -749,8 +749,8 @@ class Run:
         return self.summary
 
 
-class _TrackerActor:
-    """Builds the chosen trackers inside the actor (they may hold files or sockets) around a `Tracker`."""
+class RecorderActor:
+    """Builds the chosen trackers inside the actor (they may hold files or sockets) around a `Recorder`."""
 
     def __init__(
         self,
@@ -760,10 +760,10 @@ class _TrackerActor:
         max_failure_rate: float = 0.5,
         learner_step: int = 0,
     ) -> None:
-        from unstable_core.runtime.tracker import Tracker
+        from unstable_core.runtime.recorder import Recorder
 
         built = [cls(**kw) for cls, kw in trackers]
-        self._t = Tracker(run_dir, built, failure_window, max_failure_rate, learner_step)
+        self._t = Recorder(run_dir, built, failure_window, max_failure_rate, learner_step)
 
     def add_game(self, result) -> None:
         self._t.add_game(result)

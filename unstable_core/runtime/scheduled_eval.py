@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from unstable_core.stats import Rate
+from unstable_core.report.stats import Rate
 from unstable_core.types import EvalEnvSpec, GameResult, GameSpec, PlayerSpec
 
 DEFAULT_OPPONENT = "base"
@@ -145,7 +145,7 @@ def _pairs(metrics: dict[str, float]) -> list[str]:
 
 def pair_names(keys: list[str]) -> dict[str, tuple[str | None, str]]:
     """`eval/<env>/vs_<opponent>` -> (env's short name, or None when the keys hold one env only; opponent)."""
-    from unstable_core.labels import short_env_names
+    from unstable_core.report.labels import short_env_names
 
     split = {key: key[len("eval/") :].rsplit("/vs_", 1) for key in keys}
     names = short_env_names(env for env, _ in split.values())

@@ -6,7 +6,7 @@ import random
 from typing import Any
 
 from unstable_core.errors import UnstableError
-from unstable_core.model_registry import ModelRegistry
+from unstable_core.league.league import League
 from unstable_core.runtime.scheduled_eval import EvalPlan
 from unstable_core.samplers import CURRENT, BaseEnvSampler, BaseModelSampler
 from unstable_core.types import GameSpec, PlayerSpec
@@ -39,7 +39,7 @@ class GameScheduler:
     def _seed_of(self, game_idx: int) -> int:
         return random.Random(f"{self.seed}:{game_idx}").randrange(2**31)
 
-    def next_train(self, registry: ModelRegistry) -> GameSpec:
+    def next_train(self, league: League) -> GameSpec:
         """A training game: the current checkpoint at `num_actors` random seats, sampled opponents elsewhere.
         A game of a group (the env sampler's `repeat`) has its group's id, seed, seats, opponents and
         checkpoint: the one current when the group's first game was scheduled."""
@@ -47,17 +47,15 @@ class GameScheduler:
         idx = self._new_index()
         seed = self.env_sampler.game_seed(self._seed_of(idx))
         rng = random.Random(seed)  # a replayed seed also replays the seats
-        current = self.env_sampler.group_value("learner", registry.get_current_ckpt)
+        current = self.env_sampler.group_value("learner", league.get_current_ckpt)
         if current is None:
-            raise UnstableError(
-                "the model registry has no checkpoint yet: register the base model as ckpt-0 first"
-            )
+            raise UnstableError("the league has no checkpoint yet: register the base model as ckpt-0 first")
         seats = list(range(env.num_players))
         rng.shuffle(seats)
 
         def draw() -> list[str]:  # one opponent per seat the learner does not hold; itself as CURRENT
-            drawn = [self.model_sampler.sample_opponent(registry) for _ in seats[env.num_actors :]]
-            return [CURRENT if uid == registry.get_current_ckpt() else uid for uid in drawn]
+            drawn = [self.model_sampler.sample_opponent(league) for _ in seats[env.num_actors :]]
+            return [CURRENT if uid == league.get_current_ckpt() else uid for uid in drawn]
 
         opponents = self.env_sampler.group_opponents(draw)  # a replayed game: its group's opponents
         players = [
@@ -74,18 +72,16 @@ class GameScheduler:
             game_idx=idx, env_id=env.env_id, seed=seed, players=players, group_id=group_id, group_size=size
         )
 
-    def next_eval(self, registry: ModelRegistry) -> GameSpec:
+    def next_eval(self, league: League) -> GameSpec:
         """An evaluation game: the current checkpoint against the env's fixed opponent (or a sampled one)."""
         env = self.env_sampler.sample("eval")
         idx = self._new_index()
         rng = random.Random(self._seed_of(idx))
-        current = registry.get_current_ckpt()
+        current = league.get_current_ckpt()
         me = rng.randrange(env.num_players)
         players = []
         for pid in range(env.num_players):
-            uid = (
-                current if pid == me else (env.fixed_opponent or self.model_sampler.sample_opponent(registry))
-            )
+            uid = current if pid == me else (env.fixed_opponent or self.model_sampler.sample_opponent(league))
             players.append(PlayerSpec(pid, uid, collect_data=pid == me, prompt_template=env.prompt_template))
         return GameSpec(game_idx=idx, env_id=env.env_id, seed=self._seed_of(idx), players=players, eval=True)
 

@@ -301,7 +301,7 @@ def test_plugin_registers_ppo():
 
 def test_ppo_passes_the_learning_check_and_fails_it_with_its_loss_sign_flipped(tmp_path):
     """SPIRAL's settings (2 epochs, zero-advantage filter) master the letter game; ascending the loss does not."""
-    from unstable_core.learning_check import GOAL, check_learner_learns, sign_flipped
+    from unstable_core.testing.learning_check import GOAL, check_learner_learns, sign_flipped
 
     spiral = {"epochs": 2, "filter_zero_advantage": True}
     result = check_learner_learns(PPOLearner, tmp_path / "ppo", algorithm_kwargs=spiral)
@@ -387,7 +387,7 @@ def test_pi_old_and_pi_share_one_layout_in_bf16(tiny_model, tmp_path, monkeypatc
 
 @pytest.fixture(scope="module")
 def on_policy_result(tmp_path_factory):
-    from unstable_core.learning_check import check_learner_learns
+    from unstable_core.testing.learning_check import check_learner_learns
 
     return check_learner_learns(PPOLearner, tmp_path_factory.mktemp("on-policy"))
 
@@ -399,7 +399,7 @@ def test_ppo_learns_from_stale_or_shifted_behaviour_logprobs_as_well_as_on_polic
     """Games played by the policy `lag` versions before the learner's, or recorded log-probs moved by
     +-mu_shift per token (a sampler with other numerics): the decoupled objective reaches the goal within
     one update of on-policy training."""
-    from unstable_core.learning_check import check_learner_learns
+    from unstable_core.testing.learning_check import check_learner_learns
 
     assert on_policy_result.passed, on_policy_result.summary()
     result = check_learner_learns(PPOLearner, tmp_path, lag=lag, mu_shift=mu_shift)

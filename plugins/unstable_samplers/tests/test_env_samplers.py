@@ -125,10 +125,10 @@ def test_repeat_plays_each_seed_and_seating_g_times_in_a_row(cls):
     """With repeat=3 the scheduler's games come in runs of 3 with the same env, seed and seats (GRPO groups)."""
     from unstable_samplers.model import MirrorModelSampler
 
-    from unstable_core.model_registry import ModelRegistry
+    from unstable_core.league.league import League
     from unstable_core.runtime.scheduler import GameScheduler
 
-    registry = ModelRegistry()
+    registry = League()
     registry.add_checkpoint("ckpt-0", None, 0, inherit=False)
     two = [
         TrainEnvSpec("A-v0", num_players=2, num_actors=1),
@@ -154,9 +154,9 @@ def test_repeat_must_be_a_positive_integer(repeat):
 
 
 def _lagged_registry(checkpoints: int):
-    from unstable_core.model_registry import ModelRegistry
+    from unstable_core.league.league import League
 
-    registry = ModelRegistry()
+    registry = League()
     for i in range(checkpoints):
         registry.add_checkpoint(f"ckpt-{i}", None, i, inherit=False)
     return registry

@@ -1,4 +1,4 @@
-"""Opponent samplers against a real ModelRegistry: candidates, exact probabilities, seeded draws, errors."""
+"""Opponent samplers against a real League: candidates, exact probabilities, seeded draws, errors."""
 
 import math
 from collections import Counter
@@ -12,13 +12,13 @@ from unstable_samplers.model import (
 )
 
 from unstable_core.errors import UnstableError
-from unstable_core.model_registry import ModelRegistry
+from unstable_core.league.league import League
 
 BETA = 4.0
 
 
 def registry(num_ckpts=3, fixed=("opp-b", "opp-a")):
-    reg = ModelRegistry(beta=BETA)
+    reg = League(beta=BETA)
     for it in range(num_ckpts):
         reg.add_checkpoint(f"ckpt-{it}", f"ckpts/{it}", iteration=it)
     for name in fixed:

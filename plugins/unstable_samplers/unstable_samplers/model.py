@@ -1,6 +1,6 @@
 """Opponent samplers: who the learner's current checkpoint plays against.
 
-Each reads a `ModelRegistry` snapshot and returns a model uid. Inactive models (such as the registry's
+Each reads a `League` snapshot and returns a model uid. Inactive models (such as the registry's
 dummy opponent of one-player games) are never chosen. Draws use the sampler's seeded `self.rng`.
 """
 
@@ -10,11 +10,11 @@ import math
 from typing import Any
 
 from unstable_core.errors import UnstableError
-from unstable_core.model_registry import ModelRegistry
+from unstable_core.league.league import League
 from unstable_core.samplers import BaseModelSampler
 
 
-def current_ckpt(registry: ModelRegistry, sampler: str) -> str:
+def current_ckpt(registry: League, sampler: str) -> str:
     """The registry's current checkpoint, or an error saying that the learner has not registered one."""
     current = registry.get_current_ckpt()
     if current is None:
@@ -27,7 +27,7 @@ def current_ckpt(registry: ModelRegistry, sampler: str) -> str:
 class MirrorModelSampler(BaseModelSampler):
     """Self-play: the opponent is always the current checkpoint."""
 
-    def sample_opponent(self, registry: ModelRegistry) -> str:
+    def sample_opponent(self, registry: League) -> str:
         """The uid of the current checkpoint."""
         return current_ckpt(registry, type(self).__name__)
 
@@ -42,7 +42,7 @@ class FixedOpponentModelSampler(BaseModelSampler):
         super().__init__(seed, **kwargs)
         self.include_current_ckpt = bool(include_current_ckpt)
 
-    def candidates(self, registry: ModelRegistry) -> list[str]:
+    def candidates(self, registry: League) -> list[str]:
         """The uids drawn from, each with equal probability (fixed opponents sorted by uid)."""
         fixed = sorted(uid for uid, m in registry.get_all_models().items() if m.kind == "fixed" and m.active)
         if not fixed:
@@ -53,7 +53,7 @@ class FixedOpponentModelSampler(BaseModelSampler):
             fixed.append(current_ckpt(registry, type(self).__name__))
         return fixed
 
-    def sample_opponent(self, registry: ModelRegistry) -> str:
+    def sample_opponent(self, registry: League) -> str:
         """A uniformly drawn candidate."""
         return self.rng.choice(self.candidates(registry))
 
@@ -70,7 +70,7 @@ class AsynchronousModelSampler(BaseModelSampler):
             raise UnstableError(f"AsynchronousModelSampler: k must be an integer >= 1, got {k!r}")
         self.k = k
 
-    def candidates(self, registry: ModelRegistry) -> list[str]:
+    def candidates(self, registry: League) -> list[str]:
         """The uids of the newest `k` active checkpoints, oldest first."""
         models = registry.get_all_models()
         ckpts = [uid for uid in registry.checkpoint_uids() if models[uid].active]
@@ -81,7 +81,7 @@ class AsynchronousModelSampler(BaseModelSampler):
             )
         return ckpts[-self.k :]
 
-    def sample_opponent(self, registry: ModelRegistry) -> str:
+    def sample_opponent(self, registry: League) -> str:
         """A uniformly drawn recent checkpoint."""
         return self.rng.choice(self.candidates(registry))
 
@@ -93,7 +93,7 @@ class TrueSkillModelSampler(BaseModelSampler):
     """Opponents in proportion to TrueSkill's match quality with the current checkpoint: close, uncertain
     matches are played most. Candidates: every active model but the current checkpoint (unless it is alone)."""
 
-    def probabilities(self, registry: ModelRegistry) -> dict[str, float]:
+    def probabilities(self, registry: League) -> dict[str, float]:
         """p(c) = quality(current, c) / sum_c' quality(current, c'), by candidate uid."""
         current = current_ckpt(registry, type(self).__name__)
         active = [uid for uid, m in registry.get_all_models().items() if m.active]
@@ -104,7 +104,7 @@ class TrueSkillModelSampler(BaseModelSampler):
             return {uid: 1.0 / len(candidates) for uid in candidates}
         return {uid: q / total for uid, q in qualities.items()}
 
-    def sample_opponent(self, registry: ModelRegistry) -> str:
+    def sample_opponent(self, registry: League) -> str:
         """A candidate drawn with the match-quality probabilities."""
         probs = self.probabilities(registry)
         return self.rng.choices(list(probs), weights=list(probs.values()))[0]

@@ -36,7 +36,7 @@ def outcome_label(final_rewards: dict[int, float]) -> str:
     return f"seat{min(p for p, r in final_rewards.items() if r == best)}_win"
 
 
-class Tracker:
+class Recorder:
     """Collects game results and metrics; writes them to the run directory."""
 
     def __init__(

@@ -21,9 +21,9 @@ from typing import Any
 import attrs
 import click
 
-from unstable_core.checkpoint_rates import CKPT_PREFIX, run_games
 from unstable_core.errors import ConfigError, UnstableError
 from unstable_core.io import dumps_json
+from unstable_core.report.checkpoint_rates import CKPT_PREFIX, run_games
 
 OUTCOMES = ("win", "draw", "loss")
 

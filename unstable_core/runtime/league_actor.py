@@ -1,4 +1,4 @@
-"""The model registry as the run's single source of truth, saved to `registry.json`: at once when a model
+"""The league as the run's single source of truth, saved to `registry.json`: at once when a model
 is added, at most every `save_every_s` seconds for rating updates (one rewrite per game would make a
 thousand short games a thousand file writes), and on `flush()`."""
 
@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from unstable_core.model_registry import ModelRegistry
+from unstable_core.league.league import League
 
 
-class RegistryHost:
-    """Wraps a `ModelRegistry` (hosted in a Ray actor) and writes it atomically."""
+class LeagueActor:
+    """Wraps a `League` (hosted in a Ray actor) and writes it atomically."""
 
     def __init__(
         self,
@@ -20,24 +20,24 @@ class RegistryHost:
         save_every_s: float = 2.0,
         state: dict[str, Any] | None = None,
         fresh: bool = False,
-        **registry_kwargs: Any,
+        **league_kwargs: Any,
     ) -> None:
-        """`state` (a resumed run's registry as saved with its checkpoint) wins over the file; `fresh`
+        """`state` (a resumed run's league as saved with its checkpoint) wins over the file; `fresh`
         ignores the file (a run resumed before its first checkpoint starts over)."""
         self.path = Path(path)
         self.save_every_s = save_every_s
         self._saved_at = 0.0
         self._dirty = False
         if state is not None:
-            self.registry = ModelRegistry.from_dict(state)
+            self.league = League.from_dict(state)
             self._dirty = True
         elif self.path.exists() and not fresh:
-            self.registry = ModelRegistry.load(self.path)
+            self.league = League.load(self.path)
         else:
-            self.registry = ModelRegistry(**registry_kwargs)
+            self.league = League(**league_kwargs)
 
     def _save(self) -> None:
-        self.registry.save(self.path)
+        self.league.save(self.path)
         self._saved_at, self._dirty = time.monotonic(), False
 
     def flush(self) -> None:
@@ -46,21 +46,21 @@ class RegistryHost:
             self._save()
 
     def add_checkpoint(self, uid: str, path: str | None, iteration: int, inherit: bool = True) -> None:
-        self.registry.add_checkpoint(uid, path, iteration, inherit=inherit)
+        self.league.add_checkpoint(uid, path, iteration, inherit=inherit)
         self._save()
 
     def add_fixed(self, name: str, prior_mu: float = 25.0) -> None:
-        self.registry.add_fixed(name, prior_mu=prior_mu)
+        self.league.add_fixed(name, prior_mu=prior_mu)
         self._save()
 
     def update_ratings(self, uids: list[str], scores: list[float], env_id: str) -> None:
-        self.registry.update_ratings(uids, scores, env_id)
+        self.league.update_ratings(uids, scores, env_id)
         self._dirty = True
         if time.monotonic() - self._saved_at >= self.save_every_s:
             self._save()
 
     def get_current_ckpt(self) -> str | None:
-        return self.registry.get_current_ckpt()
+        return self.league.get_current_ckpt()
 
     def to_dict(self) -> dict[str, Any]:
-        return self.registry.to_dict()
+        return self.league.to_dict()

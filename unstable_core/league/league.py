@@ -37,7 +37,7 @@ def _pair(uid_a: str, uid_b: str) -> tuple[str, str]:
     return (uid_a, uid_b) if uid_a <= uid_b else (uid_b, uid_a)
 
 
-class ModelRegistry:
+class League:
     """Checkpoints and fixed opponents with their TrueSkill ratings, results and pairwise match counts."""
 
     def __init__(
@@ -261,7 +261,7 @@ class ModelRegistry:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelRegistry:
+    def from_dict(cls, data: dict[str, Any]) -> League:
         """Rebuild a registry from `to_dict` output."""
         try:
             if data.get("format_version") != FORMAT_VERSION:
@@ -287,7 +287,7 @@ class ModelRegistry:
         atomic_write_text(path, dumps_json(self.to_dict(), indent=1))
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> ModelRegistry:
+    def load(cls, path: str | os.PathLike[str]) -> League:
         """Read a registry written by `save`."""
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -302,7 +302,7 @@ class ModelRegistry:
         return cls.from_dict(data)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ModelRegistry) and self.to_dict() == other.to_dict()
+        return isinstance(other, League) and self.to_dict() == other.to_dict()
 
     def __repr__(self) -> str:
-        return f"ModelRegistry({len(self._models)} models, current={self._current!r})"
+        return f"League({len(self._models)} models, current={self._current!r})"

@@ -104,7 +104,7 @@ def _games_text(counts: dict[str, int], kind: str) -> str:
 def _progress_table(snap: dict[str, Any], learning_steps: int | None, title: str) -> Any:
     from rich.table import Table
 
-    from unstable_core.labels import mean_labels
+    from unstable_core.report.labels import mean_labels
 
     counts, means = snap.get("counts", {}), snap.get("means", {})
     table = Table(title=title, show_header=False, expand=False)
@@ -184,7 +184,7 @@ def rates_table(rates: dict[int, Any]) -> Any:
 def progress_line(snap: dict[str, Any], learning_steps: int | None) -> str:
     """One plain line of progress (for output that is not a terminal: nohup, CI, a pipe), short labels:
     `[    36 s] | step 4/4 | games train 30 eval 12 | train invalid 0.62 | ...`."""
-    from unstable_core.labels import mean_labels
+    from unstable_core.report.labels import mean_labels
 
     counts, means = snap.get("counts", {}), snap.get("means", {})
     parts = [f"[{snap.get('elapsed_s', 0):6.0f} s]"]
@@ -262,8 +262,8 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
         summary["interrupted"] = True
     finally:
         signal.signal(signal.SIGTERM, previous)
-    from unstable_core.checkpoint_rates import rates_by_version
-    from unstable_core.learning_verdict import learning_verdict
+    from unstable_core.report.checkpoint_rates import rates_by_version
+    from unstable_core.report.learning_verdict import learning_verdict
 
     rates = rates_by_version(run.run_dir)
     verdict = learning_verdict(rates) if learning_steps is not None else None  # `play` does not learn

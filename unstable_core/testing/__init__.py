@@ -4,7 +4,7 @@ and on-policy steps sampled from a model by the real backend.
 The model is real (a `LlamaForCausalLM` loaded by `from_pretrained` like any other), only small and
 untrained, so tests exercise the real loading, generation and training code in seconds.
 
-The learning check every learner must pass (`check_learner_learns`, see `unstable_core.learning_check`)
+The learning check every learner must pass (`check_learner_learns`, see `unstable_core.testing.learning_check`)
 is importable from here too.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from unstable_core.learning_check import (  # noqa: F401  (re-exported: the learning check)
+from unstable_core.testing.learning_check import (  # noqa: F401  (re-exported: the learning check)
     GOAL,
     START_MAX,
     LearningResult,

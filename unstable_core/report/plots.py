@@ -80,7 +80,7 @@ def _rate_panels(
 ) -> list[tuple[str, list[int], list[float], list[float], list[float]]]:
     """(label, versions, rates, lower, upper) per rate of `checkpoint_rates`, for versions with data; with
     scheduled evaluations in the metrics `records`, their win rates replace those read from all games."""
-    from unstable_core.checkpoint_rates import rates_by_version
+    from unstable_core.report.checkpoint_rates import rates_by_version
     from unstable_core.runtime.scheduled_eval import eval_panels
 
     rates = rates_by_version(run_dir)

@@ -1,8 +1,8 @@
-"""RegistryHost: models are saved at once, rating updates at most every save_every_s, all on flush()."""
+"""LeagueActor: models are saved at once, rating updates at most every save_every_s, all on flush()."""
 
 import json
 
-from unstable_core.runtime.registry_host import RegistryHost
+from unstable_core.runtime.league_actor import LeagueActor
 
 
 def games_in(path) -> int:
@@ -11,7 +11,7 @@ def games_in(path) -> int:
 
 def test_rating_updates_are_saved_throttled_and_flushed(tmp_path):
     path = tmp_path / "registry.json"
-    host = RegistryHost(path, save_every_s=3600)
+    host = LeagueActor(path, save_every_s=3600)
     host.add_checkpoint("ckpt-0", None, 0, inherit=False)
     host.add_fixed("base")
     assert {m["uid"] for m in json.loads(path.read_text())["models"]} == {"ckpt-0", "base"}
@@ -19,12 +19,12 @@ def test_rating_updates_are_saved_throttled_and_flushed(tmp_path):
     assert games_in(path) == 0  # within the hour: not yet written
     host.flush()
     assert games_in(path) == 2
-    assert RegistryHost(path).to_dict() == host.to_dict()  # a restarted host reads the same registry
+    assert LeagueActor(path).to_dict() == host.to_dict()  # a restarted host reads the same registry
 
 
 def test_every_update_is_saved_when_the_interval_is_zero(tmp_path):
     path = tmp_path / "registry.json"
-    host = RegistryHost(path, save_every_s=0)
+    host = LeagueActor(path, save_every_s=0)
     host.add_checkpoint("ckpt-0", None, 0, inherit=False)
     host.add_fixed("base")
     host.update_ratings(["ckpt-0", "base"], [0.0, 0.0], "E")

@@ -15,8 +15,8 @@ from typing import Any
 
 import attrs
 
-from unstable_core.checkpoint_rates import WIN_PREFIX, VersionRates, compare_quarters, rates_by_version
-from unstable_core.stats import Comparison, Rate, format_p
+from unstable_core.report.checkpoint_rates import WIN_PREFIX, VersionRates, compare_quarters, rates_by_version
+from unstable_core.report.stats import Comparison, Rate, format_p
 
 SIGNIFICANCE = 0.01
 BETTER = {"invalid_move_rate": -1, "format_rate": +1}  # the sign of a change that is learning; win rates: +1

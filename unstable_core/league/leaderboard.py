@@ -15,10 +15,10 @@ from typing import Any
 import attrs
 import click
 
-from unstable_core.checkpoint_rates import VersionRates, rates_from_games, run_games
 from unstable_core.errors import UnstableError
 from unstable_core.io import dumps_json
-from unstable_core.stats import Rate
+from unstable_core.report.checkpoint_rates import VersionRates, rates_from_games, run_games
+from unstable_core.report.stats import Rate
 
 
 @attrs.define

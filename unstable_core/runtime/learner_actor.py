@@ -14,10 +14,10 @@ from unstable_core.errors import UnstableError
 from unstable_core.runtime.failures import NonFiniteUpdates
 from unstable_core.runtime.liveness import ANSWER_TIMEOUT_S
 from unstable_core.runtime.resume import RUN_STATE
-from unstable_core.test_hooks import pause_point
+from unstable_core.testing.hooks import pause_point
 
 
-class LearnerHost:
+class LearnerActor:
     """Runs `learning_steps` updates of a learner (hosted in a Ray actor). After each update the checkpoint
     is saved atomically and registered, so the inference actors play with it from the next game on."""
 
@@ -28,8 +28,8 @@ class LearnerHost:
         algorithm_kwargs: dict[str, Any],
         *,
         buffer: Any,
-        registry: Any,
-        tracker: Any,
+        league: Any,
+        recorder: Any,
         batch_size: int,
         torch_threads: int | None = None,
         collectors: list[Any] = (),
@@ -45,7 +45,7 @@ class LearnerHost:
         if resume_from is not None:
             self.learner.load_checkpoint(resume_from)  # adapter, optimizers, step = policy version
         self.collectors = list(collectors)
-        self.buffer, self.registry, self.tracker = buffer, registry, tracker
+        self.buffer, self.league, self.recorder = buffer, league, recorder
         self.batch_size = batch_size
         self.run_dir = Path(learner_kwargs["run_dir"])
         self._stop = threading.Event()
@@ -76,13 +76,13 @@ class LearnerHost:
         return os.getpid()
 
     def run_state(self, metrics: dict[str, Any]) -> dict[str, Any]:
-        """What a resumed run needs beside the learner's own files: the registry before this checkpoint is
+        """What a resumed run needs beside the learner's own files: the league before this checkpoint is
         added, the reward transforms' state, the collectors' samplers and RNG streams, this step's metrics."""
-        registry, rewards = ray.get([self.registry.to_dict.remote(), self.buffer.state_dict.remote()])
+        league, rewards = ray.get([self.league.to_dict.remote(), self.buffer.state_dict.remote()])
         # as long as the run's liveness check waits: a busy collector on a loaded machine is slow to answer
         collectors = ray.get([c.state_dict.remote() for c in self.collectors], timeout=ANSWER_TIMEOUT_S)
         return {
-            "registry": registry,
+            "registry": league,
             "rewards": rewards,
             "collectors": collectors,
             "metrics": {f"learner/{k}": v for k, v in metrics.items()},
@@ -104,11 +104,11 @@ class LearnerHost:
             metrics.update(update_s=time.time() - started, batch_steps=len(batch))
             path = self.learner.save_checkpoint(extra_json={RUN_STATE: self.run_state(metrics)})
             step = self.learner.step
-            ray.get(self.registry.add_checkpoint.remote(f"ckpt-{step}", str(path), step))
+            ray.get(self.league.add_checkpoint.remote(f"ckpt-{step}", str(path), step))
             ray.get(self.buffer.set_policy_version.remote(step))
             buffer_stats = ray.get(self.buffer.stats.remote())
             metrics.update({f"buffer/{k}": float(v) for k, v in buffer_stats.items()})
-            logged = self.tracker.log_learner.remote(metrics, step)
+            logged = self.recorder.log_learner.remote(metrics, step)
             last = {"step": step, "checkpoint": str(path), "metrics": metrics}
             if give_up:
                 ray.get(logged)  # in metrics.jsonl before the run stops

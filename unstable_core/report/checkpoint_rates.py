@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from unstable_core.io import read_jsonl
-from unstable_core.stats import Comparison, Rate, clustered_two_proportion_test, two_proportion_test
+from unstable_core.report.stats import Comparison, Rate, clustered_two_proportion_test, two_proportion_test
 
 CKPT_PREFIX = "ckpt-"
 

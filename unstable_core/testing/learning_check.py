@@ -11,7 +11,7 @@ adapter: the head itself is frozen) can move it to the winning letter. Everythin
 adapter, the game loop, the buffer with the registered reward transforms, the learner's update and its
 checkpoints. A learner passes when its success rate goes from <= 0.3 to >= 0.9 within `max_updates`.
 
-    from unstable_core.learning_check import check_learner_learns
+    from unstable_core.testing.learning_check import check_learner_learns
     result = check_learner_learns(MyLearner, tmp_path)
     assert result.passed, result.summary()
 """
@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from unstable_core.learning_games import CARDS, ROUND_WORDS, Caller, HighOrLowEnv, WinOrStallEnv
+from unstable_core.testing.learning_games import CARDS, ROUND_WORDS, Caller, HighOrLowEnv, WinOrStallEnv
 from unstable_core.types import GameResult, GameSpec, PlayerSpec
 
 LETTERS = "ABCDEFGH"
@@ -255,7 +255,7 @@ def check_learner_learns(
 ) -> LearningResult:
     """Train `learner_cls` on one of the check's games until its games reach the goal rate or `max_updates`
     pass. `game`: "letter" (a game counts as won when every round was right), "stall" or "card" (see
-    `unstable_core.learning_games`). `sampling_transforms` replace the default (`normalize-by-env`,
+    `unstable_core.testing.learning_games`). `sampling_transforms` replace the default (`normalize-by-env`,
     z-scored); `final_transforms` and `step_transforms` (none by default) shape each game as a run's buffer
     does; `seed_repeat` plays each game seed that many times in a row, as the env sampler's `repeat` does;
     `rounds` > 1 plays the multi-round letter game.

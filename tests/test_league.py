@@ -1,4 +1,4 @@
-"""ModelRegistry: TrueSkill updates checked against the closed-form 1v1 formulas, bookkeeping, persistence."""
+"""League: TrueSkill updates checked against the closed-form 1v1 formulas, bookkeeping, persistence."""
 
 import json
 import math
@@ -7,7 +7,7 @@ from statistics import NormalDist
 import pytest
 
 from unstable_core.errors import ConfigError, UnstableError
-from unstable_core.model_registry import ModelRegistry
+from unstable_core.league.league import League
 
 N = NormalDist()
 BETA, SIGMA0, TAU, P_DRAW = 4.0, 25.0 / 3, 25.0 / 300, 0.1
@@ -42,19 +42,19 @@ def expected_draw_sigma(s_a: float, s_b: float) -> float:
     return math.sqrt(var_a * (1 - var_a / c**2 * w))
 
 
-def registry_with(*uids: str) -> ModelRegistry:
-    reg = ModelRegistry(beta=BETA)
+def registry_with(*uids: str) -> League:
+    reg = League(beta=BETA)
     for uid in uids:
         reg.add_fixed(uid)
     return reg
 
 
 def test_scores_to_ranks_higher_score_is_better_and_ties_share():
-    assert ModelRegistry._scores_to_ranks([1.0, -1.0]) == [0, 1]
-    assert ModelRegistry._scores_to_ranks([-1.0, 1.0]) == [1, 0]
-    assert ModelRegistry._scores_to_ranks([3.0, 1.0, 3.0]) == [0, 2, 0]
-    assert ModelRegistry._scores_to_ranks([0.0, 0.0]) == [0, 0]
-    assert ModelRegistry._scores_to_ranks([0.5, 2.0, -1.0]) == [1, 0, 2]
+    assert League._scores_to_ranks([1.0, -1.0]) == [0, 1]
+    assert League._scores_to_ranks([-1.0, 1.0]) == [1, 0]
+    assert League._scores_to_ranks([3.0, 1.0, 3.0]) == [0, 2, 0]
+    assert League._scores_to_ranks([0.0, 0.0]) == [0, 0]
+    assert League._scores_to_ranks([0.5, 2.0, -1.0]) == [1, 0, 2]
 
 
 def test_one_vs_one_win_matches_the_closed_form_update():
@@ -102,7 +102,7 @@ def test_three_players_are_ordered_by_rank():
 
 
 def test_one_player_game_is_rated_against_an_inactive_dummy_that_scored_zero():
-    reg = ModelRegistry(beta=BETA)
+    reg = League(beta=BETA)
     reg.add_checkpoint("ckpt-0", None, iteration=0)
     reg.update_ratings(["ckpt-0"], [1.0], env_id="Sudoku-v0")
     dummy = reg.get_model("fixed-env")
@@ -119,7 +119,7 @@ def test_one_player_game_is_rated_against_an_inactive_dummy_that_scored_zero():
 
 
 def test_mirror_self_play_counts_the_game_but_leaves_the_rating():
-    reg = ModelRegistry(beta=BETA)
+    reg = League(beta=BETA)
     reg.add_checkpoint("ckpt-0", None, iteration=0)
     before = reg.get_model("ckpt-0")
     reg.update_ratings(["ckpt-0", "ckpt-0"], [1.0, -1.0], env_id="g")
@@ -151,7 +151,7 @@ def test_match_counts_are_per_unordered_pair():
 
 
 def test_add_checkpoint_inherits_mu_and_doubles_sigma_capped_at_the_prior():
-    reg = ModelRegistry(beta=BETA)
+    reg = League(beta=BETA)
     reg.add_checkpoint("ckpt-0", None, iteration=0)
     assert reg.get_current_ckpt() == "ckpt-0"
     m0 = reg._models["ckpt-0"]
@@ -170,7 +170,7 @@ def test_add_checkpoint_inherits_mu_and_doubles_sigma_capped_at_the_prior():
 
 
 def test_checkpoint_uids_are_in_iteration_order_and_exclude_fixed_models():
-    reg = ModelRegistry()
+    reg = League()
     reg.add_checkpoint("late", "p", iteration=5)
     reg.add_fixed("opponent")
     reg.add_checkpoint("early", "p", iteration=2)
@@ -179,7 +179,7 @@ def test_checkpoint_uids_are_in_iteration_order_and_exclude_fixed_models():
 
 
 def test_add_fixed_sets_name_and_prior_and_is_idempotent():
-    reg = ModelRegistry()
+    reg = League()
     reg.add_fixed("google/gemma-3-1b-it", prior_mu=20.0)
     reg.add_fixed("google/gemma-3-1b-it", prior_mu=99.0)
     m = reg.get_model("google/gemma-3-1b-it")
@@ -210,7 +210,7 @@ def test_get_all_models_is_a_deep_copy():
 
 
 def test_json_round_trip_through_a_file(tmp_path):
-    reg = ModelRegistry(beta=BETA, draw_probability=0.2)
+    reg = League(beta=BETA, draw_probability=0.2)
     reg.add_checkpoint("ckpt-0", None, iteration=0)
     reg.add_fixed("opp", prior_mu=22.0)
     reg.update_ratings(["ckpt-0", "opp"], [1, 0], env_id="g")
@@ -220,7 +220,7 @@ def test_json_round_trip_through_a_file(tmp_path):
     reg.save(path)
     assert json.loads(path.read_text())["current"] == "ckpt-1"
     assert [p.name for p in path.parent.iterdir()] == ["registry.json"]  # no temporary file left
-    loaded = ModelRegistry.load(path)
+    loaded = League.load(path)
     assert loaded == reg
     assert loaded.get_all_models() == reg.get_all_models()
     assert loaded.get_match_counts() == {("ckpt-0", "opp"): 1, ("ckpt-0", "fixed-env"): 1}
@@ -261,7 +261,7 @@ def test_bad_games_are_rejected(uids, scores, env_id, match):
 
 
 def test_bad_models_and_config_are_rejected(tmp_path):
-    reg = ModelRegistry()
+    reg = League()
     reg.add_checkpoint("c", None, iteration=0)
     with pytest.raises(UnstableError, match="already registered"):
         reg.add_checkpoint("c", None, iteration=1)
@@ -270,17 +270,17 @@ def test_bad_models_and_config_are_rejected(tmp_path):
     with pytest.raises(UnstableError, match="iteration"):
         reg.add_checkpoint("d", None, iteration=-1)
     with pytest.raises(ConfigError, match="draw_probability"):
-        ModelRegistry(draw_probability=1.0)
+        League(draw_probability=1.0)
     with pytest.raises(ConfigError, match="beta"):
-        ModelRegistry(beta=0.0)
+        League(beta=0.0)
     with pytest.raises(UnstableError, match="does not exist"):
-        ModelRegistry.load(tmp_path / "missing.json")
+        League.load(tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(UnstableError, match="not valid JSON"):
-        ModelRegistry.load(tmp_path / "bad.json")
+        League.load(tmp_path / "bad.json")
     (tmp_path / "old.json").write_text(json.dumps({"format_version": 0}))
     with pytest.raises(UnstableError, match="format_version"):
-        ModelRegistry.load(tmp_path / "old.json")
+        League.load(tmp_path / "old.json")
 
 
 def test_an_upset_trueskill_cannot_compute_keeps_ratings_and_counts_the_game():
