@@ -73,8 +73,8 @@ def measure(model: str, dtype: str, n: int, seed: int, run_dir: str) -> dict[str
     import torch
     from unstable_ppo.learner import PPOLearner
 
-    learner = PPOLearner(
-        model, device="cpu", run_dir=tempfile.mkdtemp(), lora_cfg={"lora_rank": 4}, seed=seed
+    learner = PPOLearner.create(
+        model, device="cpu", run_dir=tempfile.mkdtemp(), lora_config={"lora_rank": 4}, seed=seed
     )
     learner.initialize_algorithm()  # (it never writes to its run_dir here)
     torch.manual_seed(seed)

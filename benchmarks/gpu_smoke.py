@@ -54,7 +54,7 @@ def one_update(model: str, backend: Any, tmp: str, device: str) -> dict[str, flo
     from unstable_core.testing import sampled_steps
 
     steps = sampled_steps(model, TEMPERATURE, backend=backend)
-    learner = plugins.load("learner", "reinforce")(
+    learner = plugins.load("learner", "reinforce").create(
         model,
         run_dir=f"{tmp}/run",
         batch_size=len(steps),

@@ -66,7 +66,7 @@ def plain_update(
         loss = (-advantages * logp.sum(-1) / learner.config.max_generation_len).mean()
         (loss * len(advantages) / n).backward()
     params = [p for g in optimizer.param_groups for p in g["params"]]
-    torch.nn.utils.clip_grad_norm_(params, learner.config.grad_clip)
+    torch.nn.utils.clip_grad_norm_(params, learner.config.gradient_clipping)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 
@@ -106,7 +106,7 @@ def main() -> None:
             from unstable_core.testing import make_tiny_model
 
             model = make_tiny_model(f"{tmp}/tiny", hidden_size=64, num_layers=4)
-        learner = learner_cls(
+        learner = learner_cls.create(
             model,
             run_dir=f"{tmp}/run",
             batch_size=args.batch_size,

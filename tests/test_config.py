@@ -141,7 +141,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 @pytest.mark.parametrize("name", ["reference.toml", "spiral-kuhn-poker.toml"])
 def test_example_configs_load_and_resolve(name, tmp_path):
-    from unstable_core.runtime.run import Components
+    from unstable_core.runtime.components import Components
 
     cfg = load_config(EXAMPLES / name, {"runs_dir": str(tmp_path)})
     comp = Components.resolve(cfg, tmp_path / "run")  # every component it names exists; Ray is not started

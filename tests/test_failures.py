@@ -107,7 +107,7 @@ def test_non_finite_updates_of_a_real_learner_stop_after_k_in_a_row(tiny_model, 
     """A NaN reward makes REINFORCE's loss NaN and its update a no-op; the third in a row stops the run."""
     from unstable_reinforce.learner import REINFORCELearner
 
-    lrn = REINFORCELearner(tiny_model, device="cpu", run_dir=tmp_path, lora_cfg={"lora_rank": 4})
+    lrn = REINFORCELearner.create(tiny_model, device="cpu", run_dir=tmp_path, lora_config={"lora_rank": 4})
     lrn.initialize_algorithm()
     step = Step(pid=0, env_id="t", obs="", act="", prompt_ids=[1, 2, 3], completion_ids=[40, 41])
     guard = NonFiniteUpdates(limit=3)

@@ -48,12 +48,12 @@ class SumLogprobLearner(BaseLearner):
 
 @pytest.fixture
 def learner(tiny_model, tmp_path):
-    lrn = SumLogprobLearner(
+    lrn = SumLogprobLearner.create(
         tiny_model,
         device="cpu",
         run_dir=tmp_path / "run",
         learning_rate=1e-2,
-        lora_cfg={"lora_rank": 4},
+        lora_config={"lora_rank": 4},
         seed=1,
     )
     lrn.initialize_algorithm()
@@ -152,21 +152,23 @@ def test_optimizer_state_round_trips_without_pickle():
 
 def test_config_errors_name_the_key(tiny_model, tmp_path):
     with pytest.raises(ConfigError, match="mini_batch_size"):
-        SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, mini_batch_size=0)
-    with pytest.raises(ConfigError, match="unknown lora_cfg key.*rank"):
-        SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, lora_cfg={"rank": 8})
+        SumLogprobLearner.create(tiny_model, device="cpu", run_dir=tmp_path, mini_batch_size=0)
+    with pytest.raises(ConfigError, match="unknown lora_config key.*rank"):
+        SumLogprobLearner.create(tiny_model, device="cpu", run_dir=tmp_path, lora_config={"rank": 8})
     with pytest.raises(ConfigError, match="target_modules.*choose from"):
-        SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, lora_cfg={"target_modules": ["c_attn"]})
+        SumLogprobLearner.create(
+            tiny_model, device="cpu", run_dir=tmp_path, lora_config={"target_modules": ["c_attn"]}
+        )
     with pytest.raises(ConfigError, match="max_train_len"):
-        SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, max_train_len=1)
+        SumLogprobLearner.create(tiny_model, device="cpu", run_dir=tmp_path, max_train_len=1)
 
 
 def test_lora_targets_are_filtered_to_existing_modules(tiny_model, tmp_path):
-    lrn = SumLogprobLearner(
+    lrn = SumLogprobLearner.create(
         tiny_model,
         device="cpu",
         run_dir=tmp_path,
-        lora_cfg={"target_modules": ["q_proj", "c_attn", "v_proj"]},
+        lora_config={"target_modules": ["q_proj", "c_attn", "v_proj"]},
     )
     assert lrn.target_modules == ["q_proj", "v_proj"]
     names = [n for n, p in lrn.model.named_parameters() if p.requires_grad]
@@ -175,7 +177,7 @@ def test_lora_targets_are_filtered_to_existing_modules(tiny_model, tmp_path):
 
 
 def test_unknown_algorithm_options_and_missing_initialisation(tiny_model, tmp_path):
-    lrn = SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path)
+    lrn = SumLogprobLearner.create(tiny_model, device="cpu", run_dir=tmp_path)
     with pytest.raises(UnstableError, match="initialize_algorithm"):
         lrn.update(BATCH)
     with pytest.raises(UnstableError, match="unknown SumLogprobLearner option.*gamma.*allowed: none"):
@@ -214,13 +216,13 @@ def _grads_at_step(lrn, batch):
 def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model, tmp_path):
     grads = {}
     for mbs in (1, 3):
-        lrn = SumLogprobLearner(
+        lrn = SumLogprobLearner.create(
             tiny_model,
             device="cpu",
             run_dir=tmp_path,
             mini_batch_size=mbs,
-            grad_clip=1e9,
-            lora_cfg={"lora_rank": 4},
+            gradient_clipping=1e9,
+            lora_config={"lora_rank": 4},
             seed=3,
         )
         lrn.initialize_algorithm()
@@ -230,9 +232,9 @@ def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model, tmp_path)
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)  # padding changes the summation order
 
 
-def test_grad_norm_is_clipped_to_grad_clip(tiny_model, tmp_path):
-    lrn = SumLogprobLearner(
-        tiny_model, device="cpu", run_dir=tmp_path, grad_clip=1e-6, lora_cfg={"lora_rank": 4}
+def test_grad_norm_is_clipped_to_gradient_clipping(tiny_model, tmp_path):
+    lrn = SumLogprobLearner.create(
+        tiny_model, device="cpu", run_dir=tmp_path, gradient_clipping=1e-6, lora_config={"lora_rank": 4}
     )
     lrn.initialize_algorithm()
     grads = _grads_at_step(lrn, BATCH)
@@ -245,7 +247,7 @@ def test_grad_norm_is_clipped_to_grad_clip(tiny_model, tmp_path):
 
 def test_zero_lag_fp32_log_ratio_is_zero_at_the_sampling_temperature(tiny_model, tmp_path):
     steps = sampled_steps(tiny_model, temperature=0.7)
-    lrn = SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, temperature=0.7)
+    lrn = SumLogprobLearner.create(tiny_model, device="cpu", run_dir=tmp_path, temperature=0.7)
     lrn.initialize_algorithm()
     metrics = lrn.update(steps)
     assert abs(metrics["off_policy/log_ratio_mean"]) < 1e-4
@@ -254,7 +256,7 @@ def test_zero_lag_fp32_log_ratio_is_zero_at_the_sampling_temperature(tiny_model,
     assert metrics["off_policy/tokens"] == sum(len(s.completion_ids) for s in steps)
 
     # trained at temperature 1 (the old behaviour) the same data reads as off-policy
-    wrong = SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, temperature=1.0)
+    wrong = SumLogprobLearner.create(tiny_model, device="cpu", run_dir=tmp_path, temperature=1.0)
     wrong.initialize_algorithm()
     assert wrong.update(steps)["off_policy/max_abs_log_ratio"] > 1e-2
 
@@ -273,7 +275,7 @@ def test_top_p_logprobs_are_those_of_the_nucleus_sampled_from(tiny_model, tmp_pa
         make_step(list(p), list(o.token_ids), logprobs=list(o.logprobs), game_idx=i)
         for i, (p, o) in enumerate(zip(prompts, outs, strict=True))
     ]
-    nucleus = SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, temperature=0.7, top_p=0.9)
+    nucleus = SumLogprobLearner.create(tiny_model, device="cpu", run_dir=tmp_path, temperature=0.7, top_p=0.9)
     nucleus.initialize_algorithm()
     tokens = nucleus.collate(steps)
     recorded = tokens.behaviour_logprobs[tokens.behaviour_mask]
@@ -292,8 +294,8 @@ def test_top_p_logprobs_are_those_of_the_nucleus_sampled_from(tiny_model, tmp_pa
 
 
 def test_a_learner_refuses_a_top_p_outside_its_range(tiny_model, tmp_path):
-    with pytest.raises(ConfigError, match="top_p must be in"):
-        SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, top_p=0.0)
+    with pytest.raises(ConfigError, match="top_p must be > 0.0 and <= 1"):
+        SumLogprobLearner.create(tiny_model, device="cpu", run_dir=tmp_path, top_p=0.0)
 
 
 def test_policy_logprobs_equal_the_full_logits_path(learner):
@@ -313,11 +315,11 @@ def vars_of(cfg):
 
 def test_a_lora_on_the_lm_head_is_not_bypassed(tiny_model, tmp_path):
     """A LoRA-wrapped head is not a plain Linear: policy_logprobs then runs the model's own head."""
-    lrn = SumLogprobLearner(
+    lrn = SumLogprobLearner.create(
         tiny_model,
         device="cpu",
         run_dir=tmp_path,
-        lora_cfg={"lora_rank": 4, "target_modules": ["q_proj", "lm_head"]},
+        lora_config={"lora_rank": 4, "target_modules": ["q_proj", "lm_head"]},
         temperature=0.7,
     )
     lrn.initialize_algorithm()
@@ -336,7 +338,7 @@ def test_bf16_logprobs_agree_with_an_fp32_head(tiny_model, tmp_path):
     from unstable_core.learners.batch import completion_logprobs as from_logits
 
     steps = sampled_steps(tiny_model, temperature=1.0, dtype=torch.bfloat16)
-    lrn = SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path)
+    lrn = SumLogprobLearner.create(tiny_model, device="cpu", run_dir=tmp_path)
     lrn.model.to(torch.bfloat16)
     lrn.initialize_algorithm()
     tokens = lrn.collate(steps)
@@ -354,7 +356,7 @@ def test_importance_cap_truncates_the_weights(tiny_model, tmp_path):
     steps = sampled_steps(tiny_model, temperature=1.0)
     for s in steps:  # pretend a much less likely behaviour policy sampled them: pi / mu = e^3 > cap
         s.logprobs = [lp - 3.0 for lp in s.logprobs]
-    lrn = SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, importance_cap=2.0)
+    lrn = SumLogprobLearner.create(tiny_model, device="cpu", run_dir=tmp_path, importance_cap=2.0)
     lrn.initialize_algorithm()
     tokens = lrn.collate(steps)
     with torch.no_grad():
@@ -367,7 +369,7 @@ def test_importance_cap_truncates_the_weights(tiny_model, tmp_path):
 
 
 def test_too_long_steps_are_dropped_and_counted_never_cut(tiny_model, tmp_path):
-    lrn = SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path, max_train_len=6)
+    lrn = SumLogprobLearner.create(tiny_model, device="cpu", run_dir=tmp_path, max_train_len=6)
     lrn.initialize_algorithm()
     batch = [make_step([1, 2, 3], [4, 5]), make_step([1, 2, 3, 4, 5], [6, 7]), make_step([1], [2])]
     metrics = lrn.update(batch)
@@ -380,7 +382,7 @@ def test_episode_learners_drop_whole_episodes(tiny_model, tmp_path):
     class EpisodeLearner(SumLogprobLearner):
         buffer_kind = "episode"
 
-    lrn = EpisodeLearner(tiny_model, device="cpu", run_dir=tmp_path, max_train_len=6)
+    lrn = EpisodeLearner.create(tiny_model, device="cpu", run_dir=tmp_path, max_train_len=6)
     lrn.initialize_algorithm()
     batch = [
         make_step([1, 2], [3], game_idx=0, turn=0),
@@ -406,14 +408,14 @@ def test_checkpoint_is_complete_pickle_free_and_reloads(learner, tiny_model, tmp
     assert all(f.endswith((".json", ".safetensors", ".md")) for f in files), files
     assert not any(p.name.endswith(".tmp") for p in path.parent.iterdir())
     state = json.loads((path / "learner_state.json").read_text())
-    assert state["step"] == 2 and state["config"]["lora_cfg"]["lora_rank"] == 4
+    assert state["step"] == 2 and state["config"]["lora_config"]["lora_rank"] == 4
 
-    fresh = SumLogprobLearner(
+    fresh = SumLogprobLearner.create(
         tiny_model,
         device="cpu",
         run_dir=tmp_path / "other",
         learning_rate=1e-2,
-        lora_cfg={"lora_rank": 4},
+        lora_config={"lora_rank": 4},
         seed=7,
     )
     fresh.initialize_algorithm()
@@ -448,11 +450,13 @@ def test_checkpoint_loads_as_a_plain_peft_adapter(learner, tiny_model):
 
 def test_load_checkpoint_refuses_a_different_lora_shape(learner, tiny_model, tmp_path):
     path = learner.save_checkpoint()
-    other = SumLogprobLearner(tiny_model, device="cpu", run_dir=tmp_path / "o", lora_cfg={"lora_rank": 8})
+    other = SumLogprobLearner.create(
+        tiny_model, device="cpu", run_dir=tmp_path / "o", lora_config={"lora_rank": 8}
+    )
     with pytest.raises(UnstableError, match="initialize_algorithm"):
         other.load_checkpoint(path)
     other.initialize_algorithm()
-    with pytest.raises(UnstableError, match="lora_cfg"):
+    with pytest.raises(UnstableError, match="lora_config"):
         other.load_checkpoint(path)
     with pytest.raises(UnstableError, match="missing"):
         other.load_checkpoint(tmp_path / "nowhere")
@@ -468,14 +472,14 @@ def test_saving_the_same_step_twice_replaces_the_folder(learner):
 def test_checkpointing_switches_recompute_layers_without_changing_gradients(tiny_model, tmp_path):
     grads = {}
     for on in (True, False):
-        lrn = SumLogprobLearner(
+        lrn = SumLogprobLearner.create(
             tiny_model,
             device="cpu",
             run_dir=tmp_path,
             activation_checkpointing=on,
             gradient_checkpointing=on,
             mini_batch_size=2,
-            lora_cfg={"lora_rank": 4},
+            lora_config={"lora_rank": 4},
             seed=5,
         )
         lrn.initialize_algorithm()
@@ -525,7 +529,7 @@ def test_soft_capped_logits_are_not_recomputed_from_the_head(tmp_path):
 
     path = soft_capped_model(tmp_path / "gemma2")
     assert not plain_linear_head(AutoModelForCausalLM.from_pretrained(path))
-    lrn = SumLogprobLearner(path, device="cpu", run_dir=tmp_path / "run", temperature=0.7)
+    lrn = SumLogprobLearner.create(path, device="cpu", run_dir=tmp_path / "run", temperature=0.7)
     lrn.initialize_algorithm()
     tokens = lrn.collate([make_step([1, 2, 3, 4], [5, 6, 7]), make_step([1, 2], [8, 9, 10, 11, 12])])
     with torch.no_grad():
@@ -551,6 +555,6 @@ def test_a_bf16_backend_samples_soft_capped_logits_as_the_learner_trains_them(tm
     log-probs agree (without the cap on the backend's side they differ by far more)."""
     path = soft_capped_model(tmp_path / "gemma2")
     steps = sampled_steps(path, temperature=0.7, dtype=torch.bfloat16)
-    lrn = SumLogprobLearner(path, device="cpu", run_dir=tmp_path / "run", temperature=0.7)
+    lrn = SumLogprobLearner.create(path, device="cpu", run_dir=tmp_path / "run", temperature=0.7)
     lrn.initialize_algorithm()
     assert lrn.update(steps)["off_policy/max_abs_log_ratio"] < 0.05

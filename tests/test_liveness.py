@@ -17,8 +17,8 @@ from unstable_core.io import read_jsonl
 from unstable_core.runtime.collector import Collector
 from unstable_core.runtime.league_actor import LeagueActor
 from unstable_core.runtime.liveness import ActorDied, ActorHung, InferenceWatch, check_answers
-from unstable_core.runtime.recorder import Recorder
-from unstable_core.runtime.run import RecorderActor, Run
+from unstable_core.runtime.recorder import Recorder, RecorderActor
+from unstable_core.runtime.run import Run
 from unstable_core.types import GameInformation, GameResult
 
 

@@ -121,11 +121,11 @@ class Probe:
 
 def place(run: Run):
     """Start a probe with each actor's Ray options from the run's plan; their (gpu ids, CUDA_VISIBLE_DEVICES)."""
-    plan = run.placement()
+    plan = run.plan.placement()
     learner = Probe.options(num_gpus=plan.learner_gpus, num_cpus=0).remote()
     inference = [
         Probe.options(num_gpus=plan.inference_gpus, num_cpus=0).remote()
-        for _ in range(plan.num_inference_actors + len(run._engines()) - 1)
+        for _ in range(plan.num_inference_actors + len(run.plan.engines()) - 1)
     ]
     # a plan Ray cannot fit would leave a probe pending: the timeout turns that into a failure
     return (
@@ -195,7 +195,7 @@ def test_the_real_learner_and_inference_actors_share_the_declared_gpu(declared_g
 @pytest.mark.parametrize("declared_gpus", [4], indirect=True)
 def test_a_run_whose_engine_fits_no_node_fails_before_an_actor_starts(declared_gpus, tmp_path, monkeypatch):
     """The same four GPUs as four one-GPU nodes (as `ray.nodes()` would list a cluster): TP 2 cannot fit."""
-    import unstable_core.runtime.run as run_module
+    import unstable_core.runtime.plan as run_module
 
     nodes = [Node(f"10.0.0.{i}", 1) for i in range(1, 5)]
     monkeypatch.setattr(run_module, "cluster_nodes", lambda: nodes)
@@ -227,22 +227,26 @@ def test_vllm_settings_come_from_the_run(declared_gpus, tmp_path):
         sampler_config={"k": 3},
     )
     run = Run(cfg)
-    assert run.max_loras() == 4  # the last 3 checkpoints, and one for the version change
+    assert run.plan.max_loras() == 4  # the last 3 checkpoints, and one for the version change
     run.cfg.backend = "vllm"
-    kwargs = run.backend_kwargs(run.placement())
+    kwargs = run.plan.backend_kwargs(run.plan.placement())
     assert kwargs["max_lora_rank"] == 64  # rank 48 rounded up to a rank vLLM accepts
     assert kwargs["max_loras"] == 4 and kwargs["gpu_memory_utilization"] == 0.9
     run.cfg.vllm_config = {"gpu_memory_utilization": 0.7}
-    assert run.backend_kwargs(run.placement())["gpu_memory_utilization"] == 0.7  # the user's value wins
+    assert (
+        run.plan.backend_kwargs(run.plan.placement())["gpu_memory_utilization"] == 0.7
+    )  # the user's value wins
     run.cfg.max_loras = 2
-    assert run.backend_kwargs(run.placement())["max_loras"] == 2
+    assert run.plan.backend_kwargs(run.plan.placement())["max_loras"] == 2
 
 
 def test_mirror_self_play_keeps_two_adapters_loaded(tmp_path):
     run = Run(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path)))
-    assert run.max_loras() == 2
+    assert run.plan.max_loras() == 2
     assert (
-        Run(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), sampler="trueskill")).max_loras()
+        Run(
+            RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), sampler="trueskill")
+        ).plan.max_loras()
         == 8
     )
 

@@ -107,8 +107,8 @@ def test_games_starting_together_share_one_registry_snapshot():
     )
 
     async def starts():
-        together = await asyncio.gather(*(collector._registry_state() for _ in range(5)))
-        later = await collector._registry_state()  # the first fetch is done: a new one
+        together = await asyncio.gather(*(collector._league_state() for _ in range(5)))
+        later = await collector._league_state()  # the first fetch is done: a new one
         return together, later
 
     together, later = asyncio.run(starts())

@@ -121,8 +121,8 @@ def test_resume_after_sigkill_during_collection_an_update_and_a_checkpoint_write
         assert load_file(str(folder / "adapter_model.safetensors"))
         assert load_file(str(folder / "optimizer.safetensors"))
     state = json.loads((folder / "learner_state.json").read_text())
-    learner = REINFORCELearner(tiny_model, device="cpu", run_dir=tmp_path / "check",
-                               lora_cfg=state["config"]["lora_cfg"])  # fmt: skip
+    learner = REINFORCELearner.create(tiny_model, device="cpu", run_dir=tmp_path / "check",
+                               lora_config=state["config"]["lora_config"])  # fmt: skip
     learner.initialize_algorithm(**state["algorithm_cfg"])
     learner.load_checkpoint(folder)
     assert learner.step == 5

@@ -17,9 +17,10 @@ from typing import Any
 import attrs
 
 from unstable_core.errors import ConfigError, UnstableError
-from unstable_core.learners.lora import resolve_lora_cfg
+from unstable_core.learners.lora import DEFAULT_LORA_CFG, resolve_lora_config
 from unstable_core.models import API_PREFIX, DEFAULT_MODEL, is_api_model
 from unstable_core.types import EvalEnvSpec, TrainEnvSpec
+from unstable_core.validators import above, at_least_one, in_range, int64, non_negative
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,64 +29,13 @@ else:  # pragma: no cover
 
 DEFAULT_ENV = "TicTacToe-v0-train"
 
-DEFAULT_LORA_CFG: dict[str, Any] = {
-    "lora_rank": 32,
-    "lora_alpha": 32,
-    "lora_dropout": 0.0,
-    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-}
-
 
 def _help(text: str, **extra: Any) -> dict[str, Any]:
     return {"help": text, **extra}
 
 
-def _positive(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None and value < 1:
-        raise ConfigError(f"{attribute.name} must be >= 1, got {value}")
-
-
-def _non_negative(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None and value < 0:
-        raise ConfigError(f"{attribute.name} must be >= 0, got {value}")
-
-
-def _in_range(lo: float, hi: float):
-    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-        if value is not None and not lo <= value <= hi:
-            raise ConfigError(f"{attribute.name} must be between {lo:g} and {hi:g}, got {value}")
-
-    return check
-
-
-def _int64(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    """What torch's generators take (and TOML can write): a signed 64-bit integer."""
-    if not -(2**63) <= value < 2**63:
-        raise ConfigError(
-            f"{attribute.name} must be a 64-bit integer (|{attribute.name}| < 2**63), got {value}"
-        )
-
-
-def _above(lo: float, hi: float):
-    """lo < value <= hi: the learners' own bounds (a learning rate or clip of 0 would change nothing)."""
-
-    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-        if value is not None and not lo < value <= hi:
-            raise ConfigError(f"{attribute.name} must be > {lo} and <= {hi:g}, got {value}")
-
-    return check
-
-
-def _choice(*allowed: str):
-    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-        if value not in allowed:
-            raise ConfigError(f"{attribute.name} must be one of {', '.join(allowed)}; got {value!r}")
-
-    return check
-
-
 def _none_is(factory: Any) -> Any:
-    """A converter: None (the reference's "not given") becomes the field's default, `factory()`."""
+    """A converter: None (UnstableBaselines v0.2's "not given") becomes the field's default, `factory()`."""
 
     def convert(value: Any) -> Any:
         return factory() if value is None else value
@@ -170,11 +120,11 @@ def _check_types(cls: type, fields: list[attrs.Attribute]) -> list[attrs.Attribu
 
 
 def _sampler_name(value: Any) -> Any:
-    """The reference's opponent_sampling_strategy "none" (its default) is self-play: our `mirror`."""
+    """UnstableBaselines v0.2's opponent_sampling_strategy "none" (its default) is self-play: our `mirror`."""
     return "mirror" if value == "none" else value
 
 
-# Fixed opponents the reference played through OpenRouter; here they are `openai:NAME` with --base-url.
+# Fixed opponents UnstableBaselines v0.2 played through OpenRouter; here they are `openai:NAME` with --base-url.
 API_ONLY_MODELS = ("google/gemini-", "anthropic/claude", "openai/gpt-4", "openai/gpt-3.5", "x-ai/grok")
 OPENROUTER_URL = "https://openrouter.ai/api/v1"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -301,20 +251,22 @@ class RunConfig:
     # learning
     learning_steps: int = attrs.field(
         default=12,  # the summary's first-vs-last-quarter test saw learning (p < 0.01) by update 8 (README)
-        validator=_positive,
+        validator=at_least_one,
         metadata=_help("learner updates to run"),
     )
-    batch_size: int = attrs.field(default=16, validator=_positive, metadata=_help("steps per learner update"))
+    batch_size: int = attrs.field(
+        default=16, validator=at_least_one, metadata=_help("steps per learner update")
+    )
     mini_batch_size: int = attrs.field(
-        default=4, validator=_positive, metadata=_help("micro-batch size (gradient accumulation)")
+        default=4, validator=at_least_one, metadata=_help("micro-batch size (gradient accumulation)")
     )
     learning_rate: float = attrs.field(
         default=3e-4,  # a LoRA on a 135M model learns in tens of updates (benchmarks/learning.py)
-        validator=_above(0, 1.0),
+        validator=above(0, 1.0),
         metadata=_help("AdamW learning rate (> 0)"),
     )
     gradient_clipping: float = attrs.field(
-        default=0.2, validator=_above(0, 1e9), metadata=_help("global grad-norm clip (> 0)")
+        default=0.2, validator=above(0, 1e9), metadata=_help("global grad-norm clip (> 0)")
     )
     activation_checkpointing: bool = attrs.field(
         default=False, metadata=_help("checkpoint activations (less memory, slower)")
@@ -323,31 +275,31 @@ class RunConfig:
         default=False, metadata=_help("HF gradient checkpointing in transformer blocks")
     )
     use_trainer_cache: bool = attrs.field(
-        default=False, metadata=_help("accepted for compatibility with the reference; unused")
+        default=False, metadata=_help("accepted for compatibility with UnstableBaselines v0.2; unused")
     )
     max_train_len: int | None = attrs.field(
         default=None,
-        validator=_in_range(2, 1e9),  # the learner's bound: one prompt and one completion token
+        validator=in_range(2, 1e9),  # the learner's bound: one prompt and one completion token
         metadata=_help(
             "drop (and count) training steps whose prompt + completion exceed this many tokens (never cut)"
         ),
     )
     max_generation_len: int = attrs.field(
         default=8,  # a move is 2-4 tokens after `move`'s `[`: more updates per CPU minute
-        validator=_positive,
+        validator=at_least_one,
         metadata=_help("max new tokens per turn"),
     )
     importance_cap: float | None = attrs.field(
         default=None,
-        validator=_in_range(1e-9, 1e9),
+        validator=in_range(1e-9, 1e9),
         metadata=_help("truncate importance weights pi/mu of off-policy tokens at this value (default: off)"),
     )
     buffer_size: int | None = attrs.field(
-        default=None, validator=_positive, metadata=_help("buffer capacity (default 2 x batch_size)")
+        default=None, validator=at_least_one, metadata=_help("buffer capacity (default 2 x batch_size)")
     )
     max_staleness: int = attrs.field(
         default=1,
-        validator=_non_negative,
+        validator=non_negative,
         metadata=_help("drop steps more than this many policy versions old"),
     )
     lora_config: dict[str, Any] = attrs.field(
@@ -364,32 +316,34 @@ class RunConfig:
         metadata=_help("final reward transform name[:k=v,...] (repeatable)", cli="--final-transform"),
     )
     step_transforms: list[Any] = attrs.field(
-        factory=lambda: [  # the reference's build(): RewardForFormat(1.5), PenaltyForInvalidMove(1.0, -1.0)
+        factory=lambda: [  # UnstableBaselines v0.2's build(): RewardForFormat(1.5), PenaltyForInvalidMove(1.0, -1.0)
             "reward-for-format:reward=1.5,penalty=0.0",
             "penalty-for-invalid-move:reward=1.0,penalty=-1.0",
         ],
         metadata=_help("step reward transform name[:k=v,...] (repeatable)", cli="--step-transform"),
     )
     sampling_transforms: list[Any] = attrs.field(
-        factory=lambda: ["normalize-by-env:z_score=true"],  # the reference's NormalizeRewardsByEnv(True)
+        factory=lambda: [
+            "normalize-by-env:z_score=true"
+        ],  # UnstableBaselines v0.2's NormalizeRewardsByEnv(True)
         metadata=_help("sampling reward transform name[:k=v,...] (repeatable)", cli="--sampling-transform"),
     )
     # collection and inference
     num_train_workers: int = attrs.field(
         default=8,  # with 16 on a 2-core CPU, 57% of the steps went stale or were evicted before use
-        validator=_positive,
+        validator=at_least_one,
         metadata=_help("training games in flight", alias="num_collection_workers"),
     )
     num_eval_workers: int = attrs.field(
         default=4,
-        validator=_non_negative,
+        validator=non_negative,
         metadata=_help(
             "evaluation games in flight (against the fixed opponent, default the base model: this moves the ratings)"
         ),
     )
     eval_every: int | None = attrs.field(
         default=None,
-        validator=_positive,
+        validator=at_least_one,
         metadata=_help(
             "evaluate checkpoint K, 2K, ... (K learner steps): --eval-games games against each eval opponent "
             "on each eval env, --num-eval-workers in flight; replaces the trickle of evaluation games"
@@ -397,15 +351,15 @@ class RunConfig:
     )
     eval_games: int = attrs.field(
         default=16,
-        validator=_positive,
+        validator=at_least_one,
         metadata=_help("games per eval env and opponent of each scheduled evaluation (seats alternated)"),
     )
     num_collectors: int = attrs.field(
-        default=1, validator=_positive, metadata=_help("collector actors sharing the games")
+        default=1, validator=at_least_one, metadata=_help("collector actors sharing the games")
     )
     num_inference_actors: int | None = attrs.field(
         default=None,
-        validator=_positive,
+        validator=at_least_one,
         metadata=_help(
             "inference actors of the trained model (default: 1 on a CPU or one GPU, where it shares the GPU "
             "with the learner; N - 1 on N GPUs, the learner has one)"
@@ -414,23 +368,23 @@ class RunConfig:
     backend: str = attrs.field(default="transformers", metadata=_help("inference backend"))
     temperature: float = attrs.field(
         default=1.0,  # the policy itself, as SPIRAL samples; the learner trains the same tempered policy
-        validator=_in_range(0.0, 10.0),
+        validator=in_range(0.0, 10.0),
         metadata=_help("sampling temperature"),
     )
     top_p: float = attrs.field(
         default=1.0,  # top_p 0 would keep no token at all
-        validator=_above(0.0, 1.0),
+        validator=above(0.0, 1.0),
         metadata=_help("nucleus sampling: the smallest set of tokens whose mass reaches top_p (> 0, <= 1)"),
     )
     max_model_len: int = attrs.field(
-        default=4096, validator=_positive, metadata=_help("context window of the inference backend")
+        default=4096, validator=at_least_one, metadata=_help("context window of the inference backend")
     )
     max_batch_size: int = attrs.field(
-        default=32, validator=_positive, metadata=_help("max requests per inference batch")
+        default=32, validator=at_least_one, metadata=_help("max requests per inference batch")
     )
     max_loras: int | None = attrs.field(
         default=None,
-        validator=_positive,
+        validator=at_least_one,
         metadata=_help(
             "adapters kept loaded per inference actor (vLLM's max_loras; default: those the opponent "
             "sampler's games use at once plus one for the version change, 8 if the sampler cannot say)"
@@ -440,7 +394,7 @@ class RunConfig:
         factory=dict,
         converter=_none_is(dict),
         metadata=_help(
-            "the reference's vllm_config (its keys set temperature, max_generation_len, ...) and options of "
+            "UnstableBaselines v0.2's vllm_config (its keys set temperature, max_generation_len, ...) and options of "
             "the vllm backend, as JSON. Set for you: max_lora_rank (lora_rank rounded up to a rank vLLM "
             "accepts), max_loras, max_model_len, max_num_seqs (max_batch_size), logprobs_mode "
             "(processed_logprobs: the tempered policy's) and gpu_memory_utilization (0.45 split over the "
@@ -449,22 +403,22 @@ class RunConfig:
         ),
     )
     game_timeout_s: float = attrs.field(
-        default=600.0, validator=_in_range(1.0, 1e9), metadata=_help("a game running longer fails")
+        default=600.0, validator=in_range(1.0, 1e9), metadata=_help("a game running longer fails")
     )
     max_turns: int = attrs.field(
-        default=60, validator=_positive, metadata=_help("a game with more turns fails")
+        default=60, validator=at_least_one, metadata=_help("a game with more turns fails")
     )
     error_allowance: int = attrs.field(
         default=0,
-        validator=_non_negative,
+        validator=non_negative,
         metadata=_help(
-            "invalid moves a player may retry before losing (the reference: 0, the first one loses)"
+            "invalid moves a player may retry before losing (UnstableBaselines v0.2: 0, the first one loses)"
         ),
     )
     # when to give up
     failure_window: int = attrs.field(
         default=20,
-        validator=_positive,
+        validator=at_least_one,
         metadata=_help(
             "games watched for failures: the run stops when every one of the first N fails, or more than "
             "--max-failure-rate of the last N"
@@ -472,12 +426,12 @@ class RunConfig:
     )
     max_failure_rate: float = attrs.field(
         default=0.5,
-        validator=_above(0, 1.0),
+        validator=above(0, 1.0),
         metadata=_help("failed share of recent games that stops the run"),
     )
     max_nonfinite_updates: int = attrs.field(
         default=3,
-        validator=_positive,
+        validator=at_least_one,
         metadata=_help("learner updates in a row with a non-finite loss or gradient that stop the run"),
     )
     # bookkeeping
@@ -491,9 +445,7 @@ class RunConfig:
     wandb_project: str = attrs.field(
         default="unstable", metadata=_help("Weights & Biases project (tracker wandb)")
     )
-    seed: int = attrs.field(
-        default=0, validator=_int64, metadata=_help("seed of samplers, games and learner")
-    )
+    seed: int = attrs.field(default=0, validator=int64, metadata=_help("seed of samplers, games and learner"))
     ray_address: str | None = attrs.field(
         default=None, metadata=_help("join an existing Ray cluster (default: start a local one)")
     )
@@ -502,7 +454,7 @@ class RunConfig:
     )
     progress_every_s: float = attrs.field(
         default=10.0,
-        validator=_in_range(0.1, 1e6),
+        validator=in_range(0.1, 1e6),
         metadata=_help("seconds between plain progress lines when the output is not a terminal"),
     )
     # API opponents (openai:MODEL): never trained; the key stays in the environment
@@ -518,19 +470,19 @@ class RunConfig:
         metadata=_help("NAME of the environment variable holding the API key (the key is never written)"),
     )
     api_concurrency: int = attrs.field(
-        default=8, validator=_positive, metadata=_help("requests in flight per API model")
+        default=8, validator=at_least_one, metadata=_help("requests in flight per API model")
     )
     api_timeout_s: float = attrs.field(
-        default=60.0, validator=_in_range(0.1, 1e6), metadata=_help("seconds to wait for an API answer")
+        default=60.0, validator=in_range(0.1, 1e6), metadata=_help("seconds to wait for an API answer")
     )
     api_max_retries: int = attrs.field(
         default=5,
-        validator=_non_negative,
+        validator=non_negative,
         metadata=_help("retries of an API request on 429, 5xx, timeouts (exponential backoff, Retry-After)"),
     )
     api_max_tokens: int | None = attrs.field(
         default=None,
-        validator=_positive,
+        validator=at_least_one,
         metadata=_help("max new tokens per turn of API models (default: max_generation_len)"),
     )
 
@@ -557,13 +509,13 @@ class RunConfig:
         for name in self.fixed_opponents:
             if str(name).startswith(API_ONLY_MODELS):
                 raise ConfigError(
-                    f"fixed_opponents: {name!r} is an API model (the reference played it through OpenRouter): "
+                    f"fixed_opponents: {name!r} is an API model (UnstableBaselines v0.2 played it through OpenRouter): "
                     f"use --fixed-opponent {API_PREFIX}{name} --base-url {OPENROUTER_URL} "
                     "--api-key-env OPENROUTER_API_KEY"
                 )
         self._check_api_settings()
         self._check_vllm_config()
-        self.lora_config = resolve_lora_cfg(self.lora_config, "lora_config")  # as the learner checks it
+        self.lora_config = resolve_lora_config(self.lora_config, "lora_config")  # as the learner checks it
         max_rank = self.vllm_config.get("max_lora_rank")
         if max_rank is not None and max_rank < self.lora_config["lora_rank"]:
             raise ConfigError(
@@ -619,13 +571,13 @@ class RunConfig:
         return list(dict.fromkeys(n for n in names if is_api_model(n)))
 
     def _check_vllm_config(self) -> None:
-        """What is left in vllm_config after the reference's keys were mapped must be vllm backend options."""
+        """What is left in vllm_config after UnstableBaselines v0.2's keys were mapped must be vllm backend options."""
         if not isinstance(self.vllm_config, dict):
             raise ConfigError(f"vllm_config must be a table (a JSON object), got {self.vllm_config!r}")
         for key in self.vllm_config:
             if key in VLLM_REFERENCE_FIELDS:
                 raise ConfigError(
-                    f"vllm_config.{key}: the reference's vllm_config keys are read by load_config() and "
+                    f"vllm_config.{key}: UnstableBaselines v0.2's vllm_config keys are read by load_config() and "
                     f"build(); with RunConfig itself set {VLLM_REFERENCE_FIELDS[key]} instead"
                 )
         if not self.vllm_config:
@@ -634,7 +586,7 @@ class RunConfig:
         for key in self.vllm_config:
             if key not in allowed:
                 raise ConfigError(
-                    f"vllm_config: unknown key {key!r}; allowed: the reference's keys "
+                    f"vllm_config: unknown key {key!r}; allowed: UnstableBaselines v0.2's keys "
                     f"({', '.join(VLLM_REFERENCE_FIELDS)}) and the vllm backend's options "
                     f"({', '.join(sorted(allowed))})"
                 )
@@ -684,7 +636,7 @@ API_FIELDS = (
 
 FIELD_ALIASES = {f.metadata["alias"]: f.name for f in attrs.fields(RunConfig) if "alias" in f.metadata}
 
-# the reference's vllm_config keys (unstable_core.inference.vllm.VLLM_CONFIG_KEYS) -> the run field each sets
+# UnstableBaselines v0.2's vllm_config keys (unstable_core.inference.vllm.VLLM_CONFIG_KEYS) -> the run field each sets
 VLLM_REFERENCE_FIELDS = {
     "model_name": "model_name",
     "temperature": "temperature",
@@ -708,7 +660,7 @@ def vllm_backend_options() -> set[str]:
 
 
 def _fields_set_by(layer: Mapping[str, Any]) -> set[str]:
-    """The run fields a config dict sets, directly or through the reference's vllm_config keys."""
+    """The run fields a config dict sets, directly or through UnstableBaselines v0.2's vllm_config keys."""
     names = {FIELD_ALIASES.get(k, k) for k, v in layer.items() if v is not None}
     vllm = layer.get("vllm_config")
     if isinstance(vllm, Mapping):
@@ -718,7 +670,7 @@ def _fields_set_by(layer: Mapping[str, Any]) -> set[str]:
 
 def merge_layers(*layers: Mapping[str, Any]) -> dict[str, Any]:
     """Config dicts merged, later ones winning (None: not given), also over a field that an earlier one set
-    through the reference's vllm_config: `--temperature` beats a file's vllm_config.temperature."""
+    through UnstableBaselines v0.2's vllm_config: `--temperature` beats a file's vllm_config.temperature."""
     out: dict[str, Any] = {}
     for layer in layers:
         names = _fields_set_by(layer)
@@ -734,7 +686,7 @@ def merge_layers(*layers: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _map_reference_vllm(clean: dict[str, Any]) -> dict[str, Any]:
-    """The reference's vllm_config keys, translated by `map_vllm_config`, moved onto the run fields they set;
+    """UnstableBaselines v0.2's vllm_config keys, translated by `map_vllm_config`, moved onto the run fields they set;
     a field given beside its vllm_config key must agree with it. The rest of vllm_config stays."""
     vllm = clean.get("vllm_config")
     if not isinstance(vllm, Mapping):
@@ -756,17 +708,19 @@ def _map_reference_vllm(clean: dict[str, Any]) -> dict[str, Any]:
     except UnstableError as exc:
         raise ConfigError(str(exc)) from exc
     except (TypeError, ValueError) as exc:  # e.g. a temperature that is not a number
-        raise ConfigError(f"vllm_config: {exc}; give the reference's keys numbers") from exc
+        raise ConfigError(f"vllm_config: {exc}; give UnstableBaselines v0.2's keys numbers") from exc
     values = {
         "model_name": mapped.backend_kwargs["model"],
         "temperature": mapped.sampling.temperature,
-        "max_tokens": mapped.sampling.max_tokens,  # None in the reference: as long as the context allows
+        "max_tokens": mapped.sampling.max_tokens,  # None in UnstableBaselines v0.2: as long as the context allows
         "max_parallel_seq": mapped.backend_kwargs["max_batch_size"],
         "max_loras": mapped.backend_kwargs["max_loras"],
         "max_model_len": mapped.backend_kwargs["max_model_len"],
     }
     lora = given.pop("lora_config", None)
-    if lora is not None:  # the reference handed vLLM the learner's LoRA settings: they must be the run's
+    if (
+        lora is not None
+    ):  # UnstableBaselines v0.2 handed vLLM the learner's LoRA settings: they must be the run's
         values["lora_config"] = {**DEFAULT_LORA_CFG, **lora}
         if clean.get("lora_config") is not None:
             clean["lora_config"] = {**DEFAULT_LORA_CFG, **clean["lora_config"]}
@@ -782,7 +736,7 @@ def _map_reference_vllm(clean: dict[str, Any]) -> dict[str, Any]:
 
 
 def config_from_dict(data: dict[str, Any]) -> RunConfig:
-    """A RunConfig from a dict of field names or the reference's build() names and values (None: the
+    """A RunConfig from a dict of field names or UnstableBaselines v0.2's build() names and values (None: the
     default; strategy "none"; its vllm_config keys); unknown keys are errors."""
     fields = {f.name for f in attrs.fields(RunConfig)}
     clean: dict[str, Any] = {}

@@ -177,7 +177,8 @@ def play_all(
     from unstable_core.runtime.collector import Collector
     from unstable_core.runtime.inference_actor import create_engines
     from unstable_core.runtime.league_actor import LeagueActor
-    from unstable_core.runtime.run import RecorderActor
+    from unstable_core.runtime.recorder import RecorderActor
+    from unstable_core.runtime.wiring import remote
 
     cfg = check_before_start(targets, settings, api=False)  # `unstable eval` checked the API models
     owns_ray = not ray.is_initialized()
@@ -185,7 +186,6 @@ def play_all(
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")
         start_ray(None, include_dashboard=False, log_to_driver=False, namespace="unstable")
     try:
-        remote = lambda cls, **opts: ray.remote(cls).options(num_cpus=0, **opts)  # noqa: E731
         recorder = remote(RecorderActor).remote(str(out_dir), [])
         league = remote(LeagueActor).remote(str(out_dir / "registry.json"))
         for t in targets:

@@ -63,8 +63,8 @@ async def play_game(
     opponent) moves from the env and its observation, without a model.
     With `params.seed` set, each turn samples with its own seed drawn from it, the game's seed and the
     turn, so that the same seeds replay the same game.
-    `error_allowance` is how many invalid moves in a row a seat may retry (0, the reference's: the first one
-    loses; None: the env's own, 1 in most TextArena games).
+    `error_allowance` is how many invalid moves in a row a seat may retry (0, as in UnstableBaselines
+    v0.2: the first one loses; None: the env's own, 1 in most TextArena games).
     An env error, a failed generation, more than `max_turns` turns or `timeout_s` seconds end the game
     as failed (`info.failed`, `info.error`). Raises UnstableError before playing when the arguments do not
     fit the spec; re-raises InferenceUnavailable and cancellation.

@@ -1,7 +1,7 @@
 """The inference contract: sampling parameters, requests, outputs, and the backend base class.
 
 A backend implements `generate_batch` (one synchronous batch); the base class turns concurrent
-`generate` calls into such batches (a short gather window, like the reference's 20 ms loop).
+`generate` calls into such batches (a short gather window, like UnstableBaselines v0.2's 20 ms loop).
 """
 
 from __future__ import annotations

@@ -79,14 +79,14 @@ class VLLMApi:
 
 @attrs.frozen
 class VLLMConfig:
-    """The reference's `vllm_config` mapped onto our names: backend options and default sampling."""
+    """UnstableBaselines v0.2's `vllm_config` mapped onto our names: backend options and default sampling."""
 
     backend_kwargs: dict[str, Any]
     sampling: SamplingParams
 
 
 def map_vllm_config(cfg: Mapping[str, Any]) -> VLLMConfig:
-    """Translate a reference-style vllm_config (model_name, max_parallel_seq, lora_config, ...)."""
+    """Translate an UnstableBaselines v0.2 vllm_config (model_name, max_parallel_seq, lora_config, ...)."""
     unknown = sorted(set(cfg) - set(VLLM_CONFIG_KEYS))
     if unknown:
         raise UnstableError(f"unknown vllm_config keys {unknown}; allowed: {', '.join(VLLM_CONFIG_KEYS)}")
@@ -187,7 +187,7 @@ class VLLMBackend(InferenceBackend):
 
     @classmethod
     def from_vllm_config(cls, cfg: Mapping[str, Any], **overrides: Any) -> VLLMBackend:
-        """A backend from the reference's vllm_config; its temperature/max_tokens become `default_params`."""
+        """A backend from an UnstableBaselines v0.2 vllm_config; its temperature/max_tokens become `default_params`."""
         mapped = map_vllm_config(cfg)
         backend = cls(**{**mapped.backend_kwargs, **overrides})
         backend.default_params = mapped.sampling

@@ -1,9 +1,9 @@
-"""The model registry: every learner checkpoint and fixed opponent, with TrueSkill ratings and match counts.
+"""The league: every learner checkpoint and fixed opponent, with TrueSkill ratings and match counts.
 
 Pure Python (a Ray actor wraps it in the runtime): methods take and return plain values and attrs objects.
 Ratings use a private `trueskill.TrueSkill` environment, never the package's global one.
 
-Rules that differ from the reference system:
+Rules that differ from UnstableBaselines v0.2:
 - a new checkpoint inherits the current one's mu and twice its sigma, capped at the prior sigma;
 - a game where every seat is the same model (mirror self-play) leaves ratings unchanged;
 - a model holding several seats beside other models is rated once, on its mean score.

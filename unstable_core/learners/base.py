@@ -25,7 +25,7 @@ from unstable_core.learners.checkpoint import (
     write_folder_atomically,
     write_json,
 )
-from unstable_core.learners.lora import make_lora_config, present_target_modules, resolve_lora_cfg
+from unstable_core.learners.lora import make_lora_config, present_target_modules
 from unstable_core.learners.off_policy import OffPolicyStats, importance_weights
 from unstable_core.models import plain_linear_head
 from unstable_core.types import Step
@@ -33,47 +33,30 @@ from unstable_core.types import Step
 POLICY_ADAPTER = "default"  # peft's name for the adapter saved at a checkpoint folder's root
 
 
-def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None and not value > 0:
-        raise ConfigError(f"learner {attribute.name} must be > 0, got {value!r}")
-
-
-def _top_p(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if not 0 < value <= 1:
-        raise ConfigError(f"learner top_p must be in (0, 1] like the sampler's, got {value!r}; 1 disables it")
-
-
-def _non_negative(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if not value >= 0:
-        raise ConfigError(f"learner {attribute.name} must be >= 0, got {value!r}")
-
-
 @attrs.frozen
 class LearnerConfig:
-    """The learner's settings, validated; stored in every checkpoint's learner_state.json."""
+    """The learner's settings, taken by name from a validated `RunConfig` (`from_run`), so that each is
+    declared, defaulted and checked in one place; stored in every checkpoint's learner_state.json."""
 
     model_name: str
-    lora_cfg: dict[str, Any]
-    batch_size: int = attrs.field(default=384, validator=_positive)  # steps the runtime pulls per update
-    mini_batch_size: int = attrs.field(default=1, validator=_positive)
-    learning_rate: float = attrs.field(default=1e-5, validator=_positive)
-    grad_clip: float = attrs.field(default=0.2, validator=_positive)
-    activation_checkpointing: bool = True
-    gradient_checkpointing: bool = True
-    max_train_len: int | None = attrs.field(default=None, validator=_positive)
-    max_generation_len: int = attrs.field(default=4096, validator=_positive)
-    temperature: float = attrs.field(default=1.0, validator=_non_negative)  # the sampler's; 0 (greedy) -> 1
-    top_p: float = attrs.field(
-        default=1.0, validator=_top_p
-    )  # the sampler's nucleus; 1: the whole vocabulary
-    importance_cap: float | None = attrs.field(default=None, validator=_positive)
-    seed: int = 0
+    lora_config: dict[str, Any]
+    batch_size: int  # steps the runtime pulls per update
+    mini_batch_size: int
+    learning_rate: float
+    gradient_clipping: float
+    activation_checkpointing: bool
+    gradient_checkpointing: bool
+    max_train_len: int | None
+    max_generation_len: int
+    temperature: float  # the sampler's; 0 (greedy) -> 1
+    top_p: float  # the sampler's nucleus; 1: the whole vocabulary
+    importance_cap: float | None
+    seed: int
 
-    def __attrs_post_init__(self) -> None:
-        if self.max_train_len is not None and self.max_train_len < 2:
-            raise ConfigError(
-                f"learner max_train_len must be >= 2 (one prompt and one completion token), got {self.max_train_len}"
-            )
+    @classmethod
+    def from_run(cls, run_config: Any) -> LearnerConfig:
+        """The learner's part of a `RunConfig` (every field of this class, by name)."""
+        return cls(**{f.name: getattr(run_config, f.name) for f in attrs.fields(cls)})
 
     @property
     def checkpointing(self) -> bool:
@@ -136,53 +119,34 @@ class BaseLearner:
             return  # options of its own, undeclared: its initialize_algorithm checks them in the actor
         algorithm_config(cls.__name__, cls.algorithm_config_class, dict(algorithm_kwargs))
 
-    def __init__(
-        self,
-        model_name: str,
-        *,
-        lora_cfg: dict | None = None,
-        batch_size: int = 384,
-        mini_batch_size: int = 1,
-        learning_rate: float = 1e-5,
-        grad_clip: float = 0.2,
-        activation_checkpointing: bool = True,
-        gradient_checkpointing: bool = True,
-        max_train_len: int | None = None,
-        max_generation_len: int = 4096,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        importance_cap: float | None = None,
-        run_dir: str | Path,
-        device: str | None = None,
-        seed: int = 0,
-    ) -> None:
+    @classmethod
+    def create(
+        cls, model_name: str, *, run_dir: str | Path, device: str | None = None, **settings: Any
+    ) -> Any:
+        """A learner outside a run (tests, scripts): `settings` are `RunConfig` keys (`learning_rate=1e-4`),
+        checked and defaulted as a run's are."""
+        from unstable_core.config import RunConfig
+
+        return cls(
+            LearnerConfig.from_run(RunConfig(model_name=model_name, **settings)),
+            run_dir=run_dir,
+            device=device,
+        )
+
+    def __init__(self, config: LearnerConfig, *, run_dir: str | Path, device: str | None = None) -> None:
         import torch
         from peft import get_peft_model
 
         from unstable_core.models import default_device, load_causal_lm
 
-        self.config = LearnerConfig(
-            model_name=model_name,
-            lora_cfg=resolve_lora_cfg(lora_cfg),
-            batch_size=batch_size,
-            mini_batch_size=mini_batch_size,
-            learning_rate=learning_rate,
-            grad_clip=grad_clip,
-            activation_checkpointing=activation_checkpointing,
-            gradient_checkpointing=gradient_checkpointing,
-            max_train_len=max_train_len,
-            max_generation_len=max_generation_len,
-            temperature=temperature,
-            top_p=top_p,
-            importance_cap=importance_cap,
-            seed=seed,
-        )
+        self.config = config
+        model_name, seed = config.model_name, config.seed
         self.run_dir = Path(run_dir)
         self.device = torch.device(device or default_device())
         torch.manual_seed(seed)
 
         base = load_causal_lm(model_name, device=str(self.device))
-        self.target_modules = present_target_modules(base, self.config.lora_cfg["target_modules"])
+        self.target_modules = present_target_modules(base, self.config.lora_config["target_modules"])
         base.config.use_cache = False
         if self.config.checkpointing:
             enable = getattr(base, "activation_checkpointing_enable", None)  # transformers >= 5.x name
@@ -199,7 +163,7 @@ class BaseLearner:
         self.pad_token_id: int = int(pad) if pad is not None else 0
 
         self.optimizers: dict[str, Any] = {
-            "policy": torch.optim.AdamW(self.adapter_parameters(POLICY_ADAPTER), lr=learning_rate)
+            "policy": torch.optim.AdamW(self.adapter_parameters(POLICY_ADAPTER), lr=config.learning_rate)
         }
         self.step = 0  # the policy version: number of update() calls so far
         self.algorithm_cfg: dict[str, Any] = {}
@@ -240,8 +204,8 @@ class BaseLearner:
         return cfg
 
     def lora_config(self) -> Any:
-        """A fresh peft LoraConfig of this learner's lora_cfg (for the policy or an extra adapter)."""
-        return make_lora_config(self.config.lora_cfg, self.target_modules)
+        """A fresh peft LoraConfig of this learner's lora_config (for the policy or an extra adapter)."""
+        return make_lora_config(self.config.lora_config, self.target_modules)
 
     def adapter_parameters(self, adapter: str) -> list[Any]:
         """The LoRA parameters of one adapter (names like `...lora_A.<adapter>.weight`)."""
@@ -367,7 +331,7 @@ class BaseLearner:
 
     def optimizer_step_on(self, micro_batches: list[list[Any]]) -> dict[str, float]:
         """Accumulate gradients over `micro_batches`, each forwarded as given (so the loss is the mean over
-        their samples), clip each optimizer's grad norm to grad_clip, step (skipped if a norm is not
+        their samples), clip each optimizer's grad norm to gradient_clipping, step (skipped if a norm is not
         finite). Returns the metrics."""
         import torch
 
@@ -383,7 +347,7 @@ class BaseLearner:
         finite = True
         for name, opt in self.optimizers.items():
             params = [p for group in opt.param_groups for p in group["params"]]
-            norm = float(torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip))
+            norm = float(torch.nn.utils.clip_grad_norm_(params, self.config.gradient_clipping))
             metrics["grad_norm" if name == "policy" else f"grad_norm/{name}"] = norm
             finite = finite and math.isfinite(norm)
         if finite:
@@ -444,10 +408,14 @@ class BaseLearner:
             raise UnstableError(
                 f"checkpoint {folder} was written by {state.get('learner')}, not {type(self).__name__}; use that learner"
             )
-        if state["config"]["lora_cfg"] != self.config.lora_cfg:
+        saved = state["config"]
+        lora = saved.get(
+            "lora_config", saved.get("lora_cfg")
+        )  # its name before LearnerConfig took RunConfig's
+        if lora != self.config.lora_config:
             raise UnstableError(
-                f"checkpoint {folder} has lora_cfg {state['config']['lora_cfg']}, the learner has {self.config.lora_cfg}; "
-                "create the learner with the checkpoint's lora_cfg"
+                f"checkpoint {folder} has lora_config {lora}, the learner has {self.config.lora_config}; "
+                "create the learner with the checkpoint's lora_config"
             )
         weights = load_file(str(folder / "adapter_model.safetensors"), device=str(self.device))
         result = set_peft_model_state_dict(self.model, weights, adapter_name=POLICY_ADAPTER)

@@ -1,4 +1,4 @@
-"""LoRA settings of the learners: the reference's keys and defaults, turned into a peft `LoraConfig`."""
+"""LoRA settings of the learners: UnstableBaselines v0.2's keys and defaults, turned into a peft `LoraConfig`."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def resolve_lora_cfg(lora_cfg: dict[str, Any] | None, name: str = "lora_cfg") -> dict[str, Any]:
-    """The defaults updated with `lora_cfg`; an unknown key or a bad value raises ConfigError (`name` is how
-    the error calls the setting: the learner's lora_cfg, the run's lora_config)."""
+def resolve_lora_config(lora_config: dict[str, Any] | None, name: str = "lora_config") -> dict[str, Any]:
+    """The defaults updated with `lora_config`; an unknown key or a bad value raises ConfigError (`name` is how
+    the error calls the setting)."""
     cfg = dict(DEFAULT_LORA_CFG)
-    unknown = sorted(set(lora_cfg or {}) - set(cfg))
+    unknown = sorted(set(lora_config or {}) - set(cfg))
     if unknown:
         raise ConfigError(f"unknown {name} key(s) {', '.join(unknown)}; allowed: {', '.join(cfg)}")
-    cfg.update(lora_cfg or {})
+    cfg.update(lora_config or {})
     rank, alpha, dropout, targets = (cfg[k] for k in DEFAULT_LORA_CFG)
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ConfigError(f"{name}.lora_rank must be an integer >= 1, got {rank!r}")
@@ -54,14 +54,14 @@ def present_target_modules(model: Any, wanted: list[str]) -> list[str]:
     found = [name for name in wanted if name in linear_names]
     if not found:
         raise ConfigError(
-            f"none of lora_cfg.target_modules {wanted} is a linear layer of the model; "
+            f"none of lora_config.target_modules {wanted} is a linear layer of the model; "
             f"choose from: {', '.join(sorted(linear_names))}"
         )
     return found
 
 
 def make_lora_config(cfg: dict[str, Any], target_modules: list[str]) -> Any:
-    """A peft `LoraConfig` for a causal LM from a resolved lora_cfg."""
+    """A peft `LoraConfig` for a causal LM from a resolved lora_config."""
     from peft import LoraConfig
 
     return LoraConfig(

@@ -1,8 +1,7 @@
-"""Replay buffers between the collectors and the learner, and where the reward transforms run.
+"""Replay buffers between the collectors and the learner.
 
-- final transforms: once per game, on every seat's outcome;
-- step transforms: once per step of each training trajectory;
-- sampling transforms: on each batch handed to the learner.
+A buffer owns the run's `RewardPipeline` (`unstable_core.rewards.pipeline`): a finished game is shaped by the
+final and step transforms before it is stored, and each batch by the sampling transforms as it is served.
 
 `StepBuffer` holds steps (REINFORCE-style learners); `EpisodeBuffer` holds whole trajectories (learners
 that need every step of an episode, e.g. GAE). Both evict the oldest data beyond `max_buffer_size` and
@@ -19,84 +18,13 @@ evicted (`groups_dropped`).
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from typing import Any
 
 import attrs
 
-from unstable_core.errors import UnstableError
+from unstable_core.rewards.pipeline import RewardPipeline
 from unstable_core.types import GameResult, Step, Trajectory
-
-
-def _call(transform: Any, stage: str, *args: Any) -> Any:
-    """`transform(*args)`, with its exception turned into one line naming it (the run stops)."""
-    try:
-        return transform(*args)
-    except UnstableError:
-        raise
-    except Exception as exc:
-        raise UnstableError(
-            f"{stage} reward transform {type(transform).__name__} raised {type(exc).__name__}: {exc}"
-        ) from exc
-
-
-def _finite(value: Any, transform: Any, stage: str, where: str) -> Any:
-    """A transform's reward must be a finite number: a NaN would make every update a no-op."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise UnstableError(
-            f"{stage} reward transform {type(transform).__name__} returned {value!r} for {where}: reward "
-            "transforms must return finite numbers; fix the transform or drop it"
-        )
-    return value
-
-
-class _Transforms:
-    """The three transform stages, applied in order."""
-
-    def __init__(self, final: list[Any] = (), step: list[Any] = (), sampling: list[Any] = ()) -> None:
-        self.final, self.step, self.sampling = list(final), list(step), list(sampling)
-
-    def shape(self, result: GameResult) -> list[Trajectory]:
-        """Training trajectories of a game with `final_reward`, `shaping` and `reward` set on every step.
-
-        The final transforms see the outcomes of the collected (training) seats only: a baseline per seat
-        must not move with a fixed opponent's results (the reference tracked the learner's seat only)."""
-        trajectories = result.training_trajectories
-        collected = {t.pid for t in trajectories}
-        rewards = {int(k): float(v) for k, v in result.info.final_rewards.items() if int(k) in collected}
-        env_id = result.info.env_id
-        for t in self.final:
-            rewards = _call(t, "final", rewards, env_id)
-            for pid, r in rewards.items():
-                _finite(r, t, "final", f"seat {pid} of a game of {env_id}")
-        for traj in trajectories:
-            traj.final_reward = rewards.get(traj.pid, 0.0)
-            for i, s in enumerate(traj.steps):
-                s.final_reward = traj.final_reward
-                r = traj.final_reward
-                for t in self.step:
-                    r = _finite(_call(t, "step", traj, i, r), t, "step", f"step {i}")
-                s.reward = float(r)
-                s.shaping = s.reward - s.final_reward
-        return trajectories
-
-    def sample(self, steps: list[Step]) -> list[Step]:
-        for t in self.sampling:
-            steps = _call(t, "sampling", steps)
-            for s in steps:
-                _finite(s.reward, t, "sampling", "a step of the batch")
-        return steps
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            stage: [t.state_dict() for t in getattr(self, stage)] for stage in ("final", "step", "sampling")
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for stage in ("final", "step", "sampling"):
-            for t, s in zip(getattr(self, stage), state.get(stage, []), strict=False):
-                t.load_state_dict(s)
 
 
 class StepBuffer:
@@ -113,7 +41,7 @@ class StepBuffer:
     ) -> None:
         self.max_buffer_size = max_buffer_size
         self.max_staleness = max_staleness
-        self.transforms = _Transforms(final_transforms, step_transforms, sampling_transforms)
+        self.rewards = RewardPipeline(final_transforms, step_transforms, sampling_transforms)
         self.policy_version = 0
         self.stopped = False
         self.counts = {
@@ -168,7 +96,7 @@ class StepBuffer:
             if group is not None:
                 self._arrived(info.group_id, group.broken_by([]))
             return 0
-        units = self._units_of(self.transforms.shape(result))
+        units = self._units_of(self.rewards.shape_game(result))
         if group is not None:
             if group.broken:
                 self.counts["steps_incomplete"] += sum(len(u) for u in units)
@@ -251,7 +179,7 @@ class StepBuffer:
             self.counts["groups_served"] += _is_group(unit)
         self._n -= len(batch)
         self.counts["steps_served"] += len(batch)
-        return self.transforms.sample(batch)
+        return self.rewards.shape_batch(batch)
 
     def continue_collection(self) -> bool:
         """False once stopped, or while full (back-pressure: new games would only be evicted)."""
@@ -273,10 +201,10 @@ class StepBuffer:
 
     def state_dict(self) -> dict[str, Any]:
         """The reward transforms' statistics (EMA baselines), to save with a checkpoint."""
-        return self.transforms.state_dict()
+        return self.rewards.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.transforms.load_state_dict(state)
+        self.rewards.load_state_dict(state)
 
 
 @attrs.define

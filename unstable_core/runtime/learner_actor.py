@@ -11,6 +11,7 @@ from typing import Any
 import ray
 
 from unstable_core.errors import UnstableError
+from unstable_core.learners.base import LearnerConfig
 from unstable_core.runtime.failures import NonFiniteUpdates
 from unstable_core.runtime.liveness import ANSWER_TIMEOUT_S
 from unstable_core.runtime.resume import RUN_STATE
@@ -23,14 +24,15 @@ class LearnerActor:
 
     def __init__(
         self,
-        learner_factory: Any,
-        learner_kwargs: dict[str, Any],
+        learner_cls: type,
+        config: LearnerConfig,
         algorithm_kwargs: dict[str, Any],
         *,
+        run_dir: str,
+        device: str | None,
         buffer: Any,
         league: Any,
         recorder: Any,
-        batch_size: int,
         torch_threads: int | None = None,
         collectors: list[Any] = (),
         resume_from: str | None = None,
@@ -40,14 +42,14 @@ class LearnerActor:
             import torch
 
             torch.set_num_threads(torch_threads)
-        self.learner = learner_factory(**learner_kwargs)
+        self.learner = learner_cls(config, run_dir=run_dir, device=device)
         self.learner.initialize_algorithm(**algorithm_kwargs)
         if resume_from is not None:
             self.learner.load_checkpoint(resume_from)  # adapter, optimizers, step = policy version
         self.collectors = list(collectors)
         self.buffer, self.league, self.recorder = buffer, league, recorder
-        self.batch_size = batch_size
-        self.run_dir = Path(learner_kwargs["run_dir"])
+        self.batch_size = config.batch_size
+        self.run_dir = Path(run_dir)
         self._stop = threading.Event()
         self.nonfinite = NonFiniteUpdates(max_nonfinite_updates)
 

@@ -136,3 +136,30 @@ class InferenceWatch:
                 )
             self.pids[name] = pid
         return lines
+
+
+def actor_names(actors: dict[str, Any]) -> dict[str, str]:
+    """Actor id (hex) -> name as the run's messages give it ('the learner', 'the inference-main-0')."""
+    names = {}
+    for key in ("recorder", "league", "buffer", "learner"):
+        if key in actors:
+            names[actors[key]._actor_id.hex()] = f"the {key}"
+    for i, c in enumerate(actors.get("collectors", [])):
+        names[c._actor_id.hex()] = f"the collector-{i}"
+    for engine, pool in actors.get("engines", {}).items():
+        for i, a in enumerate(pool):
+            names[a._actor_id.hex()] = f"the inference-{engine}-{i}"
+    return names
+
+
+def check_alive(actors: dict[str, Any]) -> None:
+    """Ask every stateful actor a cheap question: a dead one raises ActorDied at once, one that does
+    not answer within ANSWER_TIMEOUT_S raises ActorHung (both name the actor)."""
+    names = actor_names(actors)
+    asked = {
+        names[a._actor_id.hex()]: getattr(a, method).remote()
+        for key, method in (("recorder", "snapshot"), ("league", "get_current_ckpt"), ("buffer", "size"))
+        if (a := actors.get(key)) is not None
+    }
+    asked.update({names[c._actor_id.hex()]: c.stats.remote() for c in actors.get("collectors", [])})
+    check_answers(asked)

@@ -216,3 +216,36 @@ def claim_run_dir(runs_dir: str, run_name: str | None) -> Path:
     raise ConfigError(
         f"no free run name in {runs_dir!r} after 100 tries: give --run-name"
     )  # pragma: no cover
+
+
+def check_run(plan: Any, resume: bool = False) -> None:
+    """Every check of a run before anything starts (no Ray, no folder): what can fail inside an actor is
+    found here, as one ConfigError line. `plan` is the run's `RunPlan` (its components already resolved);
+    a resumed run keeps its folder's name."""
+    from unstable_core.games.random_player import check_random_supported
+    from unstable_core.learners.lora import DEFAULT_LORA_CFG
+    from unstable_core.models import is_api_model
+    from unstable_core.runtime.placement import check_backend_available
+
+    cfg, comp = plan.cfg, plan.components
+    if cfg.run_name is not None and not resume:
+        check_run_name(cfg.run_name)
+    train, evals = cfg.train_specs(), plan.eval_specs()
+    check_env_ids([s.env_id for s in train], "--env")
+    check_env_ids([s.env_id for s in evals], "--eval-env")
+    check_env_players(train, "--env")
+    check_env_players(evals, "--eval-env")
+    check_templates(sorted({s.prompt_template for s in [*train, *evals]}))
+    for key, model in plan.engines().items():
+        if not is_api_model(model):  # an API model is checked by check_api_models
+            check_model(model, "--model" if key == "main" else "fixed opponent")
+    check_device(cfg.device, cfg.ray_address)
+    check_components(cfg, comp.env_sampler, comp.model_sampler, comp.learner, evals)
+    if plan.learn:
+        check_lora_targets(cfg.model_name, cfg.lora_config, DEFAULT_LORA_CFG["target_modules"])
+    check_backend_available(cfg.backend, cfg.device, cfg.ray_address)
+    if cfg.api_models():
+        from unstable_core.inference.engines import check_api_models
+
+        check_api_models(cfg)  # a bad key, URL or model name stops the run before Ray starts
+    check_random_supported(plan.random_envs())

@@ -12,7 +12,7 @@ from unstable_core.io import append_jsonl, finite_json, fsync_file
 from unstable_core.runtime.failures import FailureMonitor
 from unstable_core.types import GameResult, to_dict
 
-WINDOW = 100  # games per moving mean, as in the reference
+WINDOW = 100  # games per moving mean, as in UnstableBaselines v0.2
 SYNC_EVERY_S = 2.0  # games.jsonl reaches the disk at least this often (the OS has each game at once)
 
 
@@ -157,3 +157,39 @@ class Recorder:
         self.flush()
         for t in self.trackers:
             t.close()
+
+
+class RecorderActor:
+    """Builds the chosen trackers inside the actor (they may hold files or sockets) around a `Recorder`."""
+
+    def __init__(
+        self,
+        run_dir: str,
+        trackers: list[tuple[Any, dict[str, Any]]],
+        failure_window: int = 20,
+        max_failure_rate: float = 0.5,
+        learner_step: int = 0,
+    ) -> None:
+        built = [cls(**kw) for cls, kw in trackers]
+        self._t = Recorder(run_dir, built, failure_window, max_failure_rate, learner_step)
+
+    def add_game(self, result) -> None:
+        self._t.add_game(result)
+
+    def log_learner(self, metrics, step) -> None:
+        self._t.log_learner(metrics, step)
+
+    def log_eval(self, metrics, version) -> None:
+        self._t.log_eval(metrics, version)
+
+    def add_count(self, key, n=1) -> None:
+        self._t.add_count(key, n)
+
+    def set_inference_stats(self, stats) -> None:
+        self._t.set_inference_stats(stats)
+
+    def snapshot(self):
+        return self._t.snapshot()
+
+    def close(self) -> None:
+        self._t.close()

@@ -151,7 +151,7 @@ def run_default_transforms() -> dict[str, list[Any]]:
     """The reward transforms of `unstable run`'s defaults (final, step and sampling stages), instantiated
     through the plugin registry: `check_learner_learns(cls, dir, **run_default_transforms())`."""
     from unstable_core.config import RunConfig
-    from unstable_core.runtime.run import instantiate
+    from unstable_core.runtime.components import instantiate
 
     cfg = RunConfig()
     return {
@@ -278,11 +278,11 @@ def check_learner_learns(
     torch.manual_seed(seed)
     backend = TransformersBackend(model, device="cpu", seed=seed, gather_ms=5.0)
     steps_per_game = rounds if game == "letter" else WinOrStallEnv().max_turns if game == "stall" else 1
-    learner = learner_cls(
+    learner = learner_cls.create(
         model,
         device="cpu",
         run_dir=work_dir / "run",
-        lora_cfg={"lora_rank": 8, "lora_alpha": 16},
+        lora_config={"lora_rank": 8, "lora_alpha": 16},
         learning_rate=learning_rate,
         batch_size=games_per_update * steps_per_game,
         mini_batch_size=games_per_update * steps_per_game,

@@ -46,8 +46,8 @@ BATCH = [
 
 @pytest.fixture
 def learner(tiny_model, tmp_path):
-    lrn = A2CLearner(
-        tiny_model, device="cpu", run_dir=tmp_path / "run", lora_cfg={"lora_rank": 4}, mini_batch_size=2
+    lrn = A2CLearner.create(
+        tiny_model, device="cpu", run_dir=tmp_path / "run", lora_config={"lora_rank": 4}, mini_batch_size=2
     )
     lrn.initialize_algorithm(gamma=1.0, gae_lambda=0.5, critic_learning_rate=1e-2, normalize_adv=False)
     return lrn
@@ -132,7 +132,7 @@ def test_a_win_has_a_larger_advantage_than_a_loss_of_any_length(tiny_model, tmp_
         for s in result.trajectories[0].steps:
             s.format_ok = True
         buf.add_result(result)
-    lrn = A2CLearner(tiny_model, device="cpu", run_dir=tmp_path / "run", lora_cfg={"lora_rank": 4})
+    lrn = A2CLearner.create(tiny_model, device="cpu", run_dir=tmp_path / "run", lora_config={"lora_rank": 4})
     lrn.initialize_algorithm(gae_lambda=lam, normalize_adv=False)  # V = 0: the value head starts at zero
     samples = lrn.prepare_batch(buf.get_batch(8))
     first = {s.step.game_idx: s for s in samples if s.step.turn == 0}
@@ -146,7 +146,7 @@ def test_a_win_has_a_larger_advantage_than_a_loss_of_any_length(tiny_model, tmp_
 
 
 def test_advantages_are_normalised_per_env(tiny_model, tmp_path):
-    lrn = A2CLearner(tiny_model, device="cpu", run_dir=tmp_path / "run", lora_cfg={"lora_rank": 4})
+    lrn = A2CLearner.create(tiny_model, device="cpu", run_dir=tmp_path / "run", lora_config={"lora_rank": 4})
     lrn.initialize_algorithm()
     assert lrn.a2c.normalize_adv and lrn.a2c.critic_learning_rate == 5e-5
     batch = [
@@ -240,7 +240,9 @@ def test_updates_train_both_adapters_and_the_head_and_nothing_else(learner):
 
 
 def test_critic_updates_lower_the_value_loss(tiny_model, tmp_path):
-    lrn = A2CLearner(tiny_model, device="cpu", run_dir=tmp_path, lora_cfg={"lora_rank": 4}, grad_clip=1.0)
+    lrn = A2CLearner.create(
+        tiny_model, device="cpu", run_dir=tmp_path, lora_config={"lora_rank": 4}, gradient_clipping=1.0
+    )
     # lambda = 1: Monte-Carlo returns, a fixed target on a fixed batch
     lrn.initialize_algorithm(gamma=1.0, gae_lambda=1.0, critic_learning_rate=3e-3)
     losses = [lrn.update(BATCH)["value_loss"] for _ in range(8)]
@@ -273,8 +275,8 @@ def test_checkpoint_layout_and_reload(learner, tiny_model, tmp_path):
     assert {"critic/adapter_model.safetensors", "critic/value_head.safetensors"} <= names
     assert all(n.endswith((".json", ".safetensors", ".md")) for n in names), names
 
-    fresh = A2CLearner(
-        tiny_model, device="cpu", run_dir=tmp_path / "fresh", lora_cfg={"lora_rank": 4}, mini_batch_size=2
+    fresh = A2CLearner.create(
+        tiny_model, device="cpu", run_dir=tmp_path / "fresh", lora_config={"lora_rank": 4}, mini_batch_size=2
     )
     fresh.initialize_algorithm(gamma=1.0, gae_lambda=0.5, critic_learning_rate=1e-2)
     fresh.load_checkpoint(path)
@@ -293,7 +295,7 @@ def test_checkpoint_layout_and_reload(learner, tiny_model, tmp_path):
 
 
 def test_options_are_checked(tiny_model, tmp_path):
-    lrn = A2CLearner(tiny_model, device="cpu", run_dir=tmp_path, lora_cfg={"lora_rank": 4})
+    lrn = A2CLearner.create(tiny_model, device="cpu", run_dir=tmp_path, lora_config={"lora_rank": 4})
     with pytest.raises(
         UnstableError, match=r"unknown A2CLearner option\(s\) lamda; allowed: gamma, gae_lambda"
     ):

@@ -32,9 +32,9 @@ class A2CConfig:
     - gamma = 1: a game is a short episode whose only delayed reward is its outcome; discounting over a
       handful of turns would only shrink the outcome for early moves.
     - gae_lambda = 0.95: GAE's usual bias/variance trade-off (lambda = 1 is Monte-Carlo returns minus V,
-      unbiased but noisy; lower leans on the young critic). The reference hard-coded gamma = lambda = 1.
-    - critic_learning_rate = 5e-5, as in the reference.
-    - normalize_adv = True: advantages are z-scored per env id after GAE, as the reference did, so envs
+      unbiased but noisy; lower leans on the young critic). UnstableBaselines v0.2 hard-coded gamma = lambda = 1.
+    - critic_learning_rate = 5e-5, as in UnstableBaselines v0.2.
+    - normalize_adv = True: advantages are z-scored per env id after GAE, as UnstableBaselines v0.2 did, so envs
       with different reward scales weigh alike in a batch.
     """
 

@@ -28,8 +28,8 @@ def _batch(rewards=(1.0, -1.0, 0.5)) -> list[Step]:
 
 
 def _make(cls, tiny_model, tmp_path, **algo):
-    lrn = cls(
-        tiny_model, device="cpu", run_dir=tmp_path, lora_cfg={"lora_rank": 4}, max_generation_len=8,
+    lrn = cls.create(
+        tiny_model, device="cpu", run_dir=tmp_path, lora_config={"lora_rank": 4}, max_generation_len=8,
         learning_rate=1e-2, mini_batch_size=2, seed=0,
     )  # fmt: skip
     lrn.initialize_algorithm(**algo)
@@ -215,7 +215,9 @@ def test_zero_advantage_steps_are_filtered(tiny_model, tmp_path):
 
 
 def test_kl_to_the_base_uses_the_adapter_disabled_backbone(tiny_model, tmp_path):
-    fresh = PPOLearner(tiny_model, device="cpu", run_dir=tmp_path / "fresh", lora_cfg={"lora_rank": 4})
+    fresh = PPOLearner.create(
+        tiny_model, device="cpu", run_dir=tmp_path / "fresh", lora_config={"lora_rank": 4}
+    )
     fresh.initialize_algorithm()
     lrn = _make(PPOLearner, tiny_model, tmp_path, epochs=1, kl_coef=0.5)
     tokens = lrn.collate(_batch())
@@ -277,15 +279,15 @@ def test_base_logprobs_are_computed_once_per_update_and_give_the_same_loss(tiny_
     ],
 )
 def test_bad_options_name_the_key(tiny_model, tmp_path, kwargs, message):
-    lrn = PPOLearner(tiny_model, device="cpu", run_dir=tmp_path)
+    lrn = PPOLearner.create(tiny_model, device="cpu", run_dir=tmp_path)
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         lrn.initialize_algorithm(**kwargs)
 
 
 def test_unknown_option_and_importance_cap_are_refused(tiny_model, tmp_path):
     with pytest.raises(UnstableError, match="unknown PPOLearner option.*clip_range.*allowed: clip_low"):
-        PPOLearner(tiny_model, device="cpu", run_dir=tmp_path).initialize_algorithm(clip_range=0.2)
-    capped = PPOLearner(tiny_model, device="cpu", run_dir=tmp_path, importance_cap=2.0)
+        PPOLearner.create(tiny_model, device="cpu", run_dir=tmp_path).initialize_algorithm(clip_range=0.2)
+    capped = PPOLearner.create(tiny_model, device="cpu", run_dir=tmp_path, importance_cap=2.0)
     with pytest.raises(ConfigError, match="drop --importance-cap"):
         capped.initialize_algorithm()
 
@@ -311,7 +313,7 @@ def test_ppo_passes_the_learning_check_and_fails_it_with_its_loss_sign_flipped(t
 
 
 def test_entropy_is_the_tempered_policys_at_completion_positions(tiny_model, tmp_path):
-    lrn = PPOLearner(tiny_model, device="cpu", run_dir=tmp_path, temperature=0.7)
+    lrn = PPOLearner.create(tiny_model, device="cpu", run_dir=tmp_path, temperature=0.7)
     lrn.initialize_algorithm()
     tokens = lrn.collate(_batch())
     with torch.no_grad():

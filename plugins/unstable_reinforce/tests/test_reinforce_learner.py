@@ -26,13 +26,14 @@ BATCH = [
 
 @pytest.fixture
 def learner(tiny_model, tmp_path):
-    lrn = REINFORCELearner(
+    lrn = REINFORCELearner.create(
         tiny_model,
         device="cpu",
         run_dir=tmp_path,
-        lora_cfg={"lora_rank": 4},
+        lora_config={"lora_rank": 4},
         max_generation_len=8,
         learning_rate=1e-2,
+        gradient_checkpointing=True,  # makes the input embeddings require grad: the test reads their gradient
     )
     lrn.initialize_algorithm()
     # random LoRA B (peft starts it at 0) so the policy differs from the base model
@@ -95,8 +96,8 @@ def test_update_trains_lora_only(learner):
 
 
 def test_a_positive_advantage_raises_the_sampled_tokens_probability(tiny_model, tmp_path):
-    lrn = REINFORCELearner(
-        tiny_model, device="cpu", run_dir=tmp_path, lora_cfg={"lora_rank": 4}, learning_rate=1e-2
+    lrn = REINFORCELearner.create(
+        tiny_model, device="cpu", run_dir=tmp_path, lora_config={"lora_rank": 4}, learning_rate=1e-2
     )
     lrn.initialize_algorithm()
     good = [
@@ -117,7 +118,7 @@ def test_a_positive_advantage_raises_the_sampled_tokens_probability(tiny_model, 
 def test_on_policy_data_has_an_importance_ratio_of_one(tiny_model, tmp_path):
     """Zero lag, fp32, sampled at T = 0.7: the learner's tempered log-probs are the backend's."""
     steps = sampled_steps(tiny_model, temperature=0.7)
-    lrn = REINFORCELearner(tiny_model, device="cpu", run_dir=tmp_path, temperature=0.7)
+    lrn = REINFORCELearner.create(tiny_model, device="cpu", run_dir=tmp_path, temperature=0.7)
     lrn.initialize_algorithm()
     tokens = lrn.collate(steps)
     with torch.no_grad():
@@ -140,7 +141,7 @@ def test_importance_cap_weights_the_loss_by_min_ratio_cap(tiny_model, tmp_path, 
         s.logprobs = [lp - shift for lp in s.logprobs]
     losses = {}
     for cap in (None, 2.0):
-        lrn = REINFORCELearner(
+        lrn = REINFORCELearner.create(
             tiny_model, device="cpu", run_dir=tmp_path, importance_cap=cap, max_generation_len=8, seed=1
         )
         lrn.initialize_algorithm()

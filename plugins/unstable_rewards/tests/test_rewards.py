@@ -276,7 +276,7 @@ def test_normalize_z_score_divides_by_the_population_std():
 @pytest.mark.parametrize("cls", [NormalizeRewards, NormalizeRewardsByEnv])
 @pytest.mark.parametrize("z_score", [False, True])
 def test_a_constant_or_single_bucket_normalises_to_zeros(cls, z_score):
-    constant = cls(z_score=z_score)(make_steps([0.1, 0.1, 0.1]))  # std 0 (the reference gave NaN)
+    constant = cls(z_score=z_score)(make_steps([0.1, 0.1, 0.1]))  # std 0 (UnstableBaselines v0.2 gave NaN)
     assert [s.reward for s in constant] == [0.0, 0.0, 0.0]
     assert [s.reward for s in cls(z_score=z_score)(make_steps([7.0]))] == [0.0]
     assert cls(z_score=z_score)([]) == []

@@ -5,9 +5,10 @@ Each keeps one baseline b per (bucket, pid), starting at 0 and updated with ever
     b <- alpha * b + (1 - alpha) * r
 
 `role-advantage` (one bucket) and `role-advantage-by-env` (a bucket per env id) return r - b with b
-updated first, with the reference's tau = 1 - alpha = 0.001 (alpha = 0.999: a slow baseline, over about a
-thousand games); `spiral-rae` (SPIRAL's role-conditioned advantage estimation, a bucket per env id)
-returns r - b with b read before the update, so a game is never its own baseline, and keeps SPIRAL's 0.95.
+updated first, with UnstableBaselines v0.2's tau = 1 - alpha = 0.001 (alpha = 0.999: a slow baseline,
+over about a thousand games); `spiral-rae` (SPIRAL's role-conditioned advantage estimation, a bucket per
+env id) returns r - b with b read before the update, so a game is never its own baseline, and keeps
+SPIRAL's 0.95.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class _RoleBaseline(FinalRewardTransform):
         self.baselines = restored
 
 
-REFERENCE_EMA_ALPHA = 0.999  # the reference's tau = 0.001
+REFERENCE_EMA_ALPHA = 0.999  # UnstableBaselines v0.2's tau = 0.001
 
 
 @attrs.define

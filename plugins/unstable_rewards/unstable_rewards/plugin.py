@@ -8,11 +8,11 @@ from unstable_core.hookspecs import Register
 TRANSFORMS: dict[str, tuple[str, str]] = {
     "role-advantage": (
         "unstable_rewards.final:RoleAdvantageFormatter",
-        "final: subtract a per-seat EMA of past rewards (ema_alpha=0.999, the reference's tau=0.001)",
+        "final: subtract a per-seat EMA of past rewards (ema_alpha=0.999, UnstableBaselines v0.2's tau=0.001)",
     ),
     "role-advantage-by-env": (
         "unstable_rewards.final:RoleAdvantageByEnvFormatter",
-        "final: subtract a per-(env, seat) EMA of past rewards (ema_alpha=0.999, the reference's tau=0.001)",
+        "final: subtract a per-(env, seat) EMA of past rewards (ema_alpha=0.999, UnstableBaselines v0.2's tau=0.001)",
     ),
     "spiral-rae": (
         "unstable_rewards.final:SpiralRAE",
@@ -20,11 +20,11 @@ TRANSFORMS: dict[str, tuple[str, str]] = {
     ),
     "reward-for-format": (
         "unstable_rewards.step:RewardForFormat",
-        "step: add `reward` to well-formatted answers, else `penalty` (reward=0.0, penalty=0.0; run default reward=1.5 as the reference's build())",
+        "step: add `reward` to well-formatted answers, else `penalty` (reward=0.0, penalty=0.0; run default reward=1.5 as UnstableBaselines v0.2's build())",
     ),
     "penalty-for-invalid-move": (
         "unstable_rewards.step:PenaltyForInvalidMove",
-        "step: add `penalty` to invalid moves, else `reward` (reward=0.0, penalty=-1.0; run default reward=1.0, penalty=-1.0 as the reference's build())",
+        "step: add `penalty` to invalid moves, else `reward` (reward=0.0, penalty=-1.0; run default reward=1.0, penalty=-1.0 as UnstableBaselines v0.2's build())",
     ),
     "normalize": (
         "unstable_rewards.sampling:NormalizeRewards",
@@ -32,7 +32,7 @@ TRANSFORMS: dict[str, tuple[str, str]] = {
     ),
     "normalize-by-env": (
         "unstable_rewards.sampling:NormalizeRewardsByEnv",
-        "sampling: mean-centre (or z-score) rewards per env id (z_score=false; run default z_score=true as the reference's build())",
+        "sampling: mean-centre (or z-score) rewards per env id (z_score=false; run default z_score=true as UnstableBaselines v0.2's build())",
     ),
     "group-relative": (
         "unstable_rewards.sampling:GroupRelative",

@@ -6,7 +6,7 @@ With mean mu and (population) standard deviation sigma of a bucket's rewards r_i
     z-score:  (r_i - mu) / sigma
 
 A bucket whose rewards are all equal (sigma < EPS, which includes a bucket of one step) normalises to
-zeros: the reference divided by a zero sigma there and trained on NaN.
+zeros: UnstableBaselines v0.2 divided by a zero sigma there and trained on NaN.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class NormalizeRewards(SamplingRewardTransform):
 class NormalizeRewardsByEnv(SamplingRewardTransform):
     """Like `NormalizeRewards`, computed separately over the steps of each env id."""
 
-    # the reference's class default; its build(), and our run default, z-score
+    # UnstableBaselines v0.2's class default; its build(), and our run default, z-score
     z_score: bool = attrs.field(default=False, validator=bool_arg)
 
     def __call__(self, steps: list[Step]) -> list[Step]:

@@ -25,7 +25,7 @@ def _step_at(transform: StepRewardTransform, trajectory: Trajectory, step_index:
 class RewardForFormat(StepRewardTransform):
     """Adds `reward` to a step whose answer had the expected format (`step.format_ok`), else `penalty`."""
 
-    # the reference's class defaults; its build(), and our run default, use reward=1.5, penalty=0
+    # UnstableBaselines v0.2's class defaults; its build(), and our run default, use reward=1.5, penalty=0
     reward: float = attrs.field(default=0.0, validator=finite_arg)
     penalty: float = attrs.field(default=0.0, validator=finite_arg)
 
@@ -41,7 +41,7 @@ class PenaltyForInvalidMove(StepRewardTransform):
     """Adds `penalty` to a step the environment marked invalid (`step.invalid_move`), else `reward`."""
 
     reward: float = attrs.field(default=0.0, validator=finite_arg)
-    # The reference's class default was 0 (a bare transform did nothing); its build(), and our run
+    # UnstableBaselines v0.2's class default was 0 (a bare transform did nothing); its build(), and our run
     # default, use reward=1, penalty=-1.
     penalty: float = attrs.field(default=-1.0, validator=finite_arg)
 

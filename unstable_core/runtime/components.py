@@ -1,0 +1,70 @@
+"""What a run config names, resolved through the plugin registry: the learner, the samplers, the reward
+transforms and the trackers (an unknown name or a bad option fails here, before Ray starts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from unstable_core.config import RunConfig, parse_transform
+from unstable_core.errors import ConfigError
+from unstable_core.plugins import get_registry
+from unstable_core.rewards import check_stage
+from unstable_core.runtime.preflight import check_trackers
+
+
+def instantiate(kind: str, spec: Any, **extra: Any) -> Any:
+    """Build a registered component from `name` or `name:key=value,...` (or a TOML table)."""
+    name, params = parse_transform(spec)
+    cls = get_registry().load(kind, name)
+    try:
+        return cls(**{**extra, **params})
+    except TypeError as exc:
+        raise ConfigError(f"{kind.replace('_', ' ')} {name!r}: {exc}") from exc
+
+
+@attrs.define
+class Components:
+    """What a run config names, resolved through the plugin registry (errors surface before Ray starts)."""
+
+    learner: Any
+    env_sampler: Any
+    model_sampler: Any
+    final: list[Any]
+    step: list[Any]
+    sampling: list[Any]
+    trackers: list[Any]
+
+    @classmethod
+    def resolve(cls, cfg: RunConfig, run_dir: Path, learner: bool = True) -> Components:
+        reg = get_registry()
+        reg.get("backend", cfg.backend)
+        transforms = {}
+        for stage in ("final", "step", "sampling"):
+            transforms[stage] = [
+                instantiate("reward_transform", t) for t in getattr(cfg, f"{stage}_transforms")
+            ]
+            try:
+                check_stage(transforms[stage], stage)
+            except TypeError as exc:
+                raise ConfigError(f"{stage}_transforms: {exc}") from exc
+        trackers = []
+        for name in cfg.trackers:
+            tracker_cls = reg.load("tracker", name)
+            check_trackers([(name, tracker_cls)])
+            extra = {"project": cfg.wandb_project} if name == "wandb" else {}
+            trackers.append(
+                (
+                    tracker_cls,
+                    {"run_dir": str(run_dir), "run_name": run_dir.name, "config": cfg.to_dict(), **extra},
+                )
+            )
+        return cls(
+            learner=reg.load("learner", cfg.learner) if learner else None,
+            env_sampler=reg.load("env_sampler", cfg.env_sampler),
+            model_sampler=reg.load("model_sampler", cfg.sampler),
+            trackers=trackers,
+            **transforms,
+        )

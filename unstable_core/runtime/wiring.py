@@ -1,0 +1,152 @@
+"""The run's actors, one function per phase of `Run.start`: recorder, league, buffer, engines, collectors,
+learner. Each builds its actor from the run's plan and, in a resumed run, from its checkpoint's state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from unstable_core.learners.base import LearnerConfig
+from unstable_core.runtime.placement import Placement
+from unstable_core.runtime.plan import RunPlan
+from unstable_core.runtime.resume import ResumePoint
+
+
+def remote(cls: type, **options: Any) -> Any:
+    """`cls` as a Ray actor class that reserves no CPU (the run's actors share the machine's cores)."""
+    import ray
+
+    return ray.remote(cls).options(num_cpus=0, **options)
+
+
+def start_recorder(plan: RunPlan, run_dir: Path, point: ResumePoint | None) -> Any:
+    """The recorder: games.jsonl, metrics.jsonl and the chosen trackers."""
+    from unstable_core.runtime.recorder import RecorderActor
+
+    cfg = plan.cfg
+    return remote(RecorderActor).remote(
+        str(run_dir),
+        plan.components.trackers,
+        cfg.failure_window,
+        cfg.max_failure_rate,
+        point.step if point else 0,
+    )
+
+
+def start_league(plan: RunPlan, run_dir: Path, point: ResumePoint | None, resumed: bool) -> Any:
+    """The league of rated models (registry.json): the current checkpoint and every fixed opponent."""
+    import ray
+
+    from unstable_core.runtime.league_actor import LeagueActor
+
+    league = remote(LeagueActor).remote(
+        str(run_dir / "registry.json"), state=point.league if point else None, fresh=resumed
+    )
+    if point is None:
+        ray.get(league.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
+    else:  # the league as it was when the checkpoint was saved, then the checkpoint itself
+        ray.get(league.add_checkpoint.remote(f"ckpt-{point.step}", str(point.checkpoint), point.step))
+    for name in plan.fixed_opponents():
+        ray.get(league.add_fixed.remote(name))
+    return league
+
+
+def start_buffer(plan: RunPlan, point: ResumePoint | None) -> Any:
+    """The buffer between collectors and learner, with the reward pipeline and its saved statistics."""
+    import ray
+
+    from unstable_core.runtime.buffer import BUFFERS
+
+    comp, cfg = plan.components, plan.cfg
+    buffer = remote(BUFFERS[getattr(comp.learner, "buffer_kind", "step")]).remote(
+        cfg.effective_buffer_size, comp.final, comp.step, comp.sampling, max_staleness=cfg.max_staleness
+    )
+    if point is not None:
+        ray.get([buffer.load_state_dict.remote(point.rewards), buffer.set_policy_version.remote(point.step)])
+    return buffer
+
+
+def start_engines(plan: RunPlan, placement: Placement, threads: int) -> dict[str, list[Any]]:
+    """The inference actors of each engine (the main model, and each fixed opponent of another model)."""
+    from unstable_core.runtime.inference_actor import create_engines
+
+    return create_engines(
+        plan.engines(),
+        plan.cfg,
+        plan.backend_kwargs(placement),
+        gpu=placement.inference_gpus,
+        threads=threads,
+        main_actors=placement.num_inference_actors,
+    )
+
+
+def start_collectors(
+    plan: RunPlan, actors: dict[str, Any], index_base: int, point: ResumePoint | None, num_eval: int
+) -> list[Any]:
+    """The collectors, each with its shard of the game schedule (`Run` starts their collection)."""
+    from unstable_core.inference.base import SamplingParams
+    from unstable_core.runtime.collector import Collector
+    from unstable_core.runtime.scheduler import GameScheduler
+
+    cfg, comp = plan.cfg, plan.components
+    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_generation_len)
+    eval_specs = plan.eval_specs(num_eval)
+    collectors = []
+    for shard in range(cfg.num_collectors):
+        scheduler = GameScheduler(
+            comp.env_sampler(cfg.train_specs(), eval_specs, seed=cfg.seed + shard, **cfg.env_sampler_config),
+            comp.model_sampler(seed=cfg.seed + shard, **cfg.sampler_config),
+            seed=cfg.seed,
+            shard=shard,
+            num_shards=cfg.num_collectors,
+            index_base=index_base,
+        )
+        saved = point.collector_state(shard) if point is not None else None
+        if saved:
+            scheduler.load_state_dict(saved)
+        collectors.append(
+            # collect() runs for the whole run: stop() and stats() need room beside it
+            remote(Collector, max_concurrency=4).remote(
+                engines=actors["engines"],
+                tokenizers=plan.engines(),
+                buffer=actors.get("buffer"),
+                league=actors["league"],
+                recorder=actors["recorder"],
+                scheduler=scheduler,
+                params=params,
+                max_turns=cfg.max_turns,
+                game_timeout_s=cfg.game_timeout_s,
+                error_allowance=cfg.error_allowance,
+                eval_plan=plan.eval_plan() if plan.learn else None,
+            )
+        )
+    return collectors
+
+
+def start_learner(
+    plan: RunPlan,
+    run_dir: Path,
+    actors: dict[str, Any],
+    placement: Placement,
+    threads: int,
+    point: ResumePoint | None,
+) -> Any:
+    """The learner, built from the run's LearnerConfig and resumed from the checkpoint (`Run` starts its
+    training)."""
+    from unstable_core.runtime.learner_actor import LearnerActor
+
+    cfg = plan.cfg
+    return remote(LearnerActor, num_gpus=placement.learner_gpus, max_concurrency=2).remote(
+        plan.components.learner,
+        LearnerConfig.from_run(cfg),
+        cfg.algorithm_config,
+        run_dir=str(run_dir),
+        device=cfg.device,
+        buffer=actors["buffer"],
+        league=actors["league"],
+        recorder=actors["recorder"],
+        torch_threads=threads,
+        collectors=actors["collectors"],
+        resume_from=str(point.checkpoint) if point is not None else None,
+        max_nonfinite_updates=cfg.max_nonfinite_updates,
+    )
