@@ -462,6 +462,27 @@ def test_load_checkpoint_refuses_a_different_lora_shape(learner, tiny_model, tmp
         other.load_checkpoint(tmp_path / "nowhere")
 
 
+def test_a_checkpoint_with_the_old_setting_names_still_loads(learner, tiny_model, tmp_path):
+    """learner_state.json written before LearnerConfig took the run's names (`lora_cfg`, `grad_clip`, as at
+    f656d78): a resumed run of then still loads, and a different LoRA shape is still refused."""
+    path = learner.save_checkpoint()
+    state = json.loads((path / "learner_state.json").read_text())
+    config = state["config"]
+    config["lora_cfg"], config["grad_clip"] = config.pop("lora_config"), config.pop("gradient_clipping")
+    (path / "learner_state.json").write_text(json.dumps(state))
+    same = SumLogprobLearner.create(
+        tiny_model, device="cpu", run_dir=tmp_path / "s", lora_config={"lora_rank": 4}
+    )
+    same.initialize_algorithm()
+    same.load_checkpoint(path)
+    other = SumLogprobLearner.create(
+        tiny_model, device="cpu", run_dir=tmp_path / "o", lora_config={"lora_rank": 8}
+    )
+    other.initialize_algorithm()
+    with pytest.raises(UnstableError, match="checkpoint .* has lora_config .*'lora_rank': 4"):
+        other.load_checkpoint(path)
+
+
 def test_saving_the_same_step_twice_replaces_the_folder(learner):
     first = learner.save_checkpoint()
     second = learner.save_checkpoint()
