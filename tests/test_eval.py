@@ -2,14 +2,17 @@
 resolve (run dir -> latest checkpoint, --all-checkpoints, base), one-line errors, and real evaluations
 of the tiny model through the runtime (JSON shape, files written, same seed -> same games)."""
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -414,3 +417,38 @@ def test_an_evaluation_that_fails_to_start_leaves_no_folder_and_says_why_in_one_
     line = only_error_line(proc)
     assert line.startswith("Error: evaluation stopped: ") and "no game was recorded" in line
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_sigterm_stops_an_evaluation_cleanly_and_keeps_its_games(tiny_model, tmp_path):
+    """`kill PID` (or a job scheduler's stop) of `unstable eval` while it plays: before, Ray's own SIGTERM
+    handler ended it with a C++ stack dump and exit -15; now it stops as Ctrl-C does: one line saying where
+    the games are, exit 130, and no process of its Ray cluster left."""
+    out = tmp_path / "e"
+    cmd = [sys.executable, "-m", "unstable_core", "eval", tiny_model, "--opponent", "random", "--games", "400",
+           "--max-generation-len", "4", "--concurrency", "4", "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})  # fmt: skip
+    games = out / "games" / "games.jsonl"
+    deadline = time.monotonic() + 240
+    while not (games.is_file() and games.stat().st_size > 0):
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.monotonic() < deadline, "no game was recorded in time"
+        time.sleep(0.2)
+    cluster = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert stderr.rstrip().endswith(f"interrupted: the games recorded are in {out}"), stderr[-3000:]
+    assert "Traceback" not in stderr and "SIGTERM" not in stderr, stderr[-3000:]
+    assert read_jsonl(games)  # what was played is kept
+    time.sleep(2)
+    left = []
+    for p in cluster:
+        with contextlib.suppress(psutil.Error):
+            if p.status() != psutil.STATUS_ZOMBIE:
+                left.append(p.name())
+    assert left == []

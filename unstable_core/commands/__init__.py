@@ -13,6 +13,7 @@ import click
 
 from unstable_core.config import API_FIELDS, RunConfig, load_config
 from unstable_core.errors import ConfigError, RunFailed, describe
+from unstable_core.runtime.cluster import raise_interrupt
 from unstable_core.runtime.scheduled_eval import evals_table, last_eval_lines
 
 
@@ -215,10 +216,6 @@ class _PlainProgress:
             print(progress_line(snap, self.learning_steps), flush=True)
 
 
-def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
 def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: Any) -> dict[str, Any]:
     """Start a run, show live progress, stop cleanly on Ctrl-C, print the summary."""
     from rich.console import Console
@@ -231,7 +228,7 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
     previous = signal.getsignal(signal.SIGTERM)
     try:
         run.start(**start_kwargs)
-        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # after ray.init, which sets its own
+        signal.signal(signal.SIGTERM, raise_interrupt)  # after ray.init, which sets its own
         if console.is_terminal:
             with Live(console=console, refresh_per_second=1, transient=True) as live:
                 summary = run.wait(

@@ -247,9 +247,12 @@ def eval_command(models, opponents, envs, games, all_checkpoints, seed, concurre
     except BaseException as exc:
         progress.close()
         gone = discard_unplayed(out_dir, made)
-        if isinstance(exc, UnstableError) or not isinstance(exc, Exception):  # one line already, or Ctrl-C
-            raise
         where = "no game was recorded" if gone else f"the games recorded are in {out_dir}"
+        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C or a SIGTERM: Ray is already shut down
+            click.echo(f"interrupted: {where}", err=True)
+            sys.exit(130)
+        if isinstance(exc, UnstableError) or not isinstance(exc, Exception):  # one line already
+            raise
         raise RunFailed(f"{failure_line(exc)}; {where}") from exc
     progress.close()
     wall_s = time.time() - started

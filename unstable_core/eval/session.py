@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import time
 from collections import deque
 from collections.abc import Callable
@@ -173,7 +174,7 @@ def play_all(
     from unstable_core.inference.base import SamplingParams
     from unstable_core.inference.engines import engine_spec
     from unstable_core.models import default_device
-    from unstable_core.runtime.cluster import start_ray, stop_ray
+    from unstable_core.runtime.cluster import raise_interrupt, start_ray, stop_ray
     from unstable_core.runtime.collector import Collector
     from unstable_core.runtime.inference_actor import create_engines
     from unstable_core.runtime.league_actor import LeagueActor
@@ -182,10 +183,12 @@ def play_all(
 
     cfg = check_before_start(targets, settings, api=False)  # `unstable eval` checked the API models
     owns_ray = not ray.is_initialized()
+    previous = signal.getsignal(signal.SIGTERM)
     if owns_ray:
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")
         start_ray(None, include_dashboard=False, log_to_driver=False, namespace="unstable")
     try:
+        signal.signal(signal.SIGTERM, raise_interrupt)  # after ray.init, which sets its own
         recorder = remote(RecorderActor).remote(str(out_dir), [])
         league = remote(LeagueActor).remote(str(out_dir / "registry.json"))
         for t in targets:
@@ -238,6 +241,7 @@ def play_all(
         errors.poll()
         ray.get([recorder.close.remote(), league.flush.remote()])
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if owns_ray:
             stop_ray()
     from unstable_core.io import read_jsonl

@@ -105,3 +105,9 @@ def stop_ray() -> None:
     if ray.is_initialized():
         ray.shutdown()
     end_watchdog()
+
+
+def raise_interrupt(signum: int, frame: Any) -> None:
+    """A SIGTERM handler, set after `ray.init` (which installs its own that dumps a stack trace and exits):
+    a `kill` stops a command as Ctrl-C does, cleanly."""
+    raise KeyboardInterrupt
