@@ -169,7 +169,7 @@ def main() -> None:
     ap.add_argument("--max-generation-len", type=int, default=run.max_generation_len.default)
     ap.add_argument("--learning-rate", type=float, default=run.learning_rate.default)
     ap.add_argument("--batch-size", type=int, default=run.batch_size.default)
-    ap.add_argument("--mini-batch-size", type=int, default=8)
+    ap.add_argument("--mini-batch-size", type=int, default=run.mini_batch_size.default)
     ap.add_argument(
         "--train-workers", type=int, default=run.num_train_workers.default, help="training games in flight"
     )

@@ -279,3 +279,16 @@ def test_collector_plays_scheduled_evaluations_beside_training_and_none_reach_th
     stats = ray.get(buffer.stats.remote())
     assert train and stats["games"] == len(train)  # ... but only training games reach the buffer
     assert stats["steps_added"] + stats["steps_stale_on_add"] == train_steps
+
+
+def test_the_learners_peak_memory_is_reported_in_gb():
+    """metrics.jsonl's peak_rss_gb: what the OOM killer compares, so a user sees how close an update came."""
+    import psutil
+
+    from unstable_core.runtime.learner_actor import peak_rss_gb
+
+    block = bytearray(300 << 20)  # 300 MiB, touched page by page so that it is resident
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    now_gb = psutil.Process().memory_info().rss / (1 << 30)
+    assert now_gb > 0.29 and now_gb - 0.01 <= peak_rss_gb() < 4 * now_gb  # GB, not KiB or MiB

@@ -18,6 +18,15 @@ from unstable_core.runtime.resume import RUN_STATE
 from unstable_core.testing.hooks import pause_point
 
 
+def peak_rss_gb() -> float:
+    """The largest resident memory this process has had, in GB (what an OOM killer compares)."""
+    import resource
+    import sys
+
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kib / (1 << 30 if sys.platform == "darwin" else 1 << 20)  # bytes on macOS, KiB on Linux
+
+
 class LearnerActor:
     """Runs `learning_steps` updates of a learner (hosted in a Ray actor). After each update the checkpoint
     is saved atomically and registered, so the inference actors play with it from the next game on."""
@@ -103,7 +112,7 @@ class LearnerActor:
             metrics = dict(self.learner.update(batch))
             pause_point(f"update-{self.learner.step}")
             give_up = self.nonfinite.observe(metrics)
-            metrics.update(update_s=time.time() - started, batch_steps=len(batch))
+            metrics.update(update_s=time.time() - started, batch_steps=len(batch), peak_rss_gb=peak_rss_gb())
             path = self.learner.save_checkpoint(extra_json={RUN_STATE: self.run_state(metrics)})
             step = self.learner.step
             ray.get(self.league.add_checkpoint.remote(f"ckpt-{step}", str(path), step))
