@@ -57,7 +57,7 @@ def test_a_killed_tracker_loses_no_recorded_game(ray_session, tmp_path):
 def started_run(tiny_model: str, tmp_path) -> Run:
     """A Run with a real recorder and league (rated once, not yet saved) and nothing else started."""
     cfg = RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), run_name="r", trackers=[])
-    run = Run(cfg, learn=False)
+    run = Run.open(cfg, learn=False)
     remote = lambda cls: ray.remote(cls).options(num_cpus=0)  # noqa: E731
     run.actors["recorder"] = remote(RecorderActor).remote(str(run.run_dir), [])
     league = remote(LeagueActor).remote(str(run.run_dir / "registry.json"), save_every_s=3600)

@@ -146,7 +146,7 @@ def declared_gpus(request):
 def test_one_declared_gpu_places_every_actor_on_it(declared_gpus, tmp_path):
     other = tmp_path / "other-model"  # another base model (a folder: the run checks models exist)
     other.mkdir()
-    run = Run(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), fixed_opponents=[str(other)]))
+    run = Run.open(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), fixed_opponents=[str(other)]))
     plan, learner, inference = place(run)
     assert plan.mode == "shared" and len(inference) == 2  # the main model and the opponent's model
     assert learner == ([0], "0") and all(devices == ([0], "0") for devices in inference)
@@ -154,7 +154,7 @@ def test_one_declared_gpu_places_every_actor_on_it(declared_gpus, tmp_path):
 
 @pytest.mark.parametrize("declared_gpus", [4], indirect=True)
 def test_four_declared_gpus_give_the_learner_its_own(declared_gpus, tmp_path):
-    run = Run(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path)))
+    run = Run.open(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path)))
     plan, learner, inference = place(run)
     assert plan.mode == "separate" and len(inference) == 3
     used = [learner[0][0]] + [ids[0] for ids, _ in inference]
@@ -179,7 +179,7 @@ def test_the_real_learner_and_inference_actors_share_the_declared_gpu(declared_g
         num_train_workers=2,
         lora_config={"lora_rank": 4, "lora_alpha": 8},
     )
-    run = Run(cfg).start()
+    run = Run.open(cfg).start()
     try:
         learner = ray.get(run.actors["learner"].devices.remote(), timeout=300)
         inference = ray.get(run.actors["engines"]["main"][0].devices.remote(), timeout=300)
@@ -199,7 +199,7 @@ def test_a_run_whose_engine_fits_no_node_fails_before_an_actor_starts(declared_g
 
     nodes = [Node(f"10.0.0.{i}", 1) for i in range(1, 5)]
     monkeypatch.setattr(run_module, "cluster_nodes", lambda: nodes)
-    run = Run(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), run_name="r"))
+    run = Run.open(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), run_name="r"))
     run.cfg.backend = "vllm"  # set after the checks before Ray: this machine has no vLLM
     run.cfg.vllm_config = {"engine_kwargs": {"tensor_parallel_size": 2}}
     with pytest.raises(PlacementError, match="needs 2 GPU.*on one node.*10.0.0.4: 1 GPU"):
@@ -210,7 +210,7 @@ def test_a_run_whose_engine_fits_no_node_fails_before_an_actor_starts(declared_g
 @pytest.mark.parametrize("declared_gpus", [1], indirect=True)
 def test_an_impossible_request_fails_fast_and_leaves_no_run_folder(declared_gpus, tmp_path):
     cfg = RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), run_name="r", num_inference_actors=9)
-    run = Run(cfg)
+    run = Run.open(cfg)
     with pytest.raises(PlacementError, match="9 inference actors beside the learner"):
         run.start()
     assert not (tmp_path / "r").exists()
@@ -226,7 +226,7 @@ def test_vllm_settings_come_from_the_run(declared_gpus, tmp_path):
         sampler="lagged",
         sampler_config={"k": 3},
     )
-    run = Run(cfg)
+    run = Run.open(cfg)
     assert run.plan.max_loras() == 4  # the last 3 checkpoints, and one for the version change
     run.cfg.backend = "vllm"
     kwargs = run.plan.backend_kwargs(run.plan.placement())
@@ -241,10 +241,10 @@ def test_vllm_settings_come_from_the_run(declared_gpus, tmp_path):
 
 
 def test_mirror_self_play_keeps_two_adapters_loaded(tmp_path):
-    run = Run(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path)))
+    run = Run.open(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path)))
     assert run.plan.max_loras() == 2
     assert (
-        Run(
+        Run.open(
             RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), sampler="trueskill")
         ).plan.max_loras()
         == 8

@@ -22,14 +22,14 @@ def test_a_used_run_name_is_refused_and_the_old_run_untouched(tiny_model, tmp_pa
     before = {p.name: p.stat().st_mtime_ns for p in old.iterdir()}
     cfg = RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), run_name="exp")
     with pytest.raises(ConfigError, match=r"already exists .* --resume .* or choose a fresh --run-name"):
-        Run(cfg)
+        Run.open(cfg)
     assert (old / "config.toml").read_text() == "learning_steps = 99\n"
     assert {p.name: p.stat().st_mtime_ns for p in old.iterdir()} == before
 
 
 def test_default_names_are_unique_within_one_second(tiny_model, tmp_path):
     cfg = RunConfig(model_name=tiny_model, runs_dir=str(tmp_path))
-    dirs = [Run(cfg).run_dir for _ in range(3)]
+    dirs = [Run.open(cfg).run_dir for _ in range(3)]
     assert len(set(dirs)) == 3 and all(d.is_dir() and d.parent == tmp_path for d in dirs)
 
 
@@ -49,7 +49,7 @@ def test_claiming_is_atomic_under_threads(tmp_path):
 def test_a_name_cannot_leave_the_runs_directory(tiny_model, tmp_path, name):
     runs = tmp_path / "runs"
     with pytest.raises(ConfigError, match="must be a plain folder name"):
-        Run(RunConfig(model_name=tiny_model, runs_dir=str(runs), run_name=name))
+        Run.open(RunConfig(model_name=tiny_model, runs_dir=str(runs), run_name=name))
     assert not runs.exists()
 
 
@@ -58,12 +58,12 @@ def test_runs_dir_that_is_a_file_or_unwritable(tiny_model, tmp_path):
     afile.write_text("")
     for runs in (afile, afile / "sub"):
         with pytest.raises(ConfigError, match="--runs-dir"):
-            Run(RunConfig(model_name=tiny_model, runs_dir=str(runs)))
+            Run.open(RunConfig(model_name=tiny_model, runs_dir=str(runs)))
     if os.geteuid() != 0:  # root writes anywhere
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
         with pytest.raises(ConfigError, match="not writable"):
-            Run(RunConfig(model_name=tiny_model, runs_dir=str(locked)))
+            Run.open(RunConfig(model_name=tiny_model, runs_dir=str(locked)))
 
 
 def test_models_are_checked_without_loading(tiny_model, tmp_path, monkeypatch):
@@ -95,19 +95,19 @@ def test_what_would_fail_in_an_actor_fails_first(tiny_model, tmp_path, fields, m
     if "wandb" in fields.get("trackers", []) and importlib.util.find_spec("wandb") is not None:
         pytest.skip("wandb is installed here")
     with pytest.raises(ConfigError, match=message):
-        Run(RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), **fields))
+        Run.open(RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), **fields))
     assert os.listdir(tmp_path) == []
 
 
 def test_a_run_directory_in_use_is_refused_naming_the_process(tiny_model, tmp_path):
     """Before: a second --resume of a run that was still going wrote into the same files."""
     cfg = RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), run_name="r", trackers=[])
-    run = Run(cfg)
+    run = Run.open(cfg)
     assert (run.run_dir / ".lock").read_text() == f"{os.getpid()}\n"
     with pytest.raises(ConfigError, match=rf"run directory '.*/r' is in use by pid {os.getpid()} "):
-        Run(cfg, resume=run.run_dir)
+        Run.open(cfg, resume=run.run_dir)
     run.abort()  # lets the directory go
-    again = Run(cfg, resume=run.run_dir)
+    again = Run.open(cfg, resume=run.run_dir)
     again.abort()
 
 
@@ -180,4 +180,4 @@ def test_an_unwritable_runs_dir_is_refused_even_for_root(tiny_model):
     with pytest.raises(
         ConfigError, match=r"^--runs-dir '/sys' is not writable \(.+\): give a folder you can"
     ):
-        Run(RunConfig(model_name=tiny_model, runs_dir=unwritable_dir()))
+        Run.open(RunConfig(model_name=tiny_model, runs_dir=unwritable_dir()))

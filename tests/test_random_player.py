@@ -140,12 +140,14 @@ def test_a_run_with_random_on_an_unsupported_game_fails_before_anything_starts(t
         run_name="r",
     )
     with pytest.raises(ConfigError, match="Battleship-v0-train"):
-        Run(cfg)
+        Run.open(cfg)
     cfg = RunConfig(eval_envs=["Battleship-v0-train:2:random"], runs_dir=str(tmp_path), run_name="r")
     with pytest.raises(ConfigError, match="Battleship-v0-train"):
-        Run(cfg)
+        Run.open(cfg)
     assert not (tmp_path / "r").exists()
-    run = Run(RunConfig(eval_envs=["TicTacToe-v0-train:2:random"], runs_dir=str(tmp_path), run_name="ok"))
+    run = Run.open(
+        RunConfig(eval_envs=["TicTacToe-v0-train:2:random"], runs_dir=str(tmp_path), run_name="ok")
+    )
     assert "random" in run.plan.fixed_opponents() and "random" not in run.plan.engines()
 
 

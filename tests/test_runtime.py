@@ -221,7 +221,7 @@ def test_killed_inference_actor_restarts_and_no_game_is_counted_twice(ray_sessio
         device="cpu",
         trackers=[],
     )
-    run = Run(cfg, learn=False).start()
+    run = Run.open(cfg, learn=False).start()
     recorder, collector = run.actors["recorder"], run.actors["collectors"][0]
     engine = run.actors["engines"]["main"][0]
     played = lambda: ray.get(recorder.snapshot.remote())["counts"].get("train_games", 0)  # noqa: E731

@@ -307,10 +307,10 @@ def run(config_path: str | None, resume_dir: str | None, **options: Any) -> None
             raise ConfigError("--resume reads the run's own config.toml: drop --config")
         cfg, changed = resume_config(resume_dir, overrides_from(options))
         title = f"unstable run --resume ({cfg.learner}, {cfg.sampler})"
-        execute(Run(cfg, resume=resume_dir, resume_changes=changed), cfg.learning_steps, title)
+        execute(Run.open(cfg, resume=resume_dir, resume_changes=changed), cfg.learning_steps, title)
         return
     cfg = load_config(config_path, overrides_from(options))
-    execute(Run(cfg), cfg.learning_steps, f"unstable run ({cfg.learner}, {cfg.sampler})")
+    execute(Run.open(cfg), cfg.learning_steps, f"unstable run ({cfg.learner}, {cfg.sampler})")
 
 
 @click.command()
@@ -408,7 +408,7 @@ def play(
         "sampling_transforms": [],
     }
     cfg = load_config(None, overrides)
-    summary = execute(Run(cfg, learn=False), None, f"unstable play ({env_id})", max_games=games)
+    summary = execute(Run.open(cfg, learn=False), None, f"unstable play ({env_id})", max_games=games)
     counts = summary.get("counts", {})
     if counts.get("train_games") and counts.get("train_failed") == counts["train_games"]:
         errors = summary.get("failures", {}).get("errors", [])

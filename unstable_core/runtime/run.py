@@ -38,12 +38,13 @@ from unstable_core.runtime.resume import (
     find_resume_point,
     prepare_logs,
     record_event,
-    record_resume,
     resume_config,
 )
 from unstable_core.runtime.shutdown import close_files, write_summary
 from unstable_core.runtime.wiring import (
+    record_resumed_state,
     start_buffer,
+    start_collection,
     start_collectors,
     start_engines,
     start_league,
@@ -55,26 +56,45 @@ from unstable_core.runtime.wiring import (
 class Run:
     """A training run (or, with `learn=False`, a run that only plays): `start()`, then `wait()` or `stop()`."""
 
-    def __init__(
-        self,
+    @classmethod
+    def open(
+        cls,
         cfg: RunConfig,
         learn: bool = True,
         resume: str | os.PathLike | None = None,
         resume_changes: dict[str, Any] | None = None,
+    ) -> Run:
+        """Resolve the run's plan, check it (`check_run`: every check before start, in one place), then claim
+        its folder and lock it. `resume`: the folder of the run to continue (its config is `cfg`, see
+        `resume_config`). A refused run leaves no folder, and an existing one is never touched (but the one
+        --resume continues); the lock makes one process per run directory (a second --resume, or a resume
+        of a run that is still going, is refused naming the process)."""
+        plan = RunPlan.resolve(cfg, learn)
+        resume_dir = Path(resume).resolve() if resume is not None else None
+        check_run(plan, resume=resume_dir is not None)
+        run_dir = resume_dir or claim_run_dir(cfg.runs_dir, cfg.run_name)
+        return cls(
+            plan,
+            run_dir,
+            RunLock.acquire(run_dir),
+            resumed=resume_dir is not None,
+            resume_changes=resume_changes,
+        )
+
+    def __init__(
+        self,
+        plan: RunPlan,
+        run_dir: Path,
+        lock: RunLock,
+        resumed: bool = False,
+        resume_changes: dict[str, Any] | None = None,
     ) -> None:
-        """`resume`: the folder of the run to continue (its config is `cfg`, see `resume_config`)."""
-        self.cfg, self.learn = cfg, learn
-        self.resume_dir = Path(resume).resolve() if resume is not None else None
+        """A checked run in its locked folder (`Run.open` makes one)."""
+        self.plan, self.cfg, self.learn, self.components = plan, plan.cfg, plan.learn, plan.components
+        self.run_dir, self.lock = run_dir, lock
+        self.resume_dir = run_dir if resumed else None
         self.resume_changes = resume_changes or {}
         self.resume_point: ResumePoint | None = None
-        self.plan = RunPlan.resolve(cfg, learn)
-        self.components = self.plan.components
-        check_run(self.plan, resume=self.resume_dir is not None)
-        # last, once every check passed: a refused run leaves no folder; an existing one is never touched
-        # (but the one --resume continues); then one process per run directory (a second --resume, or a
-        # resume of a run that is still going, is refused naming the process)
-        self.run_dir = self.resume_dir or claim_run_dir(cfg.runs_dir, cfg.run_name)
-        self.lock = RunLock.acquire(self.run_dir)
         for _cls, kwargs in self.components.trackers:
             kwargs.update(run_dir=str(self.run_dir), run_name=self.run_dir.name)
         self.actors: dict[str, Any] = {}
@@ -112,31 +132,17 @@ class Run:
         if self.learn:
             actors["buffer"] = start_buffer(plan, point)
         if resume_record is not None:
-            self._record_resume(resume_record)
+            record_resumed_state(self.run_dir, resume_record, actors)
         actors["engines"] = start_engines(plan, placement, threads)
         num_eval = cfg.num_eval_workers if num_eval_workers is None else num_eval_workers
         actors["collectors"] = start_collectors(plan, actors, self.index_base, point, num_eval)
-        self._collect_refs = self._collect(
-            num_collection_workers or cfg.num_train_workers, num_eval, max_games
+        self._collect_refs = start_collection(
+            actors["collectors"], num_collection_workers or cfg.num_train_workers, num_eval, max_games
         )
         if self.learn:
             actors["learner"] = start_learner(plan, self.run_dir, actors, placement, threads, point)
             self._train_ref = actors["learner"].train.remote(learning_steps or cfg.learning_steps)
         return self
-
-    def _collect(self, num_train: int, num_eval: int, max_games: int | None) -> list[Any]:
-        """Start the collection: each collector gets its share of the games in flight (and of `max_games`)."""
-        collectors = self.actors["collectors"]
-
-        def share(n: int, i: int) -> int:
-            return n // len(collectors) + (1 if i < n % len(collectors) else 0)
-
-        return [
-            c.collect.remote(
-                share(num_train, i), share(num_eval, i), None if max_games is None else share(max_games, i)
-            )
-            for i, c in enumerate(collectors)
-        ]
 
     def _init_ray(self) -> None:
         import ray
@@ -176,16 +182,6 @@ class Run:
         record = prepare_logs(self.resume_point, self.run_dir, self.resume_changes)
         self.index_base = record["next_game_index"]
         return record
-
-    def _record_resume(self, record: dict[str, Any]) -> None:
-        """The resume record, with the ratings and reward state read back from the live actors."""
-        import ray
-
-        models = ray.get(self.actors["league"].to_dict.remote())["models"]
-        record["ratings_loaded"] = {m["uid"]: {k: m[k] for k in ("mu", "sigma", "games")} for m in models}
-        if "buffer" in self.actors:
-            record["rewards_loaded"] = ray.get(self.actors["buffer"].state_dict.remote())
-        record_resume(self.run_dir, record)
 
     # ---- watch
     def progress(self) -> dict[str, Any]:
@@ -366,6 +362,6 @@ def build(config: RunConfig | None = None, resume: str | os.PathLike | None = No
         if config is not None:
             raise ConfigError("build(resume=...) reads the run's own config.toml: pass no config")
         cfg, changed = resume_config(resume, overrides)
-        return Run(cfg, resume=resume, resume_changes=changed)
+        return Run.open(cfg, resume=resume, resume_changes=changed)
     base = config.to_dict() if config is not None else {}
-    return Run(config_from_dict(merge_layers(base, overrides)))
+    return Run.open(config_from_dict(merge_layers(base, overrides)))

@@ -1,5 +1,6 @@
 """The run's actors, one function per phase of `Run.start`: recorder, league, buffer, engines, collectors,
-learner. Each builds its actor from the run's plan and, in a resumed run, from its checkpoint's state."""
+collection, learner. Each builds its actor from the run's plan and, in a resumed run, from its checkpoint's
+state."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from unstable_core.learners.base import LearnerConfig
 from unstable_core.runtime.placement import Placement
 from unstable_core.runtime.plan import RunPlan
-from unstable_core.runtime.resume import ResumePoint
+from unstable_core.runtime.resume import ResumePoint, record_resume
 
 
 def remote(cls: type, **options: Any) -> Any:
@@ -64,6 +65,17 @@ def start_buffer(plan: RunPlan, point: ResumePoint | None) -> Any:
     if point is not None:
         ray.get([buffer.load_state_dict.remote(point.rewards), buffer.set_policy_version.remote(point.step)])
     return buffer
+
+
+def record_resumed_state(run_dir: Path, record: dict[str, Any], actors: dict[str, Any]) -> None:
+    """The resume record of metrics.jsonl, with the ratings and reward state read back from the live actors."""
+    import ray
+
+    models = ray.get(actors["league"].to_dict.remote())["models"]
+    record["ratings_loaded"] = {m["uid"]: {k: m[k] for k in ("mu", "sigma", "games")} for m in models}
+    if "buffer" in actors:
+        record["rewards_loaded"] = ray.get(actors["buffer"].state_dict.remote())
+    record_resume(run_dir, record)
 
 
 def start_engines(plan: RunPlan, placement: Placement, threads: int) -> dict[str, list[Any]]:
@@ -121,6 +133,22 @@ def start_collectors(
             )
         )
     return collectors
+
+
+def start_collection(
+    collectors: list[Any], num_train: int, num_eval: int, max_games: int | None
+) -> list[Any]:
+    """Start the collection: each collector gets its share of the games in flight (and of `max_games`)."""
+
+    def share(n: int, i: int) -> int:
+        return n // len(collectors) + (1 if i < n % len(collectors) else 0)
+
+    return [
+        c.collect.remote(
+            share(num_train, i), share(num_eval, i), None if max_games is None else share(max_games, i)
+        )
+        for i, c in enumerate(collectors)
+    ]
 
 
 def start_learner(
