@@ -9,6 +9,7 @@ from unstable_samplers.model import (
     FixedOpponentModelSampler,
     MirrorModelSampler,
     TrueSkillModelSampler,
+    WinRateModelSampler,
 )
 
 from unstable_core.errors import UnstableError
@@ -110,3 +111,51 @@ def test_same_seed_same_opponents():
     for cls in (FixedOpponentModelSampler, AsynchronousModelSampler, TrueSkillModelSampler):
         a, b = cls(seed=11), cls(seed=11)
         assert [a.sample_opponent(reg) for _ in range(30)] == [b.sample_opponent(reg) for _ in range(30)]
+
+
+def played(learner_pid: int, opponent: str, outcome: float, *, eval: bool = False, failed: bool = False):
+    """A finished 2-seat game of the learner (ckpt-2) against `opponent`: outcome 1 win, 0 draw, -1 loss."""
+    from unstable_core.types import GameInformation
+
+    other = 1 - learner_pid
+    return GameInformation(
+        game_idx=0, env_id="E", eval=eval, failed=failed, learner_pids=[learner_pid],
+        models={learner_pid: "ckpt-2", other: opponent}, final_rewards={learner_pid: outcome, other: -outcome},
+    )  # fmt: skip
+
+
+def test_win_rate_probabilities_follow_the_documented_formula():
+    """p(c) = exp(-|w(c) - target| / T) / Z with w(c) = (S + 1) / (n + 2) over the last `window` games."""
+    sampler = WinRateModelSampler(seed=0, target=0.7, temperature=0.2, window=4, k=1)
+    league = registry(num_ckpts=3)  # candidates: opp-a, opp-b (fixed, by uid) and ckpt-1 (k=1, not current)
+    for outcome in (1, 1, 1, -1, -1, 0):  # opp-a: the last 4 only (window): 1, -1, -1, 0 -> S = 1.5
+        sampler.update(played(0, "opp-a", outcome))
+    for outcome in (1, 1, 1):  # opp-b: S = 3, n = 3
+        sampler.update(played(1, "opp-b", outcome))
+    sampler.update(played(0, "opp-a", 1, eval=True))  # evaluation and failed games do not count
+    sampler.update(played(0, "opp-b", -1, failed=True))
+    w = {"opp-a": 2.5 / 6, "opp-b": 4 / 5, "ckpt-1": 0.5}
+    assert {uid: sampler.win_rate(uid) for uid in w} == pytest.approx(w)
+    weights = {uid: math.exp(-abs(v - 0.7) / 0.2) for uid, v in w.items()}
+    total = sum(weights.values())
+    probs = sampler.probabilities(league)
+    assert list(probs) == ["opp-a", "opp-b", "ckpt-1"]
+    assert probs == pytest.approx({uid: x / total for uid, x in weights.items()})
+
+    draws = [sampler.sample_opponent(league) for _ in range(20000)]
+    chi2 = sum((Counter(draws)[uid] - 20000 * p) ** 2 / (20000 * p) for uid, p in probs.items())
+    assert chi2 < 13.8  # chi-square, 2 degrees of freedom, p = 0.001
+
+
+def test_win_rate_keeps_its_scores_across_a_resume_and_checks_its_options():
+    sampler = WinRateModelSampler(seed=0, window=2)
+    for outcome in (1, -1, 0):
+        sampler.update(played(0, "opp-a", outcome))
+    again = WinRateModelSampler(seed=0, window=2)
+    again.load_state_dict(sampler.state_dict())
+    assert again.scores == sampler.scores == {"opp-a": [0.0, 0.5]}
+    assert WinRateModelSampler(k=3).adapters_in_play() == 4
+    assert WinRateModelSampler().candidates(registry(num_ckpts=1, fixed=())) == ["ckpt-0"]  # alone: itself
+    for bad in ({"target": 1.5}, {"temperature": 0}, {"window": 0}, {"k": 2.5}):
+        with pytest.raises(UnstableError, match=f"WinRateModelSampler: {next(iter(bad))} must be"):
+            WinRateModelSampler(**bad)

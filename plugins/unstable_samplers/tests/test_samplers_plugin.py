@@ -7,6 +7,7 @@ from unstable_samplers.model import (
     FixedOpponentModelSampler,
     MirrorModelSampler,
     TrueSkillModelSampler,
+    WinRateModelSampler,
 )
 
 from unstable_core import plugins
@@ -29,6 +30,7 @@ def test_registry_lists_and_loads_the_samplers(fresh_plugins):
         "fixed": FixedOpponentModelSampler,
         "lagged": AsynchronousModelSampler,
         "trueskill": TrueSkillModelSampler,
+        "win-rate": WinRateModelSampler,
     }
     for kind, expected in (("env_sampler", expected_env), ("model_sampler", expected_model)):
         for name, cls in expected.items():
@@ -40,5 +42,5 @@ def test_registry_lists_and_loads_the_samplers(fresh_plugins):
     assert info.hooks == ["register_env_samplers", "register_model_samplers"]
     assert info.provides == {
         "env_sampler": ["random", "adaptive"],
-        "model_sampler": ["mirror", "fixed", "lagged", "trueskill"],
+        "model_sampler": ["mirror", "fixed", "lagged", "trueskill", "win-rate"],
     }

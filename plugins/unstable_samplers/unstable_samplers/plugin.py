@@ -20,7 +20,7 @@ def register_env_samplers(register):
 
 @hookimpl
 def register_model_samplers(register):
-    """Opponent samplers: self-play, fixed baselines, recent checkpoints, TrueSkill match quality."""
+    """Opponent samplers: self-play, fixed baselines, recent checkpoints, TrueSkill match quality, win rate."""
     register("mirror", "unstable_samplers.model:MirrorModelSampler", "the current checkpoint (self-play)")
     register("fixed", "unstable_samplers.model:FixedOpponentModelSampler", "uniform over the fixed opponents")
     register(
@@ -30,4 +30,9 @@ def register_model_samplers(register):
         "trueskill",
         "unstable_samplers.model:TrueSkillModelSampler",
         "opponents in proportion to their TrueSkill match quality with the current checkpoint",
+    )
+    register(
+        "win-rate",
+        "unstable_samplers.model:WinRateModelSampler",
+        "opponents the learner recently beat about `target` of the time (default 0.5)",
     )
