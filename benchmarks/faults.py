@@ -7,7 +7,7 @@ makes progress and kills land during collection, updates and checkpoint writes a
 
 Without --model the run uses a tiny random-weight model (seconds per step on a CPU); `--model smollm2-135m`
 uses the embedded default. Each kill is a SIGKILL of one Ray actor's process, or of the driver (the
-`unstable run` process itself); the kinds (collector, buffer, registry, tracker, learner, inference,
+`unstable run` process itself); the kinds (collector, buffer, league, recorder, learner, inference,
 driver) are killed in a shuffled cycle, so --kills 7 kills each once. An inference actor is restarted by
 Ray (its games replayed); any other actor's death stops the run with the line `unstable run --resume
 RUN_DIR`, and the benchmark then resumes it. After the driver's kill the benchmark waits for the run's
@@ -18,7 +18,7 @@ hang, killed and resumed.
 
 At the end it prints: actors killed (by kind); inference restarts the runs saw and games they replayed;
 resumes; hangs; games lost, measured against what was played (each process's `stopped` event in
-metrics.jsonl says how many games each collector had the tracker record, which it waits for before a
+metrics.jsonl says how many games each collector had the recorder record, which it waits for before a
 game's steps and rating go on; those of its game indices missing from games.jsonl are lost; a collector
 that was killed cannot say, and is counted apart; games in flight at a kill are played again, not lost);
 games duplicated (a game index recorded twice); cut lines in games.jsonl; learner steps duplicated or missing in
@@ -49,8 +49,8 @@ from unstable_core.runtime.resume import is_learner_record
 KINDS = {  # kind -> the actor classes whose Ray worker title (`ray::<Class>...`) names it
     "collector": ("Collector",),
     "buffer": ("StepBuffer", "EpisodeBuffer"),
-    "registry": ("LeagueActor",),
-    "tracker": ("RecorderActor",),
+    "league": ("LeagueActor",),
+    "recorder": ("RecorderActor",),
     "learner": ("LearnerActor",),
     "inference": ("InferenceActor",),
     "driver": (),  # the `unstable run` process itself
