@@ -15,10 +15,14 @@ import psutil
 import pytest
 
 from unstable_core.run_lock import lock_is_free
+from unstable_core.runtime.watchdog import SNAPSHOT_S
 
-UNMARKED_CHILD = (  # a marked process whose child does not carry the mark in its environment
+# a marked process whose child does not carry the mark (as Ray's agents, whose setproctitle overwrites it)
+# and which ends soon after, orphaning its child (as the kernel kills Ray's raylet with the driver, before
+# the watchdog can look): the child is found only in the watchdog's list of the cluster's processes
+UNMARKED_CHILD = (
     "import os, subprocess, sys, time; env = dict(os.environ); del env['UNSTABLE_RAY_SESSION']; "
-    "print(subprocess.Popen(['sleep', '300'], env=env).pid, flush=True); time.sleep(300)"
+    "print(subprocess.Popen(['sleep', '300'], env=env).pid, flush=True); time.sleep(float(sys.argv[1]))"
 )
 
 DRIVER = textwrap.dedent(
@@ -34,7 +38,7 @@ DRIVER = textwrap.dedent(
         subprocess.Popen(["sleep", "300"]),
         subprocess.Popen(["sleep", "300"], start_new_session=True),
     ]
-    parent = subprocess.Popen([sys.executable, "-c", sys.argv[3]], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([sys.executable, "-c", sys.argv[3], sys.argv[4]], stdout=subprocess.PIPE, text=True)
     lost_mark = int(parent.stdout.readline())
     Watchdog.unmark(previous)
     unmarked = subprocess.Popen(["sleep", "300"])  # started after the cluster: not the watchdog's
@@ -53,7 +57,7 @@ DRIVER = textwrap.dedent(
 
 def start_driver(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, list[int]]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(tmp_path), mode, UNMARKED_CHILD],
+        [sys.executable, "-c", DRIVER, str(tmp_path), mode, UNMARKED_CHILD, str(SNAPSHOT_S + 0.5)],
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
@@ -78,6 +82,7 @@ def test_a_killed_driver_takes_its_marked_processes_along_and_then_lets_go_of_th
     proc, (dog, child, own_session, unmarked, parent, lost_mark) = start_driver(tmp_path, "kill")
     try:
         assert not lock_is_free(tmp_path)
+        time.sleep(SNAPSHOT_S + 1.0)  # the watchdog has listed the cluster's processes; `parent` is gone
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         deadline = time.monotonic() + 10

@@ -5,7 +5,11 @@ actors writing into the run folder for a second or more after the driver is gone
 
 Every process the cluster starts carries a random token in its environment (`MARK_ENV`, set while Ray
 starts, inherited by the GCS, the raylet, the agents and every worker the raylet spawns later), so the
-watchdog finds them in `/proc/*/environ` whoever their parent now is. The watchdog holds a duplicate of
+watchdog finds them in `/proc/*/environ` whoever their parent now is. Ray's agents overwrite their
+environment block (`setproctitle`), and the kernel kills the GCS and the raylet with the driver (Ray sets
+their parent-death signal), which orphans the agents before the watchdog can look; so while it guards, the
+watchdog also keeps the list of the marked processes and their descendants (`SNAPSHOT_S`), and kills
+those of that list that still run (the same pid with the same start time) as well. The watchdog holds a duplicate of
 the lock's file descriptor: `flock` is let go only when both the driver and the watchdog have closed it.
 
 This file is also the watchdog's program (standard library only, started as a script):
@@ -27,17 +31,39 @@ from collections.abc import Iterable
 
 MARK_ENV = "UNSTABLE_RAY_SESSION"
 POLL_S = 0.2  # how often the watchdog also checks that its parent is still the driver
+SNAPSHOT_S = 1.0  # how often it lists the cluster's processes while the driver lives
 KILL_WITHIN_S = 10.0  # the watchdog gives up killing (and exits, releasing the lock) after this long
 
 
-def _parent_of(pid: int) -> int | None:
-    """The parent pid of a live, non-zombie process; None when it is gone or a zombie."""
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time) of a live, non-zombie process; None when it is gone or a zombie."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()  # the name, in parentheses, may hold spaces
     except OSError:
         return None
-    return None if fields[0] in (b"Z", b"X") else int(fields[1])
+    return None if fields[0] in (b"Z", b"X") else (int(fields[1]), int(fields[19]))
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent pid of a live, non-zombie process; None when it is gone or a zombie."""
+    stat = _stat(pid)
+    return None if stat is None else stat[0]
+
+
+def snapshot(token: str, exclude: Iterable[int] = ()) -> dict[int, int]:
+    """The marked processes and their descendants now, as pid -> start time."""
+    found = {}
+    for pid in marked_processes(token, exclude):
+        stat = _stat(pid)
+        if stat is not None:
+            found[pid] = stat[1]
+    return found
+
+
+def still_running(known: dict[int, int]) -> list[int]:
+    """The pids of `known` that still run as the same process (same start time: not a reused pid)."""
+    return [pid for pid, started in known.items() if (stat := _stat(pid)) is not None and stat[1] == started]
 
 
 def marked_processes(token: str, exclude: Iterable[int] = ()) -> list[int]:
@@ -72,13 +98,22 @@ def marked_processes(token: str, exclude: Iterable[int] = ()) -> list[int]:
     return sorted(found)
 
 
-def kill_marked(token: str, exclude: Iterable[int] = (), within_s: float = KILL_WITHIN_S) -> int:
-    """SIGKILL every marked process, again until none is left (a raylet may spawn a worker meanwhile) and
-    every one killed is gone or a zombie, or `within_s` passed; returns how many were still alive then."""
+def kill_marked(
+    token: str,
+    exclude: Iterable[int] = (),
+    within_s: float = KILL_WITHIN_S,
+    known: dict[int, int] | None = None,
+) -> int:
+    """SIGKILL every marked process (and those of `known`, a `snapshot`, that still run), again until none
+    is left (a raylet may spawn a worker meanwhile) and every one killed is gone or a zombie, or `within_s`
+    passed; returns how many were still alive then."""
     deadline = time.monotonic() + within_s
     killed: set[int] = set()
+    skip = set(exclude)
     while True:
-        pids = marked_processes(token, exclude)
+        pids = sorted(
+            set(marked_processes(token, skip)) | {p for p in still_running(known or {}) if p not in skip}
+        )
         dying = [pid for pid in killed if _parent_of(pid) is not None]  # a SIGKILL takes a moment to land
         if not pids and not dying or time.monotonic() > deadline:
             return len(set(pids) | set(dying))
@@ -159,7 +194,12 @@ def _watch(driver: int, token: str, control: int, held: list[int]) -> None:
         signal.signal(sig, signal.SIG_IGN)
     print("ready", flush=True)
     received = b""
+    known: dict[int, int] = {}
+    listed_at = 0.0
     while os.getppid() == driver:
+        if time.monotonic() - listed_at >= SNAPSHOT_S:
+            known.update(snapshot(token, exclude=(os.getpid(), driver)))
+            listed_at = time.monotonic()
         ready, _, _ = select.select([control], [], [], POLL_S)
         if not ready:
             continue
@@ -168,9 +208,9 @@ def _watch(driver: int, token: str, control: int, held: list[int]) -> None:
             break
         received += chunk
         if b"end\n" in received:
-            kill_marked(token, exclude=(os.getpid(), driver))  # what ray.shutdown() left behind
+            kill_marked(token, exclude=(os.getpid(), driver), known=known)  # what ray.shutdown() left
             return
-    kill_marked(token, exclude=(os.getpid(),))
+    kill_marked(token, exclude=(os.getpid(),), known=known)
     for fd in held:  # only now may another process take the run folder
         os.close(fd)
 
