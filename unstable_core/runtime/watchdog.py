@@ -45,57 +45,38 @@ def _stat(pid: int) -> tuple[int, int] | None:
     return None if fields[0] in (b"Z", b"X") else (int(fields[1]), int(fields[19]))
 
 
-def _parent_of(pid: int) -> int | None:
-    """The parent pid of a live, non-zombie process; None when it is gone or a zombie."""
-    stat = _stat(pid)
-    return None if stat is None else stat[0]
-
-
-def snapshot(token: str, exclude: Iterable[int] = ()) -> dict[int, int]:
-    """The marked processes and their descendants now, as pid -> start time."""
-    found = {}
-    for pid in marked_processes(token, exclude):
-        stat = _stat(pid)
-        if stat is not None:
-            found[pid] = stat[1]
-    return found
-
-
 def still_running(known: dict[int, int]) -> list[int]:
     """The pids of `known` that still run as the same process (same start time: not a reused pid)."""
     return [pid for pid, started in known.items() if (stat := _stat(pid)) is not None and stat[1] == started]
 
 
-def marked_processes(token: str, exclude: Iterable[int] = ()) -> list[int]:
-    """Pids of the live processes whose environment carries `MARK_ENV=token`, and of their descendants.
+def marked_processes(token: str, exclude: Iterable[int] = ()) -> dict[int, int]:
+    """The live processes whose environment carries `MARK_ENV=token`, and their descendants, as pid -> start
+    time (the watchdog's list of the cluster, and what it kills).
 
     Descendants count because a process may overwrite its own environment block: Ray's agents set their
     title with `setproctitle`, which clobbers what `/proc/PID/environ` shows, so only their parent (the
     raylet) is found by its mark."""
     needle = f"{MARK_ENV}={token}".encode()
     skip = set(exclude)
-    parents: dict[int, int] = {}
+    stats: dict[int, tuple[int, int]] = {}  # pid -> (parent pid, start time)
     found: set[int] = set()
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in skip:
+        if not name.isdigit() or int(name) in skip or (stat := _stat(int(name))) is None:
             continue
-        pid = int(name)
-        parent = _parent_of(pid)
-        if parent is None:
-            continue
-        parents[pid] = parent
+        stats[int(name)] = stat
         try:
             with open(f"/proc/{name}/environ", "rb") as f:
                 if needle in f.read().split(b"\0"):
-                    found.add(pid)
+                    found.add(int(name))
         except OSError:  # gone meanwhile, or not ours to read
             continue
     grew = True
     while grew:  # close over children: a child of a marked process is the cluster's too
-        more = {pid for pid, parent in parents.items() if parent in found and pid not in found}
+        more = {pid for pid, (parent, _) in stats.items() if parent in found and pid not in found}
         found |= more
         grew = bool(more)
-    return sorted(found)
+    return {pid: stats[pid][1] for pid in sorted(found)}
 
 
 def kill_marked(
@@ -104,7 +85,7 @@ def kill_marked(
     within_s: float = KILL_WITHIN_S,
     known: dict[int, int] | None = None,
 ) -> int:
-    """SIGKILL every marked process (and those of `known`, a `snapshot`, that still run), again until none
+    """SIGKILL every marked process (and those of `known`, an earlier `marked_processes`, that still run), again until none
     is left (a raylet may spawn a worker meanwhile) and every one killed is gone or a zombie, or `within_s`
     passed; returns how many were still alive then."""
     deadline = time.monotonic() + within_s
@@ -114,7 +95,7 @@ def kill_marked(
         pids = sorted(
             set(marked_processes(token, skip)) | {p for p in still_running(known or {}) if p not in skip}
         )
-        dying = [pid for pid in killed if _parent_of(pid) is not None]  # a SIGKILL takes a moment to land
+        dying = [pid for pid in killed if _stat(pid) is not None]  # a SIGKILL takes a moment to land
         if not pids and not dying or time.monotonic() > deadline:
             return len(set(pids) | set(dying))
         for pid in pids:
@@ -198,7 +179,7 @@ def _watch(driver: int, token: str, control: int, held: list[int]) -> None:
     listed_at = 0.0
     while os.getppid() == driver:
         if time.monotonic() - listed_at >= SNAPSHOT_S:
-            known.update(snapshot(token, exclude=(os.getpid(), driver)))
+            known.update(marked_processes(token, exclude=(os.getpid(), driver)))
             listed_at = time.monotonic()
         ready, _, _ = select.select([control], [], [], POLL_S)
         if not ready:
