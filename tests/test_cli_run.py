@@ -72,7 +72,7 @@ A2C_HIDDEN = {"UNSTABLE_LOAD_PLUGINS": "unstable-samplers,unstable-rewards,unsta
         (["--vllm-config", '{"bogus": 1}'], {}, "vllm_config: unknown key 'bogus'; allowed: UnstableBaselines v0.2's keys"),
         (["--vllm-config", '{"temperature": 0.6}', "--temperature", "0.7"], {}, "vllm_config.temperature = 0.6 disagrees"),
         (["--fixed-opponent", "google/gemini-2.0-flash-lite-001"], {}, "is an API model"),
-        (["--env", "Bogus-v0"], {}, "--env 'Bogus-v0' is not a TextArena environment id"),
+        (["--env", "Bogus-v0"], {}, "--env 'Bogus-v0' is not a game or task id"),
         (["--template", "bogus"], {}, "unknown prompt template 'bogus'"),
         (["--learning-rate", "0"], {}, "learning_rate must be > 0"),
         (["--buffer-size", "2", "--batch-size", "4", "--mini-batch-size", "2"], {}, "buffer_size (2) must be >= batch_size (4)"),
@@ -122,7 +122,7 @@ def test_play_with_an_unknown_env_is_one_line_before_any_game(tiny_model, tmp_pa
                     timeout=90)  # fmt: skip
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stderr.strip() == (
-        "Error: --env 'Bogus-v0' is not a TextArena environment id (`unstable envs` lists them)"
+        "Error: --env 'Bogus-v0' is not a game or task id (`unstable envs` lists them; a task file ends in .jsonl)"
     )
     assert list(Path(tmp_path).iterdir()) == []
 

@@ -88,9 +88,13 @@ def test_envs_command_lists_textarena_ids_and_rejects_an_unknown_pattern():
     from unstable_core.cli import cli
 
     out = CliRunner().invoke(cli, ["envs", "ultimatetictactoe"])
-    assert out.exit_code == 0 and out.output.split() == ["UltimateTicTacToe-v0", "UltimateTicTacToe-v0-train"]
+    assert out.exit_code == 0 and out.output.splitlines()[1:] == [
+        "UltimateTicTacToe-v0        game  -        textarena",
+        "UltimateTicTacToe-v0-train  game  -        textarena",
+    ]
+    assert out.output.split()[:5] == ["id", "kind", "players", "provided", "by"]
     bad = CliRunner().invoke(cli, ["envs", "zzz"])
-    assert bad.exit_code == 2 and "no TextArena environment id contains 'zzz'" in bad.output
+    assert bad.exit_code == 2 and "no game or task id contains 'zzz'" in bad.output
 
 
 def test_reference_build_values_are_accepted():
@@ -176,7 +180,14 @@ def test_example_configs_load_and_resolve(name, tmp_path):
             400,
         )
         assert [type(t).__name__ for t in comp.final] == ["SpiralRAE"] and comp.final[0].ema_alpha == 0.95
-        assert [s.fixed_opponent for s in cfg.eval_specs()] == ["random", "base"]  # SPIRAL: random, every 16
+        assert [(s.env_id, s.fixed_opponent) for s in cfg.eval_specs()] == [
+            ("KuhnPoker-v0-train", "random"),  # SPIRAL: random, every 16 steps
+            ("KuhnPoker-v0-train", "base"),
+            ("TicTacToe-v0-train", "random"),  # out of domain
+        ]
+        assert [(s.env_id, s.num_players, s.prompt_template) for s in cfg.task_specs()] == [
+            ("arithmetic-3", 1, "qwen3-reasoning")
+        ]
         assert (cfg.eval_every, cfg.eval_games) == (16, 128)
         assert comp.step == [] and comp.sampling == []
         assert cfg.algorithm_config == {

@@ -271,6 +271,39 @@ def test_eval_of_a_run_dir_writes_games_and_summary_and_the_same_seed_replays_th
     assert first["results"] == second["results"]
 
 
+def test_a_task_is_evaluated_per_model_with_its_accuracy(run_dir, tmp_path):
+    """`--task` through the real runtime: a file's items in order and a generated task, for a checkpoint and
+    the base model; one row each, every answer on disk with its tokens; `--opponent` alone is refused."""
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(
+        "".join(json.dumps({"prompt": f"{i} + 1 = ?", "answer": i + 1}) + "\n" for i in range(3))
+    )
+    out = json.loads(
+        unstable_eval(str(run_dir), "base", "--task", str(questions), "--task", "arithmetic-2", "--games", "4",
+                      "--json", "--max-generation-len", "4", "--out", str(tmp_path / "t")).stdout
+    )  # fmt: skip
+    rows = [(r["model"], r["task"], r["items"] + r["failed"]) for r in out["results"]]
+    assert rows == [
+        ("ckpt-3", str(questions), 3),  # a file of 3 items: 3, not 4
+        ("base", str(questions), 3),
+        ("ckpt-3", "arithmetic-2", 4),
+        ("base", "arithmetic-2", 4),
+    ]
+    for r in out["results"]:
+        assert set(r["accuracy"]) == {"k", "n", "rate", "lo", "hi"} and r["accuracy"]["k"] == r["correct"]
+        assert 1 <= r["tokens_per_answer"] <= 4
+    assert out["tasks"] == [str(questions), "arithmetic-2"] and out["envs"] == [] and out["opponents"] == []
+    games = read_jsonl(tmp_path / "t" / "games" / "games.jsonl")
+    assert len(games) == 14 and all(len(g["trajectories"]) == 1 for g in games)
+    firsts = sorted(
+        g["trajectories"][0]["steps"][0]["obs"] for g in games if g["info"]["env_id"] == str(questions)
+    )
+    assert ["0 + 1 = ?" in o for o in firsts].count(True) == 2  # each item once per model
+    assert all(s["completion_ids"] for g in games for s in g["trajectories"][0]["steps"])
+    refused = unstable_eval(str(run_dir), "--task", "arithmetic-2", "--opponent", "random", expect=2)
+    assert "a --task has no opponent" in refused.stderr
+
+
 def test_every_game_failing_exits_1_with_one_line_as_play_does(tmp_path):
     """random against random with one turn allowed: every game fails; no model is loaded."""
     proc = unstable_eval("random", "--opponent", "random", "--games", "2", "--max-turns", "1",

@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 
 from unstable_core import __version__, plugins
-from unstable_core.errors import UnstableError
+from unstable_core.errors import ConfigError, UnstableError
 from unstable_core.plugins import PluginLoadError, normalize_dist
 from unstable_core.registry import DuplicateComponentError, UnknownComponentError
 
@@ -337,8 +337,53 @@ def register_reward_transforms(register):
     register("utp-negate", Negate)
 '''
 
+GAMES = '''
+"""A third-party plugin of unstable: a game (Nim) and a single-turn task."""
+from unstable_core import hookimpl
+from unstable_core.envs import Task, TaskItem
+
+
+class Nim:
+    """Two players take 1 to 3 stones in turn; who takes the last stone wins; any other move loses."""
+
+    def reset(self, num_players, seed=None):
+        self.stones, self.player, self.rewards = 5 + (seed or 0) % 3, 0, None
+
+    def get_observation(self):
+        return self.player, f"{self.stones} stones are left. Take [1], [2] or [3]."
+
+    def step(self, action):
+        take = action.strip("[] ")
+        if take not in ("1", "2", "3") or int(take) > self.stones:
+            self.rewards = {self.player: -1.0, 1 - self.player: 1.0}
+            return True, {"invalid": take}
+        self.stones -= int(take)
+        if self.stones == 0:
+            self.rewards = {self.player: 1.0, 1 - self.player: -1.0}
+            return True, {}
+        self.player = 1 - self.player
+        return False, {}
+
+    def close(self):
+        return self.rewards, {0: {"reason": "game over"}, 1: {"reason": "game over"}}
+
+
+class Capitals(Task):
+    size = 2
+
+    def item(self, index):
+        return [TaskItem("The capital of France?", "Paris"), TaskItem("The capital of Italy?", "Rome")][index]
+
+
+@hookimpl
+def register_envs(register):
+    register("UtpNim-v0", Nim, "take 1-3 stones; the last one wins", players=2)
+    register("utp-capitals", "utp_games:Capitals", "name the capital", task=True)
+'''
+
 PROJECTS = {
     "unstable-testplug-bonus": ("utp_bonus", BONUS),
+    "unstable-testplug-games": ("utp_games", GAMES),
     "unstable-testplug-broken": ("utp_broken", "raise RuntimeError('utp broken on purpose')\n"),
     "unstable-testplug-dup": ("utp_dup", DUPLICATE),
 }
@@ -442,7 +487,50 @@ def test_third_party_plugins_are_listed(installed):
             "provides": {"reward_transform": ["utp-negate"]},
             "error": conflict,
         },
+        "unstable-testplug-games": {
+            "name": "unstable-testplug-games",
+            "version": "1.2.3",
+            "hooks": ["register_envs"],
+            "provides": {"env": ["UtpNim-v0", "utp-capitals"]},
+        },
     }
+
+
+def test_third_party_games_and_tasks_are_listed_and_played(installed):
+    listing = run_cli(installed, "-m", "unstable_core", "envs", "utp", "--json")
+    assert listing.returncode == 0, listing.stderr
+    assert json.loads(listing.stdout) == [
+        {"id": "UtpNim-v0", "kind": "game", "players": [2], "provider": "unstable-testplug-games",
+         "description": "take 1-3 stones; the last one wins"},
+        {"id": "utp-capitals", "kind": "task", "players": [1], "provider": "unstable-testplug-games",
+         "description": "name the capital"},
+    ]  # fmt: skip
+    tasks = run_cli(installed, "-m", "unstable_core", "envs", "--tasks")
+    assert (
+        "utp-capitals" in tasks.stdout and "UtpNim-v0" not in tasks.stdout and "arithmetic-1" in tasks.stdout
+    )
+    script = textwrap.dedent("""
+        import json
+        from unstable_core.envs.catalogue import check_env_id, make_env
+
+        env = make_env("UtpNim-v0")
+        env.reset(num_players=2, seed=0)
+        env.step("[3]")
+        done, _ = env.step("[2]")
+        capitals = make_env("utp-capitals")
+        capitals.reset(num_players=1, seed=1)
+        capitals.step("It is \\\\boxed{rome}.")
+        try:
+            check_env_id("UtpNim-v0", 3)
+        except Exception as exc:
+            players = str(exc)
+        print(json.dumps([done, env.close()[0], capitals.close()[0], players]))
+    """)
+    played = run_cli(installed, "-c", script, UNSTABLE_LOAD_PLUGINS="unstable-testplug-games")
+    assert played.returncode == 0, played.stderr
+    assert json.loads(played.stdout) == [
+        True, {"0": -1.0, "1": 1.0}, {"0": 1.0}, "--env UtpNim-v0:3: UtpNim-v0 is played by 2 players"
+    ]  # fmt: skip
 
 
 def test_third_party_table(installed):
@@ -554,3 +642,44 @@ def test_version():
         pytest.skip("the `unstable` console script is not installed next to this Python")
     result = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stdout) == (0, f"unstable, version {__version__}\n")
+
+
+def test_an_env_id_textarena_has_or_bad_env_options_are_refused(site):
+    from unstable_core.envs.catalogue import check_env_id, make_env
+
+    site(
+        "utp-envs",
+        {
+            "utp_envs": """
+            from unstable_core import hookimpl
+
+            def nim():
+                return object()
+
+            @hookimpl
+            def register_envs(register):
+                register("TicTacToe-v0", nim, players=2)
+                register("utp-three", nim, players=[3, 2, 3])
+                register("utp-bad-players", nim, players=0)
+                register("utp-bad-task", nim, task=True, players=2)
+                register("utp-bad-option", nim, colour="red")
+            """
+        },
+        {"utp_envs": "utp_envs"},
+    )
+    info = by_name(plugins.list_plugins())["utp-envs"]
+    assert info.provides == {"env": ["TicTacToe-v0", "utp-three"]}
+    assert info.error == (
+        "utp-envs's 'utp-bad-players': players must be an int >= 1 or a list of them, got 0; "
+        "utp-envs's 'utp-bad-task': a task has one player, got players=2; "
+        "utp-envs's 'utp-bad-option': unknown option(s) colour; an env takes players= and task="
+    )
+    assert plugins.get_registry().get("env", "utp-three").options == {"players": [2, 3], "task": False}
+    with pytest.raises(ConfigError, match="'TicTacToe-v0' is registered by utp-envs and by TextArena"):
+        make_env("TicTacToe-v0")
+    with pytest.raises(ConfigError, match="is played by 2, 3 players"):
+        check_env_id("utp-three", 4)
+    with pytest.raises(UnstableError, match="a tracker takes no options, got players"):
+        from unstable_core.registry import check_options
+
+        check_options("tracker", {"players": 2}, "x")

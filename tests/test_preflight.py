@@ -83,9 +83,16 @@ def test_models_are_checked_without_loading(tiny_model, tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"train_envs": ["Bogus-v0"]}, "--env 'Bogus-v0' is not a TextArena environment id"),
+        ({"train_envs": ["Bogus-v0"]}, "--env 'Bogus-v0' is not a game or task id"),
         ({"train_envs": ["TicTacToe-v0-trian"]}, "did you mean TicTacToe-v0-train"),
         ({"eval_envs": ["Bogus-v0:2:base"]}, "--eval-env 'Bogus-v0'"),
+        ({"eval_tasks": ["arithmetic-9"]}, "--eval-task 'arithmetic-9' is not a game or task id"),
+        (
+            {"eval_tasks": ["TicTacToe-v0-train"]},
+            "--eval-task TicTacToe-v0-train:1: the game cannot be set up",
+        ),
+        ({"eval_tasks": ["BAD_TASK_FILE"]}, "bad.jsonl:2: no 'answer' field"),
+        ({"train_envs": ["arithmetic-1:2"]}, "--env arithmetic-1:2: a task has one player"),
         ({"prompt_template": "bogus"}, "unknown prompt template 'bogus'"),
         ({"trackers": ["jsonl", "wandb"]}, "tracker 'wandb' needs the package 'wandb'"),
         ({"sampler": "fixed", "fixed_opponents": ["./no-such-adapter"]}, "fixed opponent"),
@@ -94,6 +101,13 @@ def test_models_are_checked_without_loading(tiny_model, tmp_path, monkeypatch):
 def test_what_would_fail_in_an_actor_fails_first(tiny_model, tmp_path, fields, message):
     if "wandb" in fields.get("trackers", []) and importlib.util.find_spec("wandb") is not None:
         pytest.skip("wandb is installed here")
+    if fields.get("eval_tasks") == ["BAD_TASK_FILE"]:
+        bad = tmp_path / "tasks" / "bad.jsonl"
+        bad.parent.mkdir()
+        bad.write_text('{"prompt": "1 + 1?", "answer": 2}\n{"prompt": "2 + 2?"}\n')
+        fields = {"eval_tasks": [str(bad)]}
+        tmp_path = tmp_path / "runs"
+        tmp_path.mkdir()
     with pytest.raises(ConfigError, match=message):
         Run.open(RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), **fields))
     assert os.listdir(tmp_path) == []

@@ -153,3 +153,31 @@ def test_unstable_run_a2c_against_fixed_base(tiny_model, tmp_path):
         models["base"]["games"] == sum(m["games"] for m in models.values() if m["kind"] == "checkpoint") >= 1
     )
     assert models["base"]["sigma"] < 25 / 3  # rated at least once
+
+
+def test_unstable_run_grpo_on_a_task_with_a_task_evaluation(tiny_model, tmp_path):
+    """A generated task trained GRPO-style (groups of 2 answers to one question) and another task evaluated
+    on every checkpoint: one-player games, whole groups, accuracy logged and shown per checkpoint."""
+    proc = unstable_run(
+        tiny_model, tmp_path, "--run-name", "task", "--env", "arithmetic-1", "--env-sampler-config",
+        '{"repeat": 2}', "--sampling-transform", "group-relative", "--eval-task", "arithmetic-2",
+        "--eval-every", "1", "--eval-games", "3", "--progress-every-s", "1",
+    )  # fmt: skip
+    run_dir = tmp_path / "task"
+    finished, _ = check_run_dir(run_dir, tiny_model, "reinforce")
+    train = [g for g in finished if not g["info"]["eval"]]
+    assert train and all(g["info"]["env_id"] == "arithmetic-1" and g["info"]["num_turns"] == 1 for g in train)
+    groups: dict[str, set] = {}
+    for g in train:
+        assert list(g["info"]["models"]) == ["0"] and g["info"]["group_size"] == 2
+        groups.setdefault(g["info"]["group_id"], set()).add(g["trajectories"][0]["steps"][0]["obs"])
+    assert all(len(prompts) == 1 for prompts in groups.values())  # a group answers one question
+    assert all("Put your final answer within \\boxed{}" in p for ps in groups.values() for p in ps)
+    evals = {m["step"]: m for m in read_jsonl(run_dir / "metrics.jsonl") if is_eval_record(m)}
+    key = "eval/arithmetic-2/vs_none"
+    assert sorted(evals) == [1, 2] and all(
+        m[f"{key}/games"] + m[f"{key}/failed"] == 3 for m in evals.values()
+    )
+    assert "eval ckpt-2 arithmetic-2 accuracy " in proc.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "task accuracy" in summary["learning"]["sentence"]

@@ -34,3 +34,20 @@ def register_templates(register):
 
     for name, fn in TEMPLATES.items():
         register(name, fn)
+
+
+@hookimpl
+def register_envs(register):
+    import functools
+
+    from unstable_core.envs.sources import ArithmeticTask
+
+    shapes = {1: "a +- b, 1..20", 2: "two of + - *, 1..20"}
+    shapes.update({d: f"{d} of + - * / with ( ), 1..50" for d in (3, 4, 5)})
+    for level, shape in shapes.items():
+        register(
+            f"arithmetic-{level}",
+            functools.partial(ArithmeticTask, difficulty=level),
+            f"generated integer arithmetic ({shape}); answers checked by value",
+            task=True,
+        )

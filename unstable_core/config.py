@@ -16,6 +16,8 @@ from typing import Any
 
 import attrs
 
+from unstable_core.envs.catalogue import canonical_id, default_players, template_for
+from unstable_core.envs.sources import HF_PREFIX
 from unstable_core.errors import ConfigError, UnstableError
 from unstable_core.learners.lora import DEFAULT_LORA_CFG, resolve_lora_config
 from unstable_core.models import API_PREFIX, DEFAULT_MODEL, is_api_model
@@ -130,19 +132,27 @@ OPENROUTER_URL = "https://openrouter.ai/api/v1"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def _env_parts(value: str, maxsplit: int = -1) -> list[str]:
+    """`ENV_ID[:A[:B]]` split at its colons; a dataset id's own `hf:` stays in the id."""
+    prefix = HF_PREFIX if value.startswith(HF_PREFIX) else ""
+    parts = value[len(prefix) :].split(":", maxsplit)
+    return [prefix + parts[0], *parts[1:]]
+
+
 def parse_env(value: str | dict | TrainEnvSpec, default_template: str, mirror: bool) -> TrainEnvSpec:
     """`ENV_ID[:NUM_PLAYERS[:NUM_ACTORS]]` (or a TOML table) -> TrainEnvSpec; mirror self-play seats the
     learner at every seat unless NUM_ACTORS says otherwise."""
     if isinstance(value, TrainEnvSpec):
         return value
     if isinstance(value, dict):
+        template = template_for(str(value.get("env_id", "")), default_template)
         try:
-            return TrainEnvSpec(**{"prompt_template": default_template, **value})
+            return TrainEnvSpec(**{"prompt_template": template, **value})
         except TypeError as exc:
             raise ConfigError(f"train_envs entry {value}: {exc}") from exc
-    parts = str(value).split(":")
+    parts = _env_parts(str(value))
     try:
-        players = int(parts[1]) if len(parts) > 1 else 2
+        players = int(parts[1]) if len(parts) > 1 else default_players(parts[0])
         actors = int(parts[2]) if len(parts) > 2 else (players if mirror else 1)
     except ValueError as exc:
         raise ConfigError(
@@ -150,7 +160,10 @@ def parse_env(value: str | dict | TrainEnvSpec, default_template: str, mirror: b
         ) from exc
     try:
         return TrainEnvSpec(
-            env_id=parts[0], num_players=players, num_actors=actors, prompt_template=default_template
+            env_id=canonical_id(parts[0]),
+            num_players=players,
+            num_actors=actors,
+            prompt_template=template_for(parts[0], default_template),
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
@@ -161,16 +174,20 @@ def parse_eval_env(value: str | dict | EvalEnvSpec, default_template: str) -> Ev
     if isinstance(value, EvalEnvSpec):
         return value
     if isinstance(value, dict):
-        return EvalEnvSpec(**{"prompt_template": default_template, **value})
-    parts = str(value).split(":", 2)
+        template = template_for(str(value.get("env_id", "")), default_template)
+        try:
+            return EvalEnvSpec(**{"prompt_template": template, **value})
+        except TypeError as exc:
+            raise ConfigError(f"eval env entry {value}: {exc}") from exc
+    parts = _env_parts(str(value), 2)
     try:
-        players = int(parts[1]) if len(parts) > 1 else 2
+        players = int(parts[1]) if len(parts) > 1 else default_players(parts[0])
     except ValueError as exc:
         raise ConfigError(f"--eval-env {value!r}: expected ENV_ID[:NUM_PLAYERS[:OPPONENT]]") from exc
     return EvalEnvSpec(
-        env_id=parts[0],
+        env_id=canonical_id(parts[0]),
         num_players=players,
-        prompt_template=default_template,
+        prompt_template=template_for(parts[0], default_template),
         fixed_opponent=parts[2] if len(parts) > 2 else None,
     )
 
@@ -215,6 +232,15 @@ class RunConfig:
         factory=list,
         converter=_none_is(list),
         metadata=_help("evaluation env ENV_ID[:PLAYERS[:OPPONENT]] (repeatable)", cli="--eval-env"),
+    )
+    eval_tasks: list[Any] = attrs.field(
+        factory=list,
+        converter=_none_is(list),
+        metadata=_help(
+            "single-turn task to evaluate each checkpoint on (repeatable): a task id (`unstable envs --tasks`), "
+            "a .jsonl file or hf:DATASET; --eval-games items each, with --eval-every",
+            cli="--eval-task",
+        ),
     )
     env_sampler: str = attrs.field(
         default="random", metadata=_help("env sampling strategy", alias="env_sampling_strategy")
@@ -606,6 +632,13 @@ class RunConfig:
 
     def eval_specs(self) -> list[EvalEnvSpec]:
         return [parse_eval_env(e, self.prompt_template) for e in self.eval_envs]
+
+    def task_specs(self) -> list[EvalEnvSpec]:
+        """The --eval-task tasks as one-player eval envs."""
+        return [
+            parse_eval_env({"num_players": 1, **t} if isinstance(t, dict) else f"{t}:1", self.prompt_template)
+            for t in self.eval_tasks
+        ]
 
     @property
     def effective_buffer_size(self) -> int:

@@ -29,9 +29,10 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 class Register(Protocol):
-    """The callback a `register_*` hook is given: `register(name, target, description="")`."""
+    """The callback a `register_*` hook is given: `register(name, target, description="")`
+    (`register_envs` also takes `players=` and `task=`)."""
 
-    def __call__(self, name: str, target: Any, description: str = "") -> None: ...
+    def __call__(self, name: str, target: Any, description: str = "", **options: Any) -> None: ...
 
 
 @hookspec
@@ -116,6 +117,23 @@ def register_templates(register: Register) -> None:
         @hookimpl
         def register_templates(register):
             register("qwen3-zs", "unstable_core.games.templates:qwen3_zs")
+    """
+
+
+@hookspec
+def register_envs(register: Register) -> None:
+    """Register games and single-turn tasks, selected by id as `--env ID`, `--eval-task ID`, `eval --task ID`.
+
+    A game is a TextArena-compatible env class or factory `() -> env` (`reset(num_players, seed)`,
+    `get_observation()`, `step(action)`, `close()`), registered with the player counts it supports.
+    A task is a factory `() -> unstable_core.envs.Task` (prompt/answer items and an answer checker), played
+    as a one-turn, one-player game: reward +1 for a correct answer, -1 otherwise. Ids are unique across
+    plugins and TextArena; `unstable envs` lists them with the distribution that provides them::
+
+        @hookimpl
+        def register_envs(register):
+            register("Nim-v0", "my_games.nim:NimEnv", "take 1-3 stones; the last one wins", players=2)
+            register("capitals", "my_tasks:capitals", "name the capital", task=True)
     """
 
 

@@ -210,10 +210,12 @@ def _impls(manager: pluggy.PluginManager, hook_name: str, module: Any) -> list[A
 
 
 def _register_callback(state: PluginState, info: PluginInfo, plugin: str, kind: str) -> Callable[..., None]:
-    """The `register(name, target, description="")` given to a plugin's hook for one kind."""
+    """The `register(name, target, description="", **options)` given to a plugin's hook for one kind."""
 
-    def register(name: str, target: Any, description: str = "") -> None:
-        component = Component(kind, name, target, str(description), plugin=plugin, dist=info.name)
+    def register(name: str, target: Any, description: str = "", **options: Any) -> None:
+        component = Component(
+            kind, name, target, str(description), plugin=plugin, dist=info.name, options=options
+        )
         try:
             state.registry.add(component)
         except DuplicateComponentError as exc:

@@ -25,6 +25,7 @@ KINDS: dict[str, str] = {
     "tracker": "register_trackers",
     "backend": "register_backends",
     "template": "register_templates",
+    "env": "register_envs",
 }
 
 # Names our own plugin distributions provide, so that asking for one that is not installed says
@@ -114,6 +115,7 @@ class Component:
     description: str = ""
     plugin: str = ""  # the entry point (or built-in module) that registered it
     dist: str = ""  # the distribution that ships that plugin
+    options: dict[str, Any] = attrs.field(factory=dict)  # what `register` was told beside the target
 
     def load(self) -> Any:
         """The class or factory itself (imports a lazy target on first use)."""
@@ -134,6 +136,32 @@ class Component:
             return self.target
         module = getattr(self.target, "__module__", "?")
         return f"{module}:{getattr(self.target, '__qualname__', repr(self.target))}"
+
+
+def check_options(kind: str, options: dict[str, Any], who: str) -> dict[str, Any]:
+    """The options of a registration, checked and completed: only an env takes any (`players`: an int or
+    the list of player counts it supports, default 2; `task`: a single-turn task, one player)."""
+    if kind != "env":
+        if options:
+            raise UnstableError(f"{who}: a {kind} takes no options, got {', '.join(sorted(options))}")
+        return options
+    unknown = sorted(set(options) - {"players", "task"})
+    if unknown:
+        raise UnstableError(f"{who}: unknown option(s) {', '.join(unknown)}; an env takes players= and task=")
+    task = options.get("task", False)
+    if not isinstance(task, bool):
+        raise UnstableError(f"{who}: task must be True or False, got {task!r}")
+    players = options.get("players", 1 if task else 2)
+    counts = [players] if isinstance(players, int) else players
+    if (
+        not isinstance(counts, list | tuple)
+        or not counts
+        or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts)
+    ):
+        raise UnstableError(f"{who}: players must be an int >= 1 or a list of them, got {players!r}")
+    if task and list(counts) != [1]:
+        raise UnstableError(f"{who}: a task has one player, got players={players!r}")
+    return {"players": sorted(set(counts)), "task": task}
 
 
 def _check_kind(kind: str) -> None:
@@ -166,6 +194,9 @@ class Registry:
                 f"{provider} registered {component.kind} {component.name!r} as {component.target!r}; "
                 "register a class, a factory or an import string 'package.module:Name'"
             )
+        component.options = check_options(
+            component.kind, component.options, f"{provider}'s {component.name!r}"
+        )
         taken = self._items[component.kind].get(component.name)
         if taken is not None:
             raise _duplicate(taken, component)

@@ -29,12 +29,20 @@ def default_out_dir(models: list[Any], now: float | None = None) -> Path:
     return Path("runs") / f"eval-{stamp}"
 
 
-def check_envs(envs: list[str]) -> None:
-    from textarena.envs.registration import ENV_REGISTRY
+def check_envs(envs: list[str], tasks: list[str] = ()) -> None:
+    """Every --env is a two-player game, every --task a task (a file is read here: a bad line stops now)."""
+    from unstable_core.envs.catalogue import check_env_id, is_task
 
     for env in envs:
-        if env not in ENV_REGISTRY:
-            raise ConfigError(f"--env {env!r} is not a TextArena environment id; `unstable envs` lists them")
+        if is_task(env):
+            raise ConfigError(f"--env {env!r} is a task: give it as --task {env}")
+        check_env_id(env, 2, "--env")
+    for task in tasks:
+        if not is_task(task):
+            raise ConfigError(
+                f"--task {task!r} is not a task (a game? give it as --env); `unstable envs --tasks`"
+            )
+        check_env_id(task, 1, "--task")
 
 
 def prepare_out_dir(out: Path) -> tuple[Path, list[Path]]:
@@ -138,11 +146,17 @@ class _Progress:
     "--env", "envs", multiple=True, help=f"Two-player TextArena env (repeatable). Default: {DEFAULT_ENV}."
 )
 @click.option(
+    "--task",
+    "tasks",
+    multiple=True,
+    help="Single-turn task (repeatable): a task id (`unstable envs --tasks`), a .jsonl file, hf:DATASET.",
+)
+@click.option(
     "--games",
     default=32,
     show_default=True,
     type=click.IntRange(1),
-    help="Games per model, opponent and env.",
+    help="Games per model, opponent and env; items per task (a file's first N).",
 )
 @click.option(
     "--all-checkpoints", is_flag=True, help="Every checkpoint of a run directory, not only its latest."
@@ -196,19 +210,30 @@ class _Progress:
     help="Exit 0 even when some games failed (they count as failed, not in the rates); without it the exit "
     "status is 1 when any game failed.",
 )
-def eval_command(models, opponents, envs, games, all_checkpoints, seed, concurrency, temperature,
+def eval_command(models, opponents, envs, tasks, games, all_checkpoints, seed, concurrency, temperature,
                  max_generation_len, max_turns, error_allowance, template, device, out, as_json,
                  allow_failures, **api) -> None:  # fmt: skip
-    """Evaluate MODEL(s) (run dirs, checkpoints, models, base, openai:MODEL) against fixed opponents."""
+    """Evaluate MODEL(s) (run dirs, checkpoints, models, base, openai:MODEL) against fixed opponents on games
+    (--env), and on single-turn tasks (--task: accuracy)."""
+    from unstable_core.envs.catalogue import canonical_id
     from unstable_core.eval.report import aggregate, plain_table, rich_table
-    from unstable_core.eval.session import EvalSettings, check_before_start, plan_games, play_all
+    from unstable_core.eval.session import (
+        EvalSettings,
+        check_before_start,
+        plan_games,
+        plan_task_items,
+        play_all,
+    )
     from unstable_core.eval.targets import resolve_players, run_setting
     from unstable_core.games.random_player import RANDOM, check_random_supported
     from unstable_core.games.templates import get_template
     from unstable_core.io import atomic_write_json, dumps_json
 
-    envs = list(envs) or [DEFAULT_ENV]
-    check_envs(envs)
+    tasks = [canonical_id(t) for t in tasks]
+    if tasks and opponents and not envs:
+        raise ConfigError("--opponent plays games (--env); a --task has no opponent: leave --opponent out")
+    envs = list(envs) or ([] if tasks else [DEFAULT_ENV])
+    check_envs(envs, tasks)
     if template is not None:
         get_template(template)
     model_targets, opponent_targets = resolve_players(
@@ -224,6 +249,8 @@ def eval_command(models, opponents, envs, games, all_checkpoints, seed, concurre
     )
     if any(t.kind == RANDOM for t in model_targets + opponent_targets):
         check_random_supported(envs)
+    if tasks and any(t.kind == RANDOM for t in model_targets):
+        raise ConfigError("`random` plays games only; it cannot answer a --task")
     settings = EvalSettings(
         temperature=temperature,
         max_generation_len=max_generation_len,
@@ -234,10 +261,11 @@ def eval_command(models, opponents, envs, games, all_checkpoints, seed, concurre
         device=device,
         **{k: v for k, v in api.items() if v is not None},
     )
-    targets = list(dict.fromkeys(model_targets + opponent_targets))
+    targets = list(dict.fromkeys(model_targets + (opponent_targets if envs else [])))
     check_before_start(targets, settings)  # the settings' ranges, and the API models answer
     out_dir, made = prepare_out_dir(out or default_out_dir(model_targets))
     planned = plan_games(model_targets, opponent_targets, envs, games, seed, template)
+    planned += plan_task_items(model_targets, tasks, games, seed, template, first=len(planned))
     err = click.echo if not as_json else lambda m: click.echo(m, err=True)
     err(f"unstable eval: {len(planned)} games into {out_dir}; starting Ray and loading the models...")
     started = time.time()
@@ -260,15 +288,18 @@ def eval_command(models, opponents, envs, games, all_checkpoints, seed, concurre
     summary = {
         "out_dir": str(out_dir),
         "models": [attrs.asdict(t) for t in model_targets],
-        "opponents": [attrs.asdict(t) for t in opponent_targets],
+        "opponents": [attrs.asdict(t) for t in opponent_targets] if envs else [],
         "envs": envs,
+        "tasks": tasks,
         "games_per_pair": games,
         "settings": {**attrs.asdict(settings), "template": template},
         "wall_s": wall_s,
         "results": [s.to_dict() for s in stats],
     }
     atomic_write_json(out_dir / "summary.json", summary)
-    title = f"unstable eval: {games} games per pair, seats alternated, 95% Wilson intervals ({wall_s:.0f} s)"
+    what = [f"{games} games per pair, seats alternated"] if envs else []
+    what += ["items in order per task"] if tasks else []
+    title = f"unstable eval: {', '.join(what)}, 95% Wilson intervals ({wall_s:.0f} s)"
     if as_json:
         click.echo(dumps_json(summary, indent=2))  # a rate of no games (NaN) is null, as in summary.json
     else:

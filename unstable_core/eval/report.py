@@ -1,4 +1,5 @@
-"""What `unstable eval` reports per (model, opponent, env): W/D/L, win rate W/n and score (W + D/2)/n with
+"""What `unstable eval` reports per (model, opponent, env) (per (model, task) for a task: correct answers,
+accuracy with its Wilson interval, answered and boxed rates, tokens per answer): W/D/L, win rate W/n and score (W + D/2)/n with
 Wilson 95% intervals (the score's, with its half counts, a conservative bound), the mean final reward, the
 model's invalid-move and format rates per turn (with n and interval), mean game length in turns and the
 model's completion tokens per turn (an API model's from the server's `usage`; none for `random`); as a
@@ -11,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from unstable_core.envs.tasks import SOLO
 from unstable_core.eval.session import PlannedGame, Triple
 from unstable_core.report.stats import Rate
 from unstable_core.types import GameResult, Step
@@ -76,7 +78,8 @@ class PairStats:
         if info.failed:
             self.errors[info.error or "unknown error"] += 1
             return
-        mine, theirs = info.final_rewards[model_seat], info.final_rewards[1 - model_seat]
+        mine = info.final_rewards[model_seat]
+        theirs = info.final_rewards.get(1 - model_seat, 0.0)  # a task: +1 correct, -1 wrong, against 0
         self.games += 1
         self.wins += mine > theirs
         self.draws += mine == theirs
@@ -95,7 +98,25 @@ class PairStats:
                         self.tokens += tokens
                         self.token_turns += 1
 
+    @property
+    def task(self) -> bool:
+        """Whether these are answers to a single-turn task (the win rate is the accuracy)."""
+        return self.triple.opponent == SOLO
+
     def to_dict(self) -> dict[str, Any]:
+        if self.task:
+            return {
+                "model": self.triple.model,
+                "task": self.triple.env,
+                "items": self.games,
+                "failed": self.failed,
+                "correct": self.wins,
+                "accuracy": self.win_rate.to_dict(),
+                "answered_rate": Rate(self.steps - self.invalid, self.steps).to_dict(),
+                "boxed_rate": self.format_rate.to_dict(),
+                "tokens_per_answer": self.tokens_per_turn,
+                "errors": dict(self.errors.most_common(5)),
+            }
         return {
             "model": self.triple.model,
             "opponent": self.triple.opponent,
@@ -191,21 +212,63 @@ def rows(stats: list[PairStats]) -> list[list[str]]:
     ]
 
 
+TASK_COLUMNS = (
+    "model",
+    "task",
+    "items",
+    "correct",
+    "accuracy [95% CI]",
+    "answered / item",
+    "boxed / item",
+    "tokens / answer",
+)
+
+
+def task_rows(stats: list[PairStats]) -> list[list[str]]:
+    """The task table's cells, one row per (model, task)."""
+    return [
+        [
+            s.triple.model,
+            s.triple.env,
+            f"{s.games}" + (f" ({s.failed} failed)" if s.failed else ""),
+            f"{s.wins}/{s.games}",
+            _rate(s.win_rate),
+            _rate(Rate(s.steps - s.invalid, s.steps)),
+            _rate(s.format_rate),
+            _num(s.tokens_per_turn),
+        ]
+        for s in stats
+    ]
+
+
+def _tables(stats: list[PairStats]) -> list[tuple[tuple[str, ...], list[list[str]]]]:
+    """(columns, rows) of the games' table and of the tasks' table, those that have rows."""
+    games, tasks = [s for s in stats if not s.task], [s for s in stats if s.task]
+    return [(c, r) for c, r in ((COLUMNS, rows(games)), (TASK_COLUMNS, task_rows(tasks))) if r]
+
+
 def rich_table(stats: list[PairStats], title: str) -> Any:
+    """The games' table and the tasks' table, one after the other, under `title`."""
+    from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=title)
-    for col in COLUMNS:
-        table.add_column(col, overflow="fold")
-    for row in rows(stats):
-        table.add_row(*(Text(c) for c in row))
-    return table
+    tables = []
+    for i, (columns, body) in enumerate(_tables(stats)):
+        table = Table(title=title if i == 0 else None)
+        for col in columns:
+            table.add_column(col, overflow="fold")
+        for row in body:
+            table.add_row(*(Text(c) for c in row))
+        tables.append(table)
+    return Group(*tables)
 
 
 def plain_table(stats: list[PairStats], title: str) -> str:
-    """The same table as aligned plain text (for a pipe, a log file, CI)."""
-    body = [list(COLUMNS), *rows(stats)]
-    widths = [max(len(r[i]) for r in body) for i in range(len(COLUMNS))]
-    lines = [title] + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in body]
+    """The same tables as aligned plain text (for a pipe, a log file, CI)."""
+    lines = [title]
+    for columns, body in _tables(stats):
+        body = [list(columns), *body]
+        widths = [max(len(r[i]) for r in body) for i in range(len(columns))]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in body]
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 model, checkpoints as LoRA adapters on it), a collector keeping many games in flight, the league and the
 recorder (which writes every game to `<out>/games/games.jsonl`). No buffer and no learner exist here.
 
+A task's item k is answered once by every model (a one-player game: no opponent, no seat to alternate).
 Game k of a (model, opponent, env) triple seats the model at seat k mod 2 and has a seed that depends on
 the evaluation's seed, the env and k only: every model meets the same deals and openings. No seat collects
 training data (an evaluation never trains), so an API model can be the evaluated model as well as an
@@ -22,6 +23,7 @@ from typing import Any
 import attrs
 
 from unstable_core.config import API_FIELDS, RunConfig
+from unstable_core.envs.tasks import SOLO
 from unstable_core.errors import UnstableError
 from unstable_core.eval.targets import EvalTarget, main_model
 from unstable_core.types import GameResult, GameSpec, PlayerSpec, game_result_from_dict
@@ -72,6 +74,27 @@ def plan_games(
                     ]
                     spec = GameSpec(len(planned), env, seeds[k], players, eval=True)
                     planned.append(PlannedGame(Triple(model.label, opponent.label, env), spec, me))
+    return planned
+
+
+def plan_task_items(
+    models: list[EvalTarget], tasks: list[str], items: int, seed: int, template: str, first: int = 0
+) -> list[PlannedGame]:
+    """Per task, its items `seed * items` .. (a file's or dataset's items in order, at most all of them), one
+    one-player game each per model; game indices from `first`."""
+    from unstable_core.envs.catalogue import get_task, template_for
+
+    planned = []
+    for task in tasks:
+        size = get_task(task).size
+        count = min(items, size) if size else items
+        for model in models:
+            player = PlayerSpec(
+                0, model.label, collect_data=False, prompt_template=template_for(task, template)
+            )
+            for k in range(count):
+                spec = GameSpec(first + len(planned), task, seed * items + k, [player], eval=True)
+                planned.append(PlannedGame(Triple(model.label, SOLO, task), spec, 0))
     return planned
 
 

@@ -1,4 +1,4 @@
-"""TextArena environments as the game loop sees them: making one, the action it really received, and a
+"""Environments as the game loop sees them: making one, the action it really received, and a
 per-step invalid-move signal."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ EnvFactory = Callable[[str], Any]
 
 
 def make_env(env_id: str) -> Any:
-    """A TextArena environment, wrapped as registered (e.g. `-train` ids format actions and observations)."""
-    import textarena
+    """The env of one game: a task, a plugin's game, or a TextArena env wrapped as registered (`-train` ids
+    format actions and observations); see `unstable_core.envs.catalogue`."""
+    from unstable_core.envs.catalogue import make_env as make
 
-    return textarena.make(env_id)
+    return make(env_id)
 
 
 def set_error_allowance(env: Any, allowance: int | None) -> None:

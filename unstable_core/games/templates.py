@@ -31,6 +31,15 @@ def default_template(observation: str, tokenizer: Any) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
+TASK_INSTRUCTION = "Put your final answer within \\boxed{}."
+
+
+def task_template(observation: str, tokenizer: Any) -> str:
+    """The tokenizer's chat template around a task's question and the \\boxed{} rule (single-turn tasks)."""
+    messages = [{"role": "user", "content": f"{observation}\n{TASK_INSTRUCTION}"}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
 MOVE_PREFIX = "["  # TextArena's move syntax opens with a bracket: `[4]`, `[bet]`, `[col 3]`
 
 
@@ -54,6 +63,7 @@ move_template.answer_prefix = MOVE_PREFIX  # type: ignore[attr-defined]
 # the observation enters these two as it is, once, between fixed text: `render_prompt` may reuse the frame
 default_template.observation_slot = True  # type: ignore[attr-defined]
 move_template.observation_slot = True  # type: ignore[attr-defined]
+task_template.observation_slot = True  # type: ignore[attr-defined]
 
 
 def answer_prefix(template: Template) -> str:
@@ -105,6 +115,7 @@ def llama_instruct_zs(observation: str, tokenizer: Any = None) -> str:
 TEMPLATES: dict[str, Template] = {
     "default": default_template,
     "move": move_template,
+    "task": task_template,
     "qwen3-zs": qwen3_zs,
     "qwen3-sp": qwen3_sp,
     "qwen3-reasoning": qwen3_reasoning,

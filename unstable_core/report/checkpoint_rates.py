@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from unstable_core.envs.tasks import SOLO
 from unstable_core.io import read_jsonl
 from unstable_core.report.stats import Comparison, Rate, clustered_two_proportion_test, two_proportion_test
 
@@ -138,12 +139,14 @@ def rates_from_games(games: list[dict[str, Any]]) -> dict[int, VersionRates]:
         rewards = {int(pid): r for pid, r in info.get("final_rewards", {}).items()}
         checkpoints = {pid: _version_of(uid) for pid, uid in models.items() if _version_of(uid) is not None}
         fixed = {uid for pid, uid in models.items() if pid not in checkpoints}
+        if len(models) == 1 and checkpoints:
+            fixed = {SOLO}  # a task: a win is a correct answer
         if len(fixed) != 1 or not checkpoints or len(set(checkpoints.values())) != 1 or not rewards:
             continue  # mirror self-play, or a game mixing several fixed models: no win rate to read
         (opponent,) = fixed
         version = next(iter(checkpoints.values()))
         mine = max(rewards[p] for p in checkpoints)
-        theirs = max(r for p, r in rewards.items() if p not in checkpoints)
+        theirs = max((r for p, r in rewards.items() if p not in checkpoints), default=0.0)
         v = at(version)
         v.games[opponent] = v.games.get(opponent, 0) + 1
         v.wins[opponent] = v.wins.get(opponent, 0) + (mine > theirs)

@@ -20,6 +20,8 @@ KINDS = ("train", "eval")
 def short_env(env_id: str) -> str:
     """`TicTacToe-v0-train` -> `TicTacToe`, `2048-v0-easy-train` -> `2048-easy`: the id without its version
     and without the `-train` of the training variant."""
+    if env_id.endswith(".jsonl"):  # a task file: its name
+        return env_id.replace("\\", "/").rsplit("/", 1)[-1][: -len(".jsonl")] or env_id
     return re.sub(r"-train$", "", re.sub(r"-v\d+", "", env_id)) or env_id
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from unstable_core.envs.tasks import SOLO
 from unstable_core.report.checkpoint_rates import WIN_PREFIX, VersionRates, compare_quarters, rates_by_version
 from unstable_core.report.stats import Comparison, Rate, format_p
 
@@ -25,6 +26,8 @@ LEARNING, WORSE, NO_CHANGE, NO_TEST = "learning", "getting worse", "no significa
 
 def rate_label(name: str) -> str:
     """`invalid_move_rate` -> `invalid moves per turn`, `win_rate_vs_base` -> `win rate vs base`."""
+    if name == WIN_PREFIX + SOLO:
+        return "task accuracy"
     if name.startswith(WIN_PREFIX):
         return f"win rate vs {name[len(WIN_PREFIX) :]}"
     return {"invalid_move_rate": "invalid moves per turn", "format_rate": "formatted answers per turn"}.get(
@@ -34,6 +37,8 @@ def rate_label(name: str) -> str:
 
 def _unit(name: str) -> str:
     """What a rate counts: the learner's turns, or its games against an opponent."""
+    if name == WIN_PREFIX + SOLO:
+        return "answers"
     return f"games against {name[len(WIN_PREFIX) :]}" if name.startswith(WIN_PREFIX) else "turns"
 
 

@@ -80,6 +80,7 @@ def _rate_panels(
 ) -> list[tuple[str, list[int], list[float], list[float], list[float]]]:
     """(label, versions, rates, lower, upper) per rate of `checkpoint_rates`, for versions with data; with
     scheduled evaluations in the metrics `records`, their win rates replace those read from all games."""
+    from unstable_core.envs.tasks import SOLO
     from unstable_core.report.checkpoint_rates import rates_by_version
     from unstable_core.runtime.scheduled_eval import eval_panels
 
@@ -90,7 +91,8 @@ def _rate_panels(
     }
     scheduled = eval_panels(list(records))
     for opp in sorted({o for r in rates.values() for o in r.games}) if not scheduled else []:
-        series[f"win rate (W/n) vs {opp}"] = lambda r, o=opp: r.win_rate(o)
+        label = "task accuracy\n(correct/n)" if opp == SOLO else f"win rate (W/n) vs {opp}"
+        series[label] = lambda r, o=opp: r.win_rate(o)
     panels = []
     for label, get in series.items():
         pts = [(v, get(r)) for v, r in rates.items() if get(r).n]

@@ -42,6 +42,12 @@ def eval_like(spec: Any, opponent: str) -> EvalEnvSpec:
     )
 
 
+def _with_tasks(specs: list[EvalEnvSpec], cfg: RunConfig) -> list[EvalEnvSpec]:
+    """`specs` and the --eval-task tasks, a task trained on and evaluated once (as its --eval-task)."""
+    tasks = cfg.task_specs()
+    return [s for s in specs if s.env_id not in {t.env_id for t in tasks}] + tasks
+
+
 @attrs.define
 class RunPlan:
     """A run's config with its resolved components, and what follows from them."""
@@ -66,9 +72,9 @@ class RunPlan:
         """The eval envs; with none given but eval workers asked for, the train envs against a fixed opponent."""
         num_eval = self.cfg.num_eval_workers if num_eval is None else num_eval
         if self.cfg.eval_specs() or not num_eval:
-            return self.cfg.eval_specs()
+            return self.cfg.eval_specs() + self.cfg.task_specs()
         opponent = self.cfg.fixed_opponents[0] if self.cfg.fixed_opponents else "base"
-        return [eval_like(spec, opponent) for spec in self.cfg.train_specs()]
+        return _with_tasks([eval_like(spec, opponent) for spec in self.cfg.train_specs()], self.cfg)
 
     def random_envs(self) -> list[str]:
         """The env ids where the `random` opponent may sit (each must list its legal moves)."""
@@ -99,6 +105,7 @@ class RunPlan:
             for spec in cfg.train_specs()
             for opponent in cfg.fixed_opponents or [DEFAULT_OPPONENT]
         ]
+        specs = _with_tasks(specs, cfg)
         return EvalPlan(tuple(specs), cfg.eval_every, cfg.eval_games, cfg.seed)
 
     def placement(self) -> Placement:

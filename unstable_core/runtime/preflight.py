@@ -5,7 +5,6 @@ the model have started."""
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import os
 import re
@@ -21,25 +20,21 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
 def check_env_ids(env_ids: Iterable[str], what: str = "env") -> None:
-    """Every id is one TextArena registers (`unstable envs` lists them)."""
-    from textarena.envs.registration import ENV_REGISTRY
+    """Every id names a game or a task (`unstable envs` lists them); a task file is read here."""
+    from unstable_core.envs.catalogue import check_env_id
 
-    for env_id in env_ids:
-        if env_id in ENV_REGISTRY:
-            continue
-        close = difflib.get_close_matches(env_id, list(ENV_REGISTRY), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ConfigError(
-            f"{what} {env_id!r} is not a TextArena environment id{hint} (`unstable envs` lists them)"
-        )
+    for env_id in dict.fromkeys(env_ids):
+        check_env_id(env_id, what=what)
 
 
 def check_env_players(specs: Iterable[Any], what: str = "--env") -> None:
     """Every env can be set up for its number of players (TextArena's reset refuses the others)."""
+    from unstable_core.envs.catalogue import check_env_id
     from unstable_core.errors import describe
     from unstable_core.games.envs import make_env
 
     for env_id, players in dict.fromkeys((s.env_id, s.num_players) for s in specs):
+        check_env_id(env_id, players, what)
         try:
             make_env(env_id).reset(num_players=players, seed=0)
         except Exception as exc:  # TextArena asserts the player count; a game that cannot start says why
@@ -232,9 +227,13 @@ def check_run(plan: Any, resume: bool = False) -> None:
         check_run_name(cfg.run_name)
     train, evals = cfg.train_specs(), plan.eval_specs()
     check_env_ids([s.env_id for s in train], "--env")
-    check_env_ids([s.env_id for s in evals], "--eval-env")
+    tasks = [s for s in evals if s in cfg.task_specs()]
+    evals_only = [s for s in evals if s not in tasks]
+    check_env_ids([s.env_id for s in evals_only], "--eval-env")
+    check_env_ids([s.env_id for s in tasks], "--eval-task")
     check_env_players(train, "--env")
-    check_env_players(evals, "--eval-env")
+    check_env_players(evals_only, "--eval-env")
+    check_env_players(tasks, "--eval-task")
     check_templates(sorted({s.prompt_template for s in [*train, *evals]}))
     for key, model in plan.engines().items():
         if not is_api_model(model):  # an API model is checked by check_api_models

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from unstable_core.envs.tasks import SOLO
 from unstable_core.report.stats import Rate
 from unstable_core.types import EvalEnvSpec, GameResult, GameSpec, PlayerSpec
 
@@ -64,14 +65,16 @@ def pair_key(env_id: str, opponent: str) -> str:
 
 
 def summarise(uid: str, results: list[GameResult]) -> dict[str, float]:
-    """Per (env, opponent) of checkpoint `uid`'s games: W/D/L, games, failed games; `win_rate` = W / n and
+    """Per (env, opponent) of checkpoint `uid`'s games (a task's opponent is `none`, its wins the correct
+    answers): W/D/L, games, failed games; `win_rate` = W / n and
     `score` = (W + D/2) / n, each with its Wilson interval (`_lo`, `_hi`; for the score, with its half
     counts, a conservative bound); `mean_reward` (mean final reward); invalid-move and format rates per
     step with intervals."""
     groups: dict[str, list[GameResult]] = {}
     for r in results:
         opponents = {m for m in r.info.models.values() if m != uid}
-        groups.setdefault(pair_key(r.info.env_id, ",".join(sorted(opponents))), []).append(r)
+        label = ",".join(sorted(opponents)) if len(r.info.models) > 1 else SOLO
+        groups.setdefault(pair_key(r.info.env_id, label), []).append(r)
     out: dict[str, float] = {}
     for key, games in sorted(groups.items()):
         finished = [g for g in games if not g.info.failed]
@@ -80,7 +83,8 @@ def summarise(uid: str, results: list[GameResult]) -> dict[str, float]:
         for g in finished:
             mine_pids = [p for p, m in g.info.models.items() if m == uid]
             mine = max(g.info.final_rewards[p] for p in mine_pids)
-            theirs = max(r for p, r in g.info.final_rewards.items() if p not in mine_pids)
+            # a task (one seat) is won by a correct answer (+1), lost by a wrong one (-1)
+            theirs = max((r for p, r in g.info.final_rewards.items() if p not in mine_pids), default=0.0)
             wins, draws, losses = wins + (mine > theirs), draws + (mine == theirs), losses + (mine < theirs)
             reward += sum(g.info.final_rewards[p] for p in mine_pids) / len(mine_pids)
             for s in (s for t in g.trajectories if t.model_uid == uid for s in t.steps):
@@ -127,9 +131,14 @@ def eval_panels(
         pts.sort()
         env, opp = key[len("eval/") :].rsplit("/vs_", 1)
         n = max(int(r.get(f"{key}/games", 0)) for r in records if f"{key}/games" in r)
+        label = (
+            f"accuracy (correct/n)\n{env}\n(eval, {n} items)"
+            if opp == SOLO
+            else f"win rate (W/n) vs {opp}\n{env}\n(eval, {n} games)"
+        )
         panels.append(
             (
-                f"win rate (W/n) vs {opp}\n{env}\n(eval, {n} games)",
+                label,
                 [p[0] for p in pts],
                 [p[1] for p in pts],
                 [p[2] for p in pts],
@@ -169,13 +178,22 @@ def last_eval_lines(evals: dict[int, dict[str, float]]) -> list[tuple[str, str]]
         return []
     version = max(evals)
     metrics = evals[version]
-    return [
-        (
-            " ".join(["eval", f"ckpt-{version}", *([env] if env else []), "vs", opp]),
-            ("win " if f"{key}/win_rate" in metrics else "") + _win_text(metrics, key, 2, "W/D/L "),
+    lines = []
+    for key, (env, opp) in pair_names(_pairs(metrics)).items():
+        solo = opp == SOLO
+        what = (
+            [env or key[len("eval/") :].rsplit("/vs_", 1)[0]]
+            if solo
+            else [*([env] if env else []), "vs", opp]
         )
-        for key, (env, opp) in pair_names(_pairs(metrics)).items()
-    ]
+        rate = ("accuracy " if solo else "win ") if f"{key}/win_rate" in metrics else ""
+        lines.append(
+            (
+                " ".join(["eval", f"ckpt-{version}", *what]),
+                rate + _win_text(metrics, key, 2, "correct/-/wrong " if solo else "W/D/L "),
+            )
+        )
+    return lines
 
 
 def evals_table(evals: dict[int, dict[str, float]]) -> Any:
