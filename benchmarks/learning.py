@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -124,20 +126,28 @@ def train(args: argparse.Namespace, learner: str) -> Path:
         run_name=f"bench-learning-{learner}-{int(time.time())}",
         seed=args.seed,
     )
-    deadline = time.time() + 60 * args.minutes
-    shown = [-1]
+
+    def line(step: int, snap: dict) -> str:
+        games = snap.get("counts", {}).get("train_games", 0)
+        return f"{learner}: step {step}, {games} training games, {snap.get('elapsed_s', 0):.0f} s"
+
+    run_within_budget(run, args.minutes, line)
+    return run.run_dir
+
+
+def run_within_budget(run: Any, minutes: float, line: Callable[[int, dict], str]) -> None:
+    """Start `run` and wait for it, printing `line(step, progress)` once per learner step; stop it cleanly
+    when the step in progress would end after `minutes` of wall clock."""
+    deadline = time.time() + 60 * minutes
     step_times: list[float] = []  # when each learner step was first seen
+    shown = [-1]
 
     def check(snap: dict) -> None:
         step = snap.get("learner_step", 0)
-        if step != shown[0]:  # one line per learner step
+        if step != shown[0]:
             shown[0] = step
             step_times.append(time.time())
-            games = snap.get("counts", {}).get("train_games", 0)
-            print(
-                f"{learner}: step {step}, {games} training games, {snap.get('elapsed_s', 0):.0f} s",
-                flush=True,
-            )
+            print(line(step, snap), flush=True)
         # stop early enough that the step in progress still ends within the budget
         longest = max((b - a for a, b in zip(step_times[1:], step_times[2:], strict=False)), default=0.0)
         if time.time() + longest > deadline:
@@ -147,11 +157,8 @@ def train(args: argparse.Namespace, learner: str) -> Path:
     try:
         run.wait(on_progress=check, poll_s=5.0)
     except _Budget:
-        print(
-            f"\n{learner}: budget of {args.minutes} minutes nearly spent; stopping after the update in progress"
-        )
+        print(f"\nbudget of {minutes} minutes nearly spent; stopping after the update in progress")
         run.stop()
-    return run.run_dir
 
 
 def main() -> None:
