@@ -280,3 +280,9 @@ def test_a_task_trained_on_and_evaluated_is_evaluated_once(task_file, tmp_path):
         ("TicTacToe-v0-train", "base"),
         (task_file, None),
     ]
+
+
+def test_the_leaderboard_calls_the_answers_to_tasks_accuracy():
+    from unstable_core.league.leaderboard import vs_label
+
+    assert (vs_label(SOLO), vs_label("base")) == ("task accuracy", "vs base")

@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import click
 
+from unstable_core.envs.tasks import SOLO
 from unstable_core.errors import UnstableError
 from unstable_core.io import dumps_json
 from unstable_core.report.checkpoint_rates import VersionRates, rates_from_games, run_games
@@ -101,6 +102,11 @@ def leaderboard(run_dir: str | Path) -> list[Entry]:
     return sorted(entries, key=lambda e: -e.conservative)
 
 
+def vs_label(opponent: str) -> str:
+    """`vs base`; for the answers to tasks (one-player games), `task accuracy`."""
+    return "task accuracy" if opponent == SOLO else f"vs {opponent}"
+
+
 def opponents_of(entries: list[Entry]) -> list[str]:
     return sorted({opp for e in entries for opp in e.vs})
 
@@ -110,13 +116,14 @@ def leaderboard_table(entries: list[Entry], title: str) -> Any:
 
     table = Table(
         title=title,
-        caption="vs: win rate W/n [95% Wilson interval] W/D/L, score (W + D/2)/n (its interval in --json)",
+        caption="vs: win rate W/n [95% Wilson interval] W/D/L, score (W + D/2)/n (its interval in --json); "
+        "task accuracy: correct/n, W/D/L counting correct/-/wrong",
     )
     for col in ("#", "model", "kind", "mu", "sigma", "mu-3σ", "games", "W/D/L"):
         table.add_column(col, justify="left" if col in ("model", "kind") else "right", no_wrap=True)
     opponents = opponents_of(entries)
     for opp in opponents:
-        table.add_column(f"vs {opp}", no_wrap=True)
+        table.add_column(vs_label(opp), no_wrap=True)
     for i, e in enumerate(entries, 1):
         cells = []
         for opp in opponents:
@@ -169,7 +176,7 @@ def plot_leaderboard(entries: list[Entry], path: Path, title: str) -> Path:
             pts = [(e.version, e.vs[opp][0]) for e in ckpts if opp in e.vs and e.vs[opp][0].n]
             xs = [v for v, _ in pts]
             ax.fill_between(xs, [r.interval[0] for _, r in pts], [r.interval[1] for _, r in pts], alpha=0.2)
-            ax.plot(xs, [r.rate for _, r in pts], marker="o", label=f"vs {opp}")
+            ax.plot(xs, [r.rate for _, r in pts], marker="o", label=vs_label(opp))
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("checkpoint (learner step)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
