@@ -28,6 +28,7 @@ def test_builtin_names():
         "qwen3-zs",
         "qwen3-sp",
         "qwen3-reasoning",
+        "task",
         "gemma3-zs",
         "llama-instruct-zs",
     }
