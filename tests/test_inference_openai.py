@@ -387,6 +387,30 @@ def test_plain_progress_prints_a_line_every_few_seconds(capsys):
     )
 
 
+def test_plain_progress_shows_every_scheduled_evaluation(capsys):
+    """An evaluation that arrives between two throttled lines, or after the last progress call, still gets
+    its line: a log of the run has every checkpoint's result."""
+    from unstable_core.commands import _PlainProgress
+
+    clock = iter([100.0, 100.5, 101.0, 101.5, 102.0])
+    show = _PlainProgress(learning_steps=2, every_s=10.0, clock=lambda: next(clock))
+    key = "eval/arithmetic-2/vs_none"
+    result = {
+        f"{key}/{x}": v for x, v in [("games", 3), ("wins", 1), ("draws", 0), ("losses", 2), ("failed", 0)]
+    }
+    result |= {f"{key}/win_rate": 1 / 3, f"{key}/win_rate_lo": 0.06, f"{key}/win_rate_hi": 0.79}
+    snap = {"elapsed_s": 5, "learner_step": 1, "counts": {}, "means": {}}
+    show(snap)
+    show(snap)  # throttled: nothing new
+    show({**snap, "evals": {1: result}})  # new: printed at once
+    show.finish({**snap, "evals": {1: result}})  # already shown
+    show.finish({**snap, "learner_step": 2, "evals": {1: result, 2: result}})  # arrived after the last call
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3
+    assert "ckpt" not in lines[0] and "eval ckpt-1 arithmetic-2 accuracy 0.33" in lines[1]
+    assert "eval ckpt-2 arithmetic-2 accuracy 0.33 [0.06, 0.79] correct/-/wrong 1/0/2" in lines[2]
+
+
 @pytest.mark.parametrize(
     ("model", "key", "expected"),
     [

@@ -203,17 +203,29 @@ def progress_line(snap: dict[str, Any], learning_steps: int | None) -> str:
 
 
 class _PlainProgress:
-    """Prints `progress_line` at most every `every_s` seconds (the first at once), flushed."""
+    """Prints `progress_line` at most every `every_s` seconds (the first at once), flushed; a scheduled
+    evaluation's result is printed as soon as it arrives, so the log has a line for every one of them."""
 
     def __init__(self, learning_steps: int | None, every_s: float, clock: Any = time.monotonic) -> None:
         self.learning_steps, self.every_s, self.clock = learning_steps, every_s, clock
         self._last = -float("inf")
+        self._shown_eval = -1  # the newest checkpoint whose evaluation a printed line showed
 
     def __call__(self, snap: dict[str, Any]) -> None:
         now = self.clock()
-        if now - self._last >= self.every_s:
+        if now - self._last >= self.every_s or self._unshown_eval(snap):
             self._last = now
+            self._shown_eval = max(snap.get("evals") or {-1: None})
             print(progress_line(snap, self.learning_steps), flush=True)
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        """The run's last state, if it holds an evaluation no line has shown (one that ended after the last
+        progress call)."""
+        if self._unshown_eval(summary):
+            self(summary)
+
+    def _unshown_eval(self, snap: dict[str, Any]) -> bool:
+        return max(snap.get("evals") or {-1: None}) > self._shown_eval
 
 
 def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: Any) -> dict[str, Any]:
@@ -237,11 +249,11 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
                 )
         else:  # nohup, CI, a pipe: a plain line every few seconds shows that the run is alive
             every_s = getattr(getattr(run, "cfg", None), "progress_every_s", 10.0)
+            plain = _PlainProgress(learning_steps, every_s)
             summary = run.wait(
-                on_progress=_PlainProgress(learning_steps, every_s),
-                poll_s=min(2.0, every_s),
-                on_event=lambda line: print(line, flush=True),
+                on_progress=plain, poll_s=min(2.0, every_s), on_event=lambda line: print(line, flush=True)
             )
+            plain.finish(summary)
     except OSError as exc:  # the driver's own files (config.toml, metrics.jsonl) cannot be written
         run.abort()
         raise RunFailed(
