@@ -215,7 +215,7 @@ class _PlainProgress:
         now = self.clock()
         if now - self._last >= self.every_s or self._unshown_eval(snap):
             self._last = now
-            self._shown_eval = max(snap.get("evals") or {-1: None})
+            self._shown_eval = _newest_eval(snap)
             print(progress_line(snap, self.learning_steps), flush=True)
 
     def finish(self, summary: dict[str, Any]) -> None:
@@ -225,7 +225,12 @@ class _PlainProgress:
             self(summary)
 
     def _unshown_eval(self, snap: dict[str, Any]) -> bool:
-        return max(snap.get("evals") or {-1: None}) > self._shown_eval
+        return _newest_eval(snap) > self._shown_eval
+
+
+def _newest_eval(snap: dict[str, Any]) -> int:
+    """The newest checkpoint with a scheduled evaluation in `snap`, -1 when none has one."""
+    return max(snap.get("evals") or (), default=-1)
 
 
 def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: Any) -> dict[str, Any]:
