@@ -232,6 +232,35 @@ def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model, tmp_path)
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)  # padding changes the summation order
 
 
+def test_micro_batches_hold_steps_of_neighbouring_lengths(tiny_model, tmp_path):
+    """Sorted by length before they are cut, so a micro-batch pads little; the gradient is the same sum."""
+    seen = []
+
+    class Recording(SumLogprobLearner):
+        def _update(self, batch, scale):
+            seen.append([len(s.prompt_ids) + len(s.completion_ids) for s in batch])
+            return super()._update(batch, scale)
+
+    lengths = [9, 3, 8, 4, 7, 2]
+    batch = [make_step([1] * (n - 1), [5], reward=(-1.0) ** n) for n in lengths]
+    grads = {}
+    for cls in (Recording, SumLogprobLearner):
+        lrn = cls.create(
+            tiny_model,
+            device="cpu",
+            run_dir=tmp_path / cls.__name__,
+            mini_batch_size=2 if cls is Recording else len(batch),
+            gradient_clipping=1e9,
+            lora_config={"lora_rank": 4},
+            seed=3,
+        )
+        lrn.initialize_algorithm()
+        grads[cls] = _grads_at_step(lrn, batch)
+    assert seen == [[2, 3], [4, 7], [8, 9]]  # in order they would have been [9, 3], [8, 4], [7, 2]
+    for a, b in zip(grads[Recording], grads[SumLogprobLearner], strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_grad_norm_is_clipped_to_gradient_clipping(tiny_model, tmp_path):
     lrn = SumLogprobLearner.create(
         tiny_model, device="cpu", run_dir=tmp_path, gradient_clipping=1e-6, lora_config={"lora_rank": 4}

@@ -35,6 +35,12 @@ def too_long(step: Step, max_train_len: int | None) -> bool:
     return max_train_len is not None and len(step.prompt_ids) + len(step.completion_ids) > max_train_len
 
 
+def sample_length(sample: Any) -> int:
+    """Tokens of a learner sample once collated: a Step's, or the `.step` of a sample wrapping one (A2C)."""
+    step = getattr(sample, "step", sample)
+    return len(step.prompt_ids) + len(step.completion_ids)
+
+
 def collate(batch: Sequence[Step], *, pad_token_id: int, device: Any = "cpu") -> TokenBatch:
     """Tensors of a list of steps, built from their exact `prompt_ids`, `completion_ids` and `logprobs`."""
     import torch
