@@ -32,7 +32,7 @@ class TokenBatch:
 def too_long(step: Step, max_train_len: int | None) -> bool:
     """Whether prompt + completion exceed `max_train_len`: such a step is dropped, never cut, because a
     cut prompt is a context the model never sampled from."""
-    return max_train_len is not None and len(step.prompt_ids) + len(step.completion_ids) > max_train_len
+    return max_train_len is not None and sample_length(step) > max_train_len
 
 
 def sample_length(sample: Any) -> int:
@@ -53,7 +53,7 @@ def collate(batch: Sequence[Step], *, pad_token_id: int, device: Any = "cpu") ->
                 f"step (game {step.game_idx}, player {step.pid}, turn {step.turn}) has no prompt_ids; "
                 "the collector must record the exact prompt token ids"
             )
-    width = max(len(s.prompt_ids) + len(s.completion_ids) for s in batch)
+    width = max(map(sample_length, batch))
     input_ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
     completion_mask = torch.zeros((len(batch), width), dtype=torch.bool)
