@@ -10,6 +10,7 @@ import torch
 from unstable_core.errors import UnstableError
 from unstable_core.inference.base import GenerationRequest, SamplingParams
 from unstable_core.inference.hf import MIN_SHARED_PREFIX, TransformersBackend, _Row
+from unstable_core.inference.prefix_cache import PrefixCache
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=6)
 
@@ -104,6 +105,59 @@ def test_a_shared_prompt_prefix_is_computed_once_with_the_same_results(backend, 
     for row, out in zip(rows, outs, strict=True):
         tempered = recompute_logprobs(backend, row, out.token_ids, temperature=0.7)
         assert all(lp >= t - 1e-4 for lp, t in zip(out.logprobs, tempered, strict=True))  # renormalised
+
+
+def test_prompt_blocks_are_reused_across_batches_with_the_same_results(tiny_model, prompts, adapters):
+    """A game's rules come back every turn: their keys and values, kept per adapter from one batch to the
+    next, give the tokens and log-probs of a backend that computes every prompt whole."""
+    torch.set_num_threads(1)
+    cached = TransformersBackend(tiny_model, max_loras=2)
+    whole = TransformersBackend(tiny_model, max_loras=2, prefix_cache_tokens=0)
+    size = cached.prefix_cache.block
+    rules = tuple(cached.tokenizer.encode("You play a game. " * 12))[: 2 * size + 5]  # 2 whole blocks, 5 over
+    turns = [rules + p for p in prompts] + [rules[: 2 * size]]  # the last prompt is exactly two blocks
+    adapter = adapters[0]
+    sampled = SamplingParams(temperature=0.8, max_tokens=4, seed=5)
+
+    def batch(prompts, lora_path=None, params=GREEDY):
+        return [GenerationRequest(p, lora_path=lora_path, params=params) for p in prompts]
+
+    first = cached.generate_batch(batch(turns[:2]))  # computes the rules, keeps their blocks
+    assert cached.prefix_cache.reused_tokens == 0 and cached.prefix_cache.size_tokens >= 2 * size
+    # the next batch: base rows reuse the rules' blocks, the adapter's rows compute theirs (keys differ)
+    requests = batch(turns) + batch(turns[1:3], adapter) + batch(turns[2:], params=sampled)
+    outs = cached.generate_batch(requests)
+    reused = cached.prefix_cache.reused_tokens
+    assert reused == size * (2 + 2 + 2 + 1 + 2 + 1)  # blocks of the base rows; two blocks' prompt: one
+    assert first[0].token_ids == outs[0].token_ids
+    for out, ref in zip(outs, whole.generate_batch(requests), strict=True):
+        assert out.token_ids == ref.token_ids
+        assert out.logprobs == pytest.approx(ref.logprobs, abs=1e-4)
+    name = cached._pool.lru.touch(adapter).handle
+    assert outs[4].logprobs == pytest.approx(
+        recompute_logprobs(cached, turns[1], outs[4].token_ids, name), abs=1e-4
+    )
+    # the adapter's blocks are now kept too; a row with no block yet shares the batch with rows that have
+    again = cached.generate_batch(batch(turns[1:3], adapter) + batch([prompts[0] * 3], adapter))
+    assert cached.prefix_cache.reused_tokens == reused + 4 * size
+    assert [o.token_ids for o in again] == [
+        o.token_ids
+        for o in whole.generate_batch(batch(turns[1:3], adapter) + batch([prompts[0] * 3], adapter))
+    ]
+
+
+def test_prefix_cache_forgets_the_least_recently_used_blocks_last_first():
+    cache = PrefixCache(capacity_tokens=32, block=16)
+    block = [(torch.zeros(1, 16, 2), torch.zeros(1, 16, 2))]
+    prompt = tuple(range(50))
+    cache.store("a", prompt, 16, block)
+    cache.store("a", prompt, 0, block)
+    assert len(cache.lookup("a", prompt)) == 2
+    cache.store("b", prompt, 0, block)  # full: "a"'s second block goes, its first is still of use
+    assert len(cache.lookup("a", prompt)) == 1 and len(cache.lookup("b", prompt)) == 1
+    assert cache.lookup("a", prompt[:16]) == []  # one token of a prompt is always left to compute
+    assert cache.reused_tokens == 16 * 4 and cache.size_tokens == 32
+    assert PrefixCache(capacity_tokens=0).lookup("a", prompt) == []
 
 
 def test_logprobs_are_those_of_the_tempered_policy(backend, prompts):

@@ -7,8 +7,9 @@ of the distribution it was sampled from: softmax(logits / T) over the top-p nucl
 with the run's temperature and top_p. The LM head
 and the log-softmax run in float32 whatever the model's dtype, as in the learner. The prompt prefix that
 every row of a batch shares (a chat template's system turn, a game's rules) is computed once and its KV
-cache repeated for each row. Finished rows are dropped from the batch (and from the cache) as soon as
-they end.
+cache repeated for each row; the keys and values of prompts' leading blocks are also kept from one batch
+to the next (`prefix_cache`), so that a game's rules, sent again every turn, are computed once per adapter.
+Finished rows are dropped from the batch (and from the cache) as soon as they end.
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ from unstable_core.inference.base import (
     InferenceBackend,
     token_budget,
 )
-from unstable_core.inference.kv_cache import in_place_cache
+from unstable_core.inference.kv_cache import GrowingLayer, in_place_cache
 from unstable_core.inference.peft_pool import BASE, PeftAdapterPool
+from unstable_core.inference.prefix_cache import Block, PrefixCache, joined
 from unstable_core.inference.sampling import row_logprobs, sample_tokens
 from unstable_core.models import load_causal_lm, load_tokenizer, plain_linear_head
 
 MIN_SHARED_PREFIX = 8  # prompt tokens all rows of a batch must share before their prefix is computed once
+PREFIX_CACHE_TOKENS = 4096  # prompt tokens whose keys and values are kept across batches (SmolLM2: 190 MB)
 
 
 @attrs.define
@@ -64,6 +67,7 @@ class TransformersBackend(InferenceBackend):
         device: str | None = None,
         dtype: Any = None,
         seed: int = 0,
+        prefix_cache_tokens: int = PREFIX_CACHE_TOKENS,
     ) -> None:
         super().__init__(
             model,
@@ -96,6 +100,9 @@ class TransformersBackend(InferenceBackend):
             else None
         )
         self._lock = threading.Lock()  # one batch at a time: the model and its adapters are shared state
+        # only a model whose every layer keeps plain full-attention keys and values can reuse them
+        plain = all(isinstance(x, GrowingLayer) for x in in_place_cache(base_model.config, 1).layers)
+        self.prefix_cache = PrefixCache(prefix_cache_tokens if plain else 0)
 
     @property
     def tokenizer(self) -> Any:
@@ -155,23 +162,30 @@ class TransformersBackend(InferenceBackend):
         # an adapter with a LoRA on lm_head wraps the head, and some models cap or scale their logits: then
         # the model's own logits, cast to float32
         fp32_head = self._fp32_head and plain_linear_head(self._pool.base_model)
-        shared = self._shared_prefix(rows)
-        longest = max(len(r.request.prompt_ids) for r in rows) - shared
-        cache = in_place_cache(self._pool.base_model.config, shared + longest + max(r.budget for r in rows))
-        if shared:
+        cached = self._cached_blocks(rows)
+        shared = 0 if any(cached) else self._shared_prefix(rows)
+        # starts[b]: row b's prompt tokens already in the cache before the first forward pass
+        starts = [len(c) * self.prefix_cache.block for c in cached] if any(cached) else [shared] * len(rows)
+        head = max(starts)
+        longest = max(len(r.request.prompt_ids) - s for r, s in zip(rows, starts, strict=True))
+        cache = in_place_cache(self._pool.base_model.config, head + longest + max(r.budget for r in rows))
+        if any(cached):
+            _load_blocks(cache, cached, head)
+        elif shared:
             self._prefill_prefix(rows, shared, cache)
         input_ids = torch.full((len(rows), longest), self.pad_id, dtype=torch.long)  # [B, T]
-        # [B, P + T]: the shared prefix, then 0 on each row's left padding before the rest of its prompt
-        attention = torch.zeros((len(rows), shared + longest), dtype=torch.long)
-        attention[:, :shared] = 1
-        for b, row in enumerate(rows):
-            rest = row.request.prompt_ids[shared:]
+        # [B, P + T]: 0 on each row's left padding, its cached prefix, 0 on padding again, the rest of its prompt
+        attention = torch.zeros((len(rows), head + longest), dtype=torch.long)
+        for b, (row, start) in enumerate(zip(rows, starts, strict=True)):
+            rest = row.request.prompt_ids[start:]
+            attention[b, head - start : head] = 1
             input_ids[b, longest - len(rest) :] = torch.tensor(rest)
-            attention[b, shared + longest - len(rest) :] = 1
+            attention[b, head + longest - len(rest) :] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         # [B, T]: each token's position in its own prompt (0 at the first real token)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, shared:]
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, head:]
         active = list(rows)
+        prefilled = False
         while active:
             extra = (
                 {"adapter_names": [r.adapter for r in active]} if self._pool.peft_model is not None else {}
@@ -187,6 +201,9 @@ class TransformersBackend(InferenceBackend):
                 **extra,
             )
             cache = out.past_key_values
+            if not prefilled:
+                self._keep_blocks(rows, cached, starts, head + longest, cache)
+                prefilled = True
             if fp32_head:
                 hidden = out.hidden_states[-1][:, -1, :].float()  # [B, H] after the final norm
                 logits = F.linear(hidden, self._head_weight, self._head_bias)  # [B, V] fp32 next-token logits
@@ -232,6 +249,31 @@ class TransformersBackend(InferenceBackend):
             n = next((i for i in range(n) if other[i] != first[i]), n)
         return n if n >= MIN_SHARED_PREFIX else 0
 
+    def _cached_blocks(self, rows: list[_Row]) -> list[list[Block]]:
+        """Per row, the cached blocks that open its prompt under its adapter."""
+        if not self.prefix_cache.capacity_tokens:
+            return [[] for _ in rows]
+        return [self.prefix_cache.lookup(r.adapter, r.request.prompt_ids) for r in rows]
+
+    def _keep_blocks(
+        self, rows: list[_Row], cached: list[list[Block]], starts: list[int], width: int, cache: Any
+    ) -> None:
+        """Cache the whole blocks of each row's prompt that were not cached yet, from the prefilled `cache`
+        ([B, H, width, D]: row b's first `starts[b]` tokens end at head, its other tokens at `width`)."""
+        size = self.prefix_cache.block
+        if not self.prefix_cache.capacity_tokens:
+            return
+        head = width - max(len(r.request.prompt_ids) - s for r, s in zip(rows, starts, strict=True))
+        for b, (row, start) in enumerate(zip(rows, starts, strict=True)):
+            prompt = row.request.prompt_ids
+            for k in reversed(range(len(cached[b]), len(prompt) // size)):  # the first block is the newest
+                j = torch.arange(k * size, (k + 1) * size, device=self.device)
+                at = torch.where(j < start, head - start + j, width - len(prompt) + j)  # cache positions
+                block = [
+                    (x.keys[b].index_select(1, at), x.values[b].index_select(1, at)) for x in cache.layers
+                ]
+                self.prefix_cache.store(row.adapter, prompt, k * size, block)
+
     def _prefill_prefix(self, rows: list[_Row], shared: int, cache: Any) -> None:
         """Fill the empty `cache` with the rows' shared prefix: computed once, repeated for every row."""
         model = self._pool.model
@@ -251,8 +293,24 @@ class TransformersBackend(InferenceBackend):
 
     def _release(self) -> None:
         self._pool = PeftAdapterPool(None, capacity=self.max_loras)
+        self.prefix_cache.clear()  # adapter names start again
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
+
+
+def _load_blocks(cache: Any, cached: list[list[Block]], head: int) -> None:
+    """Fill the empty `cache` with each row's cached prefix, right-aligned in `head` positions (the
+    positions before a shorter prefix are padding, masked out)."""
+    for i, layer in enumerate(cache.layers):
+        parts = [joined(blocks, i) if blocks else None for blocks in cached]
+        like = next(p for p in parts if p is not None)[0]  # [H, n, D]
+        keys = like.new_zeros((len(cached), like.shape[0], head, like.shape[-1]))  # [B, H, head, D]
+        values = torch.zeros_like(keys)
+        for b, part in enumerate(parts):
+            if part is not None:
+                n = part[0].shape[-2]
+                keys[b, :, head - n :], values[b, :, head - n :] = part
+        layer.preload(keys, values)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:

@@ -54,6 +54,17 @@ class GrowingLayer(DynamicLayer):
             self.keys = self._keys[..., : self.length, :]
             self.values = self._values[..., : self.length, :]
 
+    def preload(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Start the empty layer with the [B, H, n, D] `keys` and `values` (prefixes computed earlier)."""
+        self.lazy_initialization(keys, values)
+        self._grow(keys, values, keys.shape[-2])
+        assert self._keys is not None and self._values is not None
+        n = keys.shape[-2]
+        self._keys[..., :n, :] = keys
+        self._values[..., :n, :] = values
+        self.length = n
+        self._view()
+
     def get_seq_length(self) -> int:
         """Tokens cached."""
         return self.length
