@@ -261,6 +261,55 @@ def test_micro_batches_hold_steps_of_neighbouring_lengths(tiny_model, tmp_path):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+def test_a_prompt_prefix_shared_by_a_micro_batch_runs_once(learner):
+    """Steps of one prompt frame (a game's rules for one seat) share its prefix: the decoder runs it once at
+    batch size 1, and the log-probs and gradients are those of the whole batch run as it is."""
+    from unstable_core.learners.batch import head_logprobs
+    from unstable_core.learners.shared_prefix import ORDER_TOKENS, micro_batch_order
+
+    frame = [3 + i % 50 for i in range(ORDER_TOKENS)]  # longer than the tokens that sort steps
+    steps = [
+        make_step(frame + [40, 41], [5, 6, 7], reward=1.0),
+        make_step(frame + [42], [8, 9], reward=-1.0),
+        make_step(frame + [43, 44, 45], [8], reward=0.5),
+    ]
+    tokens = learner.collate(steps)
+    base = learner.model.get_base_model()
+    decoder = base.get_decoder()
+    shapes = []
+    hook = decoder.register_forward_pre_hook(
+        lambda module, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    weights = torch.randn(tokens.target_mask.shape)
+
+    def logprobs_and_grads(compute):
+        learner.model.zero_grad()
+        logp = compute()
+        (weights * logp).sum().backward()
+        grads = [p.grad.clone() for p in learner.adapter_parameters("default")]
+        return logp.detach(), grads
+
+    try:
+        shared, shared_grads = logprobs_and_grads(lambda: learner.policy_logprobs(tokens))
+    finally:
+        hook.remove()
+    assert shapes == [(1, len(frame)), (3, tokens.input_ids.shape[1] - len(frame))]
+    whole, whole_grads = logprobs_and_grads(
+        lambda: head_logprobs(
+            decoder(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask).last_hidden_state,
+            base.get_output_embeddings(),
+            tokens,
+        )
+    )
+    assert torch.allclose(shared, whole, atol=1e-5)
+    for a, b in zip(shared_grads, whole_grads, strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+    # micro-batches are cut from steps sorted by their frame, then length
+    other = [make_step([2] * 70 + [40], [5]), make_step([2] * 70, [5, 6, 7, 8])]
+    mixed = [steps[0], other[0], steps[1], other[1], steps[2]]
+    assert sorted(mixed, key=micro_batch_order) == [other[0], other[1], steps[1], steps[2], steps[0]]
+
+
 def test_grad_norm_is_clipped_to_gradient_clipping(tiny_model, tmp_path):
     lrn = SumLogprobLearner.create(
         tiny_model, device="cpu", run_dir=tmp_path, gradient_clipping=1e-6, lora_config={"lora_rank": 4}

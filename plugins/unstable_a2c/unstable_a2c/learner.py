@@ -10,6 +10,7 @@ import attrs
 from unstable_a2c.gae import compute_gae, group_episodes, outcome_rewards, shaped_advantages
 from unstable_core.errors import ConfigError, UnstableError
 from unstable_core.learners import POLICY_ADAPTER, BaseLearner, TokenBatch
+from unstable_core.learners.shared_prefix import decoder_hidden
 from unstable_core.types import Step
 
 CRITIC_ADAPTER = "critic"
@@ -98,11 +99,9 @@ class A2CLearner(BaseLearner):
 
         width = int(tokens.last_prompt_index.max()) + 1  # V(s) sees the prompt only (causal attention)
         decoder = self.model.get_base_model().get_decoder()
-        hidden = decoder(
-            input_ids=tokens.input_ids[:, :width],
-            attention_mask=tokens.attention_mask[:, :width],
-            use_cache=False,
-        ).last_hidden_state  # [B, W, H]
+        hidden = decoder_hidden(  # a prompt prefix that every row shares runs once
+            decoder, tokens.input_ids[:, :width], tokens.attention_mask[:, :width], tokens.last_prompt_index
+        )  # [B, W, H]
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         h_last = hidden[rows, tokens.last_prompt_index]  # [B, H]
         return self.value_head(h_last.float()).squeeze(-1)  # [B]
