@@ -29,7 +29,7 @@ from unstable_core.inference.base import (
     InferenceBackend,
     token_budget,
 )
-from unstable_core.inference.kv_cache import GrowingLayer, in_place_cache
+from unstable_core.inference.kv_cache import full_attention_only, in_place_cache
 from unstable_core.inference.peft_pool import BASE, PeftAdapterPool
 from unstable_core.inference.prefix_cache import Block, PrefixCache, joined
 from unstable_core.inference.sampling import row_logprobs, sample_tokens
@@ -100,8 +100,7 @@ class TransformersBackend(InferenceBackend):
             else None
         )
         self._lock = threading.Lock()  # one batch at a time: the model and its adapters are shared state
-        # only a model whose every layer keeps plain full-attention keys and values can reuse them
-        plain = all(isinstance(x, GrowingLayer) for x in in_place_cache(base_model.config, 1).layers)
+        plain = full_attention_only(base_model.config)  # else no prefix's keys and values can be reused
         self.prefix_cache = PrefixCache(prefix_cache_tokens if plain else 0)
 
     @property
@@ -163,13 +162,14 @@ class TransformersBackend(InferenceBackend):
         # the model's own logits, cast to float32
         fp32_head = self._fp32_head and plain_linear_head(self._pool.base_model)
         cached = self._cached_blocks(rows)
-        shared = 0 if any(cached) else self._shared_prefix(rows)
+        reuse = any(cached)
+        shared = 0 if reuse else self._shared_prefix(rows)
         # starts[b]: row b's prompt tokens already in the cache before the first forward pass
-        starts = [len(c) * self.prefix_cache.block for c in cached] if any(cached) else [shared] * len(rows)
+        starts = [len(c) * self.prefix_cache.block for c in cached] if reuse else [shared] * len(rows)
         head = max(starts)
         longest = max(len(r.request.prompt_ids) - s for r, s in zip(rows, starts, strict=True))
         cache = in_place_cache(self._pool.base_model.config, head + longest + max(r.budget for r in rows))
-        if any(cached):
+        if reuse:
             _load_blocks(cache, cached, head)
         elif shared:
             self._prefill_prefix(rows, shared, cache)
@@ -202,7 +202,7 @@ class TransformersBackend(InferenceBackend):
             )
             cache = out.past_key_values
             if not prefilled:
-                self._keep_blocks(rows, cached, starts, head + longest, cache)
+                self._keep_blocks(rows, cached, starts, head, head + longest, cache)
                 prefilled = True
             if fp32_head:
                 hidden = out.hidden_states[-1][:, -1, :].float()  # [B, H] after the final norm
@@ -251,19 +251,24 @@ class TransformersBackend(InferenceBackend):
 
     def _cached_blocks(self, rows: list[_Row]) -> list[list[Block]]:
         """Per row, the cached blocks that open its prompt under its adapter."""
-        if not self.prefix_cache.capacity_tokens:
+        if not self.prefix_cache.enabled:
             return [[] for _ in rows]
         return [self.prefix_cache.lookup(r.adapter, r.request.prompt_ids) for r in rows]
 
     def _keep_blocks(
-        self, rows: list[_Row], cached: list[list[Block]], starts: list[int], width: int, cache: Any
+        self,
+        rows: list[_Row],
+        cached: list[list[Block]],
+        starts: list[int],
+        head: int,
+        width: int,
+        cache: Any,
     ) -> None:
         """Cache the whole blocks of each row's prompt that were not cached yet, from the prefilled `cache`
-        ([B, H, width, D]: row b's first `starts[b]` tokens end at head, its other tokens at `width`)."""
-        size = self.prefix_cache.block
-        if not self.prefix_cache.capacity_tokens:
+        ([B, H, width, D]: row b's first `starts[b]` tokens end at `head`, its other tokens at `width`)."""
+        if not self.prefix_cache.enabled:
             return
-        head = width - max(len(r.request.prompt_ids) - s for r, s in zip(rows, starts, strict=True))
+        size = self.prefix_cache.block
         for b, (row, start) in enumerate(zip(rows, starts, strict=True)):
             prompt = row.request.prompt_ids
             for k in reversed(range(len(cached[b]), len(prompt) // size)):  # the first block is the newest

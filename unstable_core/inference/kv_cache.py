@@ -97,6 +97,12 @@ class GrowingLayer(DynamicLayer):
             self._view()
 
 
+def full_attention_only(config: Any) -> bool:
+    """Whether every layer of a model of `config` caches plain full-attention keys and values (no sliding
+    window or other kind): then a prompt prefix's keys and values can be computed once and reused."""
+    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
+
+
 def in_place_cache(config: Any, capacity: int) -> DynamicCache:
     """A DynamicCache for a model of `config` whose full-attention layers are GrowingLayers with room for
     `capacity` tokens."""

@@ -34,6 +34,11 @@ class PrefixCache:
     _blocks: OrderedDict[tuple[str, tuple[int, ...]], Block] = attrs.field(factory=OrderedDict)
 
     @property
+    def enabled(self) -> bool:
+        """Whether it can hold a block at all (a capacity below one block turns it off)."""
+        return self.capacity_tokens >= self.block
+
+    @property
     def size_tokens(self) -> int:
         """Tokens whose keys and values are held."""
         return len(self._blocks) * self.block
@@ -57,7 +62,7 @@ class PrefixCache:
 
     def store(self, adapter: str, prompt: Sequence[int], start: int, block: Block) -> None:
         """Keep `block`, the keys and values of `prompt[start : start + self.block]` under `adapter`."""
-        if self.capacity_tokens < self.block:
+        if not self.enabled:
             return
         key = (adapter, tuple(prompt[: start + self.block]))
         self._blocks[key] = block

@@ -40,11 +40,12 @@ def can_share(decoder: Any) -> bool:
     activation checkpointing (which turns caches off): then a prefix's keys and values can be shared.
     In bf16 a shared prefix would change the rounding of the rows' log-probs against an unshared pass."""
     import torch
-    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    from unstable_core.inference.kv_cache import full_attention_only
 
     if getattr(decoder, "gradient_checkpointing", False) or decoder.dtype != torch.float32:
         return False
-    return all(type(x) is DynamicLayer for x in DynamicCache(config=decoder.config).layers)
+    return full_attention_only(decoder.config)
 
 
 def decoder_hidden(decoder: Any, input_ids: Any, attention_mask: Any, last_prompt_index: Any) -> Any:
