@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from unstable_core.games.prompt_tokens import CUT_RULES, PromptEncoder, template_frame
+from unstable_core.games.prompt_tokens import CUT_RULES, CUTTERS, PromptEncoder, template_frame
 from unstable_core.games.templates import default_template, move_template, render_prompt
 from unstable_core.inference.chat_prompt import MessagesTokenizer
 
@@ -57,6 +57,19 @@ def test_cut_rules_cut_lines_and_join_back():
         "Board:\n\n O | 1 \n",
         "---+---\n 3 ",
     ]
+
+
+def test_cutters_cut_as_the_rules_split(tokenizer):
+    """The line-scanning cutters give the pieces of their rule's regex split, on prompts and on random
+    text of every kind of whitespace (the regex's \\s and str.isspace agree on it)."""
+    rng = random.Random(0)
+    alphabet = ["a", "é", ".", "|", " ", " ", "\t", "\r", "\n", "\n", "\x0b", "\x0c", "\x1c", "\x85"]
+    alphabet += ["\u00a0", "\u2028", "\u3000", "<|im_end|>"]
+    texts = ["", "\n", " ", "x", "\n\nx \n"] + tictactoe_prompts(tokenizer, games=2)
+    texts += ["".join(rng.choices(alphabet, k=rng.randrange(16))) for _ in range(20_000)]
+    for name, rule in CUT_RULES.items():
+        for text in texts:
+            assert CUTTERS[name](text) == rule.split(text), (name, text)
 
 
 def test_encoder_gives_the_whole_encoding_turn_after_turn(tokenizer):
