@@ -1,6 +1,8 @@
 """play_game on real TextArena envs with a scripted (fake) generate, its failure paths, and a real model."""
 
 import asyncio
+import random
+import re
 
 import pytest
 import textarena as ta
@@ -501,3 +503,82 @@ def test_the_move_template_opens_nothing_for_an_api_seat():
 
     prompt = move_template("Your move.", MessagesTokenizer())
     assert chat_messages(prompt) is not None and not prompt.endswith("[")
+
+
+def listed_moves(prompt):
+    """The bracketed moves of the prompt's last "available/valid moves/actions" line, else ConnectFour's."""
+    lines = re.findall(r"(?:available|valid) (?:moves|actions)[^:\n]*:(.*)", prompt, re.IGNORECASE)
+    return re.findall(r"\[[^\[\]\n]+\]", lines[-1]) if lines else [f"[col {c}]" for c in range(7)]
+
+
+class RandomMoves:
+    """A `generate` answering a random move listed in the prompt it decodes (bracket opened by `move`)."""
+
+    def __init__(self, tokenizer, seed):
+        self.tokenizer, self.rng, self.requests = tokenizer, random.Random(seed), []
+
+    async def __call__(self, request):
+        self.requests.append(request)
+        prompt = self.tokenizer.decode(request.prompt_ids)
+        move = self.rng.choice(listed_moves(prompt))
+        text = move[1:] if prompt.endswith("[") else f"\\boxed{{{move}}}"
+        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        return GenerationOutput(text, ids, fake_logprobs(len(ids)), "stop")
+
+
+def recording_envs(observations):
+    """An env factory whose envs append every observation they give to `observations`."""
+    from unstable_core.games.envs import make_env
+
+    def make(env_id):
+        env = make_env(env_id)
+        get = env.get_observation
+
+        def get_observation():
+            pid, observation = get()
+            observations.append(observation)
+            return pid, observation
+
+        env.get_observation = get_observation
+        return env
+
+    return make
+
+
+@pytest.mark.parametrize("template", ["default", "move", "qwen3-zs"])
+def test_recorded_prompts_are_the_whole_encoding_over_whole_games(tiny_model, template):
+    """Whole games of several envs: every step's prompt ids are `encode(template(observation))` and its text
+    their decoding, though past the first prompts the encoder joins memoised lines (the cached path) and
+    each seat renders with a renderer made once per game."""
+    from transformers import AutoTokenizer
+
+    from unstable_core.games.prompt_tokens import prompt_encoder
+    from unstable_core.games.templates import get_template
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)  # its own encoder, fresh: whole, then cached
+    render = get_template(template)
+    for game, env_id in enumerate([TICTACTOE, "KuhnPoker-v0-train", "ConnectFour-v0-train"] * 4):
+        observations: list[str] = []
+        generate = RandomMoves(tokenizer, seed=game)
+        spec = GameSpec(game_idx=game, env_id=env_id, seed=game, players=two_seats(template))
+        result = asyncio.run(
+            play_game(
+                spec,
+                generate,
+                tokenizer,
+                lora_paths={0: None, 1: None},
+                policy_versions={0: 0, 1: 0},
+                params=PARAMS,
+                env_factory=recording_envs(observations),
+                error_allowance=None,
+            )
+        )
+        assert not result.info.failed, result.info.error
+        steps = sorted((s for t in result.trajectories for s in t.steps), key=lambda s: s.turn)
+        assert len(steps) == len(observations) == len(generate.requests)
+        for step, observation, request in zip(steps, observations, generate.requests, strict=True):
+            ids = tokenizer.encode(render(observation, tokenizer), add_special_tokens=False)
+            assert step.prompt_ids == ids and list(request.prompt_ids) == ids
+            assert step.obs == tokenizer.decode(ids)
+    encoder = prompt_encoder(tokenizer)
+    assert encoder.rule == "before-newlines" and encoder.prompts > 2 * encoder.checked_first

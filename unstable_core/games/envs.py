@@ -34,14 +34,27 @@ def received_action(env: Any, action: str) -> str:
 
     TextArena's ActionFormattingWrapper, for one, brackets an action without square brackets.
     """
+    return action_receiver(env)(action)
+
+
+def action_receiver(env: Any) -> Callable[[str], str]:
+    """`received_action` for `env`, with its ActionWrappers found once: a game's wrappers stay the same
+    from turn to turn, and walking them costs more than applying them."""
     from textarena.core import ActionWrapper, Wrapper
 
+    formatters = []
     layer = env
     while isinstance(layer, Wrapper):
         if isinstance(layer, ActionWrapper):
-            action = layer.action(action)
+            formatters.append(layer.action)
         layer = layer.env
-    return action
+
+    def receive(action: str) -> str:
+        for formatter in formatters:
+            action = formatter(action)
+        return action
+
+    return receive
 
 
 class InvalidMoveProbe:

@@ -20,12 +20,18 @@ from unstable_core.games.actions import extract_action
 from unstable_core.games.envs import (
     EnvFactory,
     InvalidMoveProbe,
+    action_receiver,
     make_env,
-    received_action,
     set_error_allowance,
 )
 from unstable_core.games.random_player import ScriptedPlayer
-from unstable_core.games.templates import Template, answer_prefix, get_template, render_prompt
+from unstable_core.games.templates import (
+    PromptRenderer,
+    Template,
+    answer_prefix,
+    get_template,
+    prompt_renderer,
+)
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
 from unstable_core.types import GameInformation, GameResult, GameSpec, PlayerSpec, Step, Trajectory
 
@@ -133,6 +139,8 @@ class _Game:
     steps: list[Step] = attrs.field(factory=list)
     final_rewards: dict[int, float] = attrs.field(factory=dict)
     reason: str = ""
+    # per seat, made at its first turn: its prompt renderer and the answer's start its template opens
+    _prompting: dict[int, tuple[PromptRenderer, str]] = attrs.field(factory=dict)
 
     async def play(self, max_turns: int) -> None:
         """The turns of the game, appended to `steps`; raises GameFailed when the game cannot go on."""
@@ -141,17 +149,19 @@ class _Game:
         _env_call(spec, "reset", env.reset, num_players=spec.num_players, seed=spec.seed)
         set_error_allowance(env, self.error_allowance)
         probe = InvalidMoveProbe(env)
+        takes_completion = getattr(env, "takes_completion", False)  # a task checks the whole answer
+        received_action = action_receiver(env)
         for turn in range(max_turns):
             pid, observation = _env_call(spec, "get_observation", env.get_observation)
             if isinstance(self.generate.get(pid), ScriptedPlayer):
                 step = self._scripted_step(env, pid, observation, turn)
             else:
                 step = await self._generate_step(pid, observation, turn)
-            if getattr(env, "takes_completion", False):  # a task checks the whole answer
+            if takes_completion:
                 step.action = (step.step_info.get("answer_prefix") or "") + step.act
-            step.action = received_action(env, step.action)
+            step.action = received_action(step.action)
             done, info, step.invalid_move = _env_call(spec, "step", probe.step, env, pid, step.action)
-            if getattr(env, "takes_completion", False):
+            if takes_completion:
                 step.action = str(info.get("answer") or "")  # what the checker read as the answer
             if info:
                 step.step_info["env"] = _json_ready(info)
@@ -177,22 +187,18 @@ class _Game:
                 "use an id with an observation wrapper (e.g. its -train variant)"
             )
         player = self.players[pid]
-        prompt, prompt_ids = render_prompt(
-            player.prompt_template, observation, self.tokenizer[pid], self.templates
-        )
+        render, opened = self._prompting_of(pid)
+        prompt, prompt_ids = render(observation)
         params = self.params
         if params.seed is not None:
             params = attrs.evolve(params, seed=_turn_seed(params.seed, self.spec.seed, turn))
-        request = GenerationRequest(
-            prompt_ids=tuple(prompt_ids), lora_path=self.lora_paths[pid], params=params
-        )
+        request = GenerationRequest(prompt_ids=prompt_ids, lora_path=self.lora_paths[pid], params=params)
         output = await _generate(self.generate[pid], request, pid)
         if player.collect_data and not output.token_ids:
             raise GameFailed(
                 f"seat {pid} ({player.model_uid}) collects training data but its backend returned no token "
                 "ids: a text-only (API) model can be an opponent, never a trained seat"
             )
-        opened = answer_prefix(get_template(player.prompt_template, self.templates))
         opened = opened if opened and prompt.endswith(opened) else ""  # the answer's start, in the prompt
         action, format_ok = extract_action(opened + output.text, bracketed=bool(opened))
         info: dict[str, Any] = {"finish_reason": output.finish_reason, "seed": self.spec.seed}
@@ -217,6 +223,16 @@ class _Game:
             step_info=info,
             group_id=self.spec.group_id,
         )
+
+    def _prompting_of(self, pid: int) -> tuple[PromptRenderer, str]:
+        """Seat `pid`'s prompt renderer and its template's answer prefix, made once per game: looking the
+        template, its frame and the tokenizer's encoder up again every turn costs as much as encoding."""
+        prompting = self._prompting.get(pid)
+        if prompting is None:
+            name, tokenizer = self.players[pid].prompt_template, self.tokenizer[pid]
+            prefix = answer_prefix(get_template(name, self.templates))
+            prompting = self._prompting[pid] = (prompt_renderer(name, tokenizer, self.templates), prefix)
+        return prompting
 
     def _scripted_step(self, env: Any, pid: int, observation: Any, turn: int) -> Step:
         """The move of a seat played by code (ScriptedPlayer): no prompt, completion or log-probs."""

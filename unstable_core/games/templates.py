@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from unstable_core.errors import UnstableError
+from unstable_core.games.prompt_tokens import prompt_encoder, template_frame
 
 Template = Callable[[str, Any], str]
 
@@ -147,13 +148,40 @@ def render_prompt(
     ids, checked against the whole encoding), and a chat template's frame around the observation is
     rendered once per tokenizer (`prompt_tokens.template_frame`).
     """
-    from unstable_core.games.prompt_tokens import prompt_encoder, template_frame
+    return prompt_renderer(template_name, tokenizer, templates)(observation)
 
+
+PromptRenderer = Callable[[str], tuple[str, list[int]]]
+
+
+def prompt_renderer(
+    template_name: str, tokenizer: Any, templates: Mapping[str, Template] | None = None
+) -> PromptRenderer:
+    """`render_prompt` for one template and tokenizer, as a function of the observation alone.
+
+    The template, its frame and the tokenizer's encoder are looked up once, not on every turn (a game
+    renders all of a seat's turns with one renderer; the lookups cost as much as a prompt's encoding).
+    """
     template = get_template(template_name, templates)
-    frame = template_frame(template, tokenizer)
-    text = frame[0] + observation + frame[1] if frame is not None else template(observation, tokenizer)
+    text = _prompt_text(template, template_frame(template, tokenizer), tokenizer)
     encoder = prompt_encoder(tokenizer)
-    if encoder is not None:
-        return encoder.encode(text)
-    ids = list(tokenizer.encode(text, add_special_tokens=False))
-    return tokenizer.decode(ids), ids
+    encode = encoder.encode if encoder is not None else _whole_encoder(tokenizer)
+    return lambda observation: encode(text(observation))
+
+
+def _prompt_text(template: Template, frame: tuple[str, str] | None, tokenizer: Any) -> Callable[[str], str]:
+    """The prompt text of an observation: inside the template's cached frame, else rendered in full."""
+    if frame is None:
+        return lambda observation: template(observation, tokenizer)
+    head, tail = frame
+    return lambda observation: head + observation + tail
+
+
+def _whole_encoder(tokenizer: Any) -> PromptRenderer:
+    """(decode(ids), ids) of a whole text, for a tokenizer without a PromptEncoder."""
+
+    def encode(text: str) -> tuple[str, list[int]]:
+        ids = list(tokenizer.encode(text, add_special_tokens=False))
+        return tokenizer.decode(ids), ids
+
+    return encode
