@@ -9,6 +9,7 @@ import ray
 from unstable_core.config import RunConfig
 from unstable_core.errors import UnstableError
 from unstable_core.runtime.placement import (
+    CpuThreads,
     Node,
     PlacementError,
     check_backend_available,
@@ -17,6 +18,7 @@ from unstable_core.runtime.placement import (
     fit_on_nodes,
     gpu_demands,
     plan_placement,
+    split_cpu_threads,
 )
 from unstable_core.runtime.run import Run
 
@@ -58,6 +60,18 @@ def test_n_gpus_give_the_learner_one_and_inference_the_rest():
     assert thirds.inference_gpus == 0.3333 and 3 * thirds.inference_gpus <= 1
     play = plan_placement(2, use_gpu=True, learn=False)  # `unstable play`: no learner, every GPU serves
     assert (play.learner_gpus, play.num_inference_actors, play.inference_gpus) == (0, 2, 1)
+
+
+def test_a_learner_and_inference_on_the_cpu_share_its_cores():
+    """Together no more threads than cores (oversubscribed OpenMP threads stall each other); the learner
+    keeps the larger share; without a learner on the CPU, the inference actors split every core."""
+    assert split_cpu_threads(2, learner_on_cpu=True, cpu_engines=1) == CpuThreads(learner=1, inference=1)
+    assert split_cpu_threads(8, learner_on_cpu=True, cpu_engines=1) == CpuThreads(learner=4, inference=4)
+    assert split_cpu_threads(7, learner_on_cpu=True, cpu_engines=2) == CpuThreads(learner=5, inference=1)
+    assert split_cpu_threads(16, learner_on_cpu=True, cpu_engines=2) == CpuThreads(learner=8, inference=4)
+    assert split_cpu_threads(1, learner_on_cpu=True, cpu_engines=3) == CpuThreads(learner=1, inference=1)
+    assert split_cpu_threads(8, learner_on_cpu=False, cpu_engines=2) == CpuThreads(learner=8, inference=4)
+    assert split_cpu_threads(8, learner_on_cpu=False, cpu_engines=0) == CpuThreads(learner=8, inference=8)
 
 
 def test_impossible_requests_fail_with_what_was_asked_and_what_there_is():
@@ -190,6 +204,32 @@ def test_the_real_learner_and_inference_actors_share_the_declared_gpu(declared_g
         assert placed["gpu_ids"] == [0] and placed["cuda_visible_devices"] == "0"
         assert placed["resources"].get("GPU") == 0.5
         assert placed["device"] == device
+
+
+@pytest.mark.parametrize("declared_gpus", [0], indirect=True)
+def test_the_real_learner_and_inference_actors_split_the_cpu_cores(declared_gpus, tiny_model, tmp_path):
+    """On the CPU the run's own actors get disjoint thread counts that together fill the cores."""
+    cfg = RunConfig(
+        model_name=tiny_model,
+        runs_dir=str(tmp_path),
+        learning_steps=1,
+        batch_size=4,
+        mini_batch_size=2,
+        max_generation_len=8,
+        num_train_workers=2,
+        lora_config={"lora_rank": 4, "lora_alpha": 8},
+    )
+    run = Run.open(cfg).start()
+    try:
+        learner = ray.get(run.actors["learner"].devices.remote(), timeout=300)
+        inference = ray.get(run.actors["engines"]["main"][0].devices.remote(), timeout=300)
+    finally:
+        run.stop(timeout_s=120)
+    cores = os.cpu_count() or 1
+    assert (learner["device"], inference["device"], learner["gpu_ids"]) == ("cpu", "cpu", [])
+    threads = split_cpu_threads(cores, learner_on_cpu=True, cpu_engines=1)
+    assert (learner["torch_threads"], inference["torch_threads"]) == (threads.learner, threads.inference)
+    assert learner["torch_threads"] + inference["torch_threads"] == max(2, cores)
 
 
 @pytest.mark.parametrize("declared_gpus", [4], indirect=True)

@@ -15,11 +15,13 @@ from unstable_core.inference.vllm import vllm_max_lora_rank
 from unstable_core.models import is_api_model
 from unstable_core.runtime.components import Components
 from unstable_core.runtime.placement import (
+    CpuThreads,
     Placement,
     PlacementError,
     check_nodes,
     cluster_nodes,
     plan_placement,
+    split_cpu_threads,
 )
 from unstable_core.types import EvalEnvSpec
 
@@ -133,6 +135,18 @@ class RunPlan:
         )
         check_nodes(plan, cluster_nodes(), others)
         return plan
+
+    def cpu_threads(self, placement: Placement, cores: int) -> CpuThreads:
+        """torch threads of the learner and of each local inference actor, from this machine's `cores`:
+        shared between them when both compute on the CPU (API engines take none)."""
+        engines = self.engines()
+        local = sum(not is_api_model(m) for k, m in engines.items() if k != "main")
+        local += placement.num_inference_actors * (not is_api_model(engines["main"]))
+        return split_cpu_threads(
+            cores,
+            learner_on_cpu=self.learn and placement.learner_gpus == 0,
+            cpu_engines=local if placement.inference_gpus == 0 else 0,
+        )
 
     def max_loras(self) -> int:
         """Adapters each inference actor keeps loaded: those the opponent sampler's games use at once, the

@@ -125,7 +125,7 @@ class Run:
         resume_record = self._open_logs()
         point = self.resume_point
         self.started_at = time.time()
-        threads = max(1, os.cpu_count() or 1)
+        threads = self.plan.cpu_threads(placement, os.cpu_count() or 1)
         plan, actors = self.plan, self.actors
         actors["recorder"] = start_recorder(plan, self.run_dir, point)
         actors["league"] = start_league(plan, self.run_dir, point, resumed=self.resume_dir is not None)
@@ -133,14 +133,14 @@ class Run:
             actors["buffer"] = start_buffer(plan, point)
         if resume_record is not None:
             record_resumed_state(self.run_dir, resume_record, actors)
-        actors["engines"] = start_engines(plan, placement, threads)
+        actors["engines"] = start_engines(plan, placement, threads.inference)
         num_eval = cfg.num_eval_workers if num_eval_workers is None else num_eval_workers
         actors["collectors"] = start_collectors(plan, actors, self.index_base, point, num_eval)
         self._collect_refs = start_collection(
             actors["collectors"], num_collection_workers or cfg.num_train_workers, num_eval, max_games
         )
         if self.learn:
-            actors["learner"] = start_learner(plan, self.run_dir, actors, placement, threads, point)
+            actors["learner"] = start_learner(plan, self.run_dir, actors, placement, threads.learner, point)
             self._train_ref = actors["learner"].train.remote(learning_steps or cfg.learning_steps)
         return self
 
