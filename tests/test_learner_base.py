@@ -446,6 +446,22 @@ def test_importance_cap_truncates_the_weights(tiny_model, tmp_path):
     assert metrics["off_policy/log_ratio_mean"] == pytest.approx(3.0, abs=1e-3)
 
 
+def test_an_unset_importance_cap_is_the_learners_default():
+    from unstable_core.config import RunConfig
+    from unstable_core.learners.base import LearnerConfig
+
+    class OwnWeights(BaseLearner):
+        default_importance_cap = None  # e.g. ppo: its loss truncates pi_old / mu itself
+
+    unset, given = RunConfig(), RunConfig(importance_cap=5.0)
+    assert RunConfig().max_staleness == 2 and unset.importance_cap is None
+    assert LearnerConfig.from_run(unset, BaseLearner).importance_cap == 2.0
+    assert LearnerConfig.from_run(unset, OwnWeights).importance_cap is None
+    assert LearnerConfig.from_run(given, BaseLearner).importance_cap == 5.0
+    assert LearnerConfig.from_run(unset).importance_cap is None  # no class: as configured
+    assert LearnerConfig.from_run(RunConfig(importance_cap=0), BaseLearner).importance_cap is None  # off
+
+
 def test_too_long_steps_are_dropped_and_counted_never_cut(tiny_model, tmp_path):
     lrn = SumLogprobLearner.create(tiny_model, device="cpu", run_dir=tmp_path, max_train_len=6)
     lrn.initialize_algorithm()

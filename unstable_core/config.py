@@ -317,14 +317,19 @@ class RunConfig:
     )
     importance_cap: float | None = attrs.field(
         default=None,
-        validator=in_range(1e-9, 1e9),
-        metadata=_help("truncate importance weights pi/mu of off-policy tokens at this value (default: off)"),
+        validator=in_range(0, 1e9),
+        metadata=_help(
+            "truncate importance weights pi/mu of off-policy tokens at this value; 0: no weights (default: "
+            "the learner's, 2 for reinforce and a2c; ppo uses behaviour_weight_cap)"
+        ),
     )
     buffer_size: int | None = attrs.field(
         default=None, validator=at_least_one, metadata=_help("buffer capacity (default 2 x batch_size)")
     )
     max_staleness: int = attrs.field(
-        default=1,
+        # 2 with the capped importance weights: a default run drops 27% of its steps as stale instead of
+        # 62%, and runs 6.3 minutes instead of 7.6, with the same learning (README)
+        default=2,
         validator=non_negative,
         metadata=_help("drop steps more than this many policy versions old"),
     )

@@ -61,9 +61,15 @@ class LearnerConfig:
     seed: int
 
     @classmethod
-    def from_run(cls, run_config: Any) -> LearnerConfig:
-        """The learner's part of a `RunConfig` (every field of this class, by name)."""
-        return cls(**{f.name: getattr(run_config, f.name) for f in attrs.fields(cls)})
+    def from_run(cls, run_config: Any, learner: type | None = None) -> LearnerConfig:
+        """The learner's part of a `RunConfig` (every field of this class, by name); an unset
+        importance_cap becomes the `learner` class's `default_importance_cap`, and 0 None (no weights)."""
+        fields = {f.name: getattr(run_config, f.name) for f in attrs.fields(cls)}
+        if fields["importance_cap"] is None and learner is not None:
+            fields["importance_cap"] = getattr(learner, "default_importance_cap", None)
+        if fields["importance_cap"] == 0:
+            fields["importance_cap"] = None
+        return cls(**fields)
 
     @property
     def checkpointing(self) -> bool:
@@ -110,6 +116,9 @@ class BaseLearner:
     """
 
     buffer_kind: ClassVar[str] = "step"
+    #: the cap on pi/mu when --importance-cap is not given: steps up to max_staleness policy versions old
+    #: are reweighted toward the current policy, the weight truncated at 2 as oat and ppo's default do
+    default_importance_cap: ClassVar[float | None] = 2.0
     #: the attrs class of `initialize_algorithm`'s options, so that a run checks them before anything
     #: starts (`check_options`); None for a learner without options or one that does not declare them
     algorithm_config_class: ClassVar[type | None] = None
@@ -135,7 +144,7 @@ class BaseLearner:
         from unstable_core.config import RunConfig
 
         return cls(
-            LearnerConfig.from_run(RunConfig(model_name=model_name, **settings)),
+            LearnerConfig.from_run(RunConfig(model_name=model_name, **settings), cls),
             run_dir=run_dir,
             device=device,
         )

@@ -166,7 +166,7 @@ def start_learner(
     cfg = plan.cfg
     return remote(LearnerActor, num_gpus=placement.learner_gpus, max_concurrency=2).remote(
         plan.components.learner,
-        LearnerConfig.from_run(cfg),
+        LearnerConfig.from_run(cfg, plan.components.learner),
         cfg.algorithm_config,
         run_dir=str(run_dir),
         device=cfg.device,

@@ -181,6 +181,7 @@ class PPOLearner(BaseLearner):
     transforms)."""
 
     buffer_kind = "step"
+    default_importance_cap = None  # behaviour_weight_cap does this job in ppo's loss
     algorithm_config_class = PPOConfig
 
     @classmethod
