@@ -327,9 +327,9 @@ class RunConfig:
         default=None, validator=at_least_one, metadata=_help("buffer capacity (default 2 x batch_size)")
     )
     max_staleness: int = attrs.field(
-        # 2 with the capped importance weights: a default run drops 27% of its steps as stale instead of
-        # 62%, and runs 6.3 minutes instead of 7.6, with the same learning (README)
-        default=2,
+        # 2 dropped 27% of a default run's steps as stale instead of 62% and ran 6.3 minutes instead of
+        # 7.6, but one of four runs then learned nothing at p < 0.01 (README): 1 keeps the learning
+        default=1,
         validator=non_negative,
         metadata=_help("drop steps more than this many policy versions old"),
     )
