@@ -2,6 +2,7 @@
 declared GPUs (Ray accepts GPUs that do not exist: `ray.init(num_gpus=N)`); impossible requests fail at once."""
 
 import os
+from pathlib import Path
 
 import pytest
 import ray
@@ -177,12 +178,8 @@ def test_four_declared_gpus_give_the_learner_its_own(declared_gpus, tmp_path):
     assert [node.gpus for node in cluster_nodes()] == [4]
 
 
-@pytest.mark.parametrize("declared_gpus", [1], indirect=True)
-def test_the_real_learner_and_inference_actors_share_the_declared_gpu(declared_gpus, tiny_model, tmp_path):
-    """The run's own wiring (not stand-ins): Ray gives the learner and the inference actor half of GPU 0 each
-    and sets CUDA_VISIBLE_DEVICES; torch here has no CUDA, so both compute on the CPU (device auto)."""
-    import torch
-
+def _placed_actors(tiny_model: str, tmp_path: Path) -> tuple[dict, dict]:
+    """Where a small real run put its learner and its inference actor (`devices()` of each)."""
     cfg = RunConfig(
         model_name=tiny_model,
         runs_dir=str(tmp_path),
@@ -199,6 +196,16 @@ def test_the_real_learner_and_inference_actors_share_the_declared_gpu(declared_g
         inference = ray.get(run.actors["engines"]["main"][0].devices.remote(), timeout=300)
     finally:
         run.stop(timeout_s=120)
+    return learner, inference
+
+
+@pytest.mark.parametrize("declared_gpus", [1], indirect=True)
+def test_the_real_learner_and_inference_actors_share_the_declared_gpu(declared_gpus, tiny_model, tmp_path):
+    """The run's own wiring (not stand-ins): Ray gives the learner and the inference actor half of GPU 0 each
+    and sets CUDA_VISIBLE_DEVICES; torch here has no CUDA, so both compute on the CPU (device auto)."""
+    import torch
+
+    learner, inference = _placed_actors(tiny_model, tmp_path)
     device = "cuda:0" if torch.cuda.is_available() else "cpu"
     for placed in (learner, inference):
         assert placed["gpu_ids"] == [0] and placed["cuda_visible_devices"] == "0"
@@ -209,22 +216,7 @@ def test_the_real_learner_and_inference_actors_share_the_declared_gpu(declared_g
 @pytest.mark.parametrize("declared_gpus", [0], indirect=True)
 def test_the_real_learner_and_inference_actors_split_the_cpu_cores(declared_gpus, tiny_model, tmp_path):
     """On the CPU the run's own actors get disjoint thread counts that together fill the cores."""
-    cfg = RunConfig(
-        model_name=tiny_model,
-        runs_dir=str(tmp_path),
-        learning_steps=1,
-        batch_size=4,
-        mini_batch_size=2,
-        max_generation_len=8,
-        num_train_workers=2,
-        lora_config={"lora_rank": 4, "lora_alpha": 8},
-    )
-    run = Run.open(cfg).start()
-    try:
-        learner = ray.get(run.actors["learner"].devices.remote(), timeout=300)
-        inference = ray.get(run.actors["engines"]["main"][0].devices.remote(), timeout=300)
-    finally:
-        run.stop(timeout_s=120)
+    learner, inference = _placed_actors(tiny_model, tmp_path)
     cores = os.cpu_count() or 1
     assert (learner["device"], inference["device"], learner["gpu_ids"]) == ("cpu", "cpu", [])
     threads = split_cpu_threads(cores, learner_on_cpu=True, cpu_engines=1)
