@@ -327,8 +327,8 @@ class RunConfig:
         default=None, validator=at_least_one, metadata=_help("buffer capacity (default 2 x batch_size)")
     )
     max_staleness: int = attrs.field(
-        # 2 dropped 27% of a default run's steps as stale instead of 62% and ran 6.3 minutes instead of
-        # 7.6, but one of four runs then learned nothing at p < 0.01 (README): 1 keeps the learning
+        # 2 dropped 24-32% of a default run's steps as stale instead of about 60% and ran 5-6.4 minutes
+        # instead of 7-8, but one of three seeds then learned nothing at p < 0.01 (README)
         default=1,
         validator=non_negative,
         metadata=_help("drop steps more than this many policy versions old"),

@@ -88,7 +88,8 @@ def test_a_stale_or_shifted_mu_moves_the_behaviour_weight_not_the_clip(
 ):
     """mu = pi * e^-shift, as after two versions of lag or a sampler with other numerics: the ratio pi/mu is
     e (A > 0) or e^-1 (A < 0), so the old objective clipped every token before the learner had moved
-    (gradient 0). Decoupled: r = pi / pi_old = 1, and w = min(pi_old / mu, 2) scales REINFORCE's gradient."""
+    (gradient 0). Decoupled: r = pi / pi_old = 1, and w = min(pi_old / mu, 2) scales the gradient, as
+    REINFORCE's default importance cap (2) does."""
     steps = _on_policy(_make(PPOLearner, tiny_model, tmp_path / "mu"), _batch((reward,) * 3))
     for s in steps:
         s.logprobs = [lp - shift for lp in s.logprobs]
