@@ -47,7 +47,7 @@ def test_one_pass_of_requests_is_one_call_and_each_game_gets_its_own_answer():
     first, second = asyncio.run(games())
     assert [o.token_ids for o in first] == [[1], [2], [3]]
     assert second[0].token_ids == [4] and isinstance(second[1], ValueError)
-    assert actor.calls == [3, 2] and (client.calls, client.requests) == (2, 5)
+    assert actor.calls == [3, 2] and (client.calls, client.items) == (2, 5)
 
 
 def test_a_failed_call_fails_every_request_in_it():

@@ -24,6 +24,7 @@ from typing import Any
 import attrs
 
 from unstable_core.rewards.pipeline import RewardPipeline
+from unstable_core.runtime.request_batching import answer_each
 from unstable_core.types import GameResult, Step, Trajectory
 
 
@@ -115,6 +116,11 @@ class StepBuffer:
         self.counts["steps_added"] += added
         self._evict()
         return added
+
+    def add_results(self, results: list[GameResult]) -> list[Any]:
+        """`add_result` for many games in order (one Ray call per pass of the collector's loop); per game,
+        the steps added or the exception it raised."""
+        return answer_each(self.add_result, results)
 
     def _group_of(self, info: Any) -> _Group | None:
         """The pending group of a grouped game (created by its first game to arrive), None outside groups."""

@@ -23,7 +23,7 @@ from unstable_core.games.random_player import RANDOM, RandomPlayer, random_seat_
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
 from unstable_core.league.league import League
 from unstable_core.runtime.liveness import ANSWER_TIMEOUT_S
-from unstable_core.runtime.request_batching import ActorRequests
+from unstable_core.runtime.request_batching import ActorRequests, PassBatch
 from unstable_core.runtime.scheduled_eval import EvalPlan, summarise
 from unstable_core.runtime.scheduler import GameScheduler
 from unstable_core.types import GameInformation, GameResult, GameSpec
@@ -117,6 +117,10 @@ class Collector:
         self._eval_after: int | None = None  # checkpoints up to this one were there before: not evaluated
         self._draining = False
         self._clients: dict[tuple[str, int], ActorRequests] = {}  # (engine, actor index) -> its requests
+        # the finished games of one loop pass go to recorder, league and buffer in one call each
+        self._recorded = PassBatch(lambda results: self.recorder.add_games.remote(results))
+        self._rated = PassBatch(lambda games: self.league.update_ratings_many.remote(games))
+        self._buffered = PassBatch(lambda results: self.buffer.add_results.remote(results))
         self._league_fetch: asyncio.Future | None = None  # the league snapshot being fetched
 
     # ---- one game
@@ -241,19 +245,20 @@ class Collector:
         return await asyncio.shield(recording)
 
     async def _record(self, result: GameResult, kind: str) -> GameResult:
-        """Recorder, ratings, and (training games only) the buffer. The recorder first, and waited for: a game
-        the run rates or learns from is in games.jsonl (when the recorder is dead, the game goes nowhere and
-        the run stops, as for a game in flight)."""
-        await self.recorder.add_game.remote(result)
+        """Recorder, ratings, and (training games only) the buffer, each in one Ray call with the other games
+        recorded in the same loop pass. The recorder first, and waited for: a game the run rates or learns
+        from is in games.jsonl (when the recorder is dead, the game goes nowhere and the run stops, as for a
+        game in flight)."""
+        await self._recorded.submit(result)
         self.counts["recorded"] += 1
         info = result.info
         if not info.failed:
             pids = sorted(info.final_rewards)
-            await self.league.update_ratings.remote(
-                [info.models[p] for p in pids], [info.final_rewards[p] for p in pids], info.env_id
+            await self._rated.submit(
+                ([info.models[p] for p in pids], [info.final_rewards[p] for p in pids], info.env_id)
             )
         if kind == "train" and self.buffer is not None and (not info.failed or info.group_id):
-            await self.buffer.add_result.remote(result)  # a failed game of a group: the group is cut
+            await self._buffered.submit(result)  # a failed game of a group: the group is cut
         return result
 
     # ---- scheduled evaluation

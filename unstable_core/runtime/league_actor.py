@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from unstable_core.league.league import League
+from unstable_core.runtime.request_batching import answer_each
 
 
 class LeagueActor:
@@ -58,6 +59,10 @@ class LeagueActor:
         self._dirty = True
         if time.monotonic() - self._saved_at >= self.save_every_s:
             self._save()
+
+    def update_ratings_many(self, games: list[tuple[list[str], list[float], str]]) -> list[Any]:
+        """`update_ratings` for many games (uids, scores, env_id) in order; per game, None or its exception."""
+        return answer_each(lambda game: self.update_ratings(*game), games)
 
     def get_current_ckpt(self) -> str | None:
         return self.league.get_current_ckpt()

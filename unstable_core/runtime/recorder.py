@@ -10,6 +10,7 @@ from typing import Any
 
 from unstable_core.io import append_jsonl, finite_json, fsync_file
 from unstable_core.runtime.failures import FailureMonitor
+from unstable_core.runtime.request_batching import answer_each
 from unstable_core.types import GameResult, to_dict
 
 WINDOW = 100  # games per moving mean, as in UnstableBaselines v0.2
@@ -96,9 +97,10 @@ class Recorder:
         if sync:
             self._synced_at = time.time()
 
-    def add_games(self, results: list[GameResult]) -> None:
-        for r in results:
-            self.add_game(r)
+    def add_games(self, results: list[GameResult]) -> list[Any]:
+        """Record many games in order (one Ray call per pass of the collector's loop); per game, None or
+        the exception it raised."""
+        return answer_each(self.add_game, results)
 
     def add_count(self, key: str, n: int = 1) -> None:
         """Count an event of the run (e.g. a game replayed after its inference actor died)."""
@@ -175,6 +177,9 @@ class RecorderActor:
 
     def add_game(self, result) -> None:
         self._t.add_game(result)
+
+    def add_games(self, results) -> list:
+        return self._t.add_games(results)
 
     def log_learner(self, metrics, step) -> None:
         self._t.log_learner(metrics, step)
