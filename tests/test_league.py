@@ -209,6 +209,12 @@ def test_get_all_models_is_a_deep_copy():
     assert reg.get_model("a").mu == 25.0
 
 
+def test_find_reads_one_model_without_a_copy_and_none_for_an_unknown_uid():
+    reg = registry_with("a")
+    assert reg.find("a") == reg.get_model("a") and reg.find("a") is reg.find("a")
+    assert reg.find("nobody") is None
+
+
 def test_json_round_trip_through_a_file(tmp_path):
     reg = League(beta=BETA, draw_probability=0.2)
     reg.add_checkpoint("ckpt-0", None, iteration=0)

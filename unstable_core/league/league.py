@@ -210,6 +210,11 @@ class League:
         """A copy of one model's metadata and rating."""
         return copy.deepcopy(self._require(uid))
 
+    def find(self, uid: str) -> ModelMeta | None:
+        """One model's metadata itself, for reading (no copy: a game's routing looks it up every seat), or
+        None when `uid` is unknown."""
+        return self._models.get(uid)
+
     def get_all_models(self) -> dict[str, ModelMeta]:
         """A deep copy of every model, by uid, in the order they were added."""
         return copy.deepcopy(self._models)

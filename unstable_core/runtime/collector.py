@@ -46,7 +46,7 @@ class Route:
 def route_of(league: League, uid: str, engines: set[str]) -> Route:
     """Checkpoints and the fixed opponent 'base' (or a LoRA folder) run on the main engine; `random` on no
     engine (a RandomPlayer in the collector); any other fixed model on the engine named after it."""
-    meta = league.get_all_models().get(uid)
+    meta = league.find(uid)
     if meta is None:
         raise KeyError(f"model {uid!r} is not in the registry")
     if meta.kind == "checkpoint":
