@@ -7,13 +7,13 @@ import math
 import pytest
 
 from unstable_core.errors import UnstableError
-from unstable_core.io import dumps_json, read_jsonl
+from unstable_core.io import dumps_json, json_line, read_jsonl
 from unstable_core.rewards import FinalRewardTransform, StepRewardTransform
 from unstable_core.runtime.buffer import StepBuffer
 from unstable_core.runtime.failures import FailureMonitor, NonFiniteUpdates, error_key
 from unstable_core.runtime.recorder import Recorder
 from unstable_core.trackers.jsonl import JSONLTracker
-from unstable_core.types import GameInformation, GameResult, Step, Trajectory
+from unstable_core.types import GameInformation, GameResult, Step, Trajectory, to_dict
 
 
 def strict_loads(text: str):
@@ -138,6 +138,18 @@ def test_a_non_finite_number_in_a_game_is_null_in_games_jsonl_and_counted(tmp_pa
     assert strict_loads(line)["info"]["duration_s"] is None
     tracker.log_learner({"loss": 0.5}, step=1)
     assert read_jsonl(tmp_path / "metrics.jsonl")[0]["counts/nonfinite_values"] == 1
+
+
+def test_a_games_json_line_is_its_attrs_asdict_and_a_nan_anywhere_is_null():
+    """The encoder now reads the attrs instances itself (a game's thousands of token ids are no longer
+    walked in Python): the line must stay what `attrs.asdict` gave, and a NaN deep inside still null."""
+    game = _game()
+    game.trajectories[0].steps[0].step_info = {"env": {"scores": (1.0, 2)}, "ids": (3, 4)}
+    assert json.loads(json_line(game)[0]) == json.loads(json.dumps(to_dict(game))) and json_line(game)[1] == 0
+    game.trajectories[0].steps[0].step_info["env"]["scores"] = (float("nan"), 2)
+    line, nonfinite = json_line(game)
+    assert strict_loads(line)["trajectories"][0]["steps"][0]["step_info"]["env"]["scores"] == [None, 2]
+    assert nonfinite == 1
 
 
 def test_eval_json_writes_null_for_a_rate_that_is_not_a_number(tiny_model, tmp_path, monkeypatch):

@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write `text` to `path` so that readers see the old file or the new one, never half of it."""
@@ -42,7 +44,21 @@ def finite_json(data: Any) -> tuple[Any, int]:
         return [v for v, _ in items], sum(m for _, m in items)
     if hasattr(data, "tolist") and not isinstance(data, (str, bytes)):
         return finite_json(data.tolist())
+    if attrs.has(type(data)):
+        return finite_json(_fields_of(data))
     return data, 0
+
+
+def json_line(record: Any) -> tuple[str, int]:
+    """One JSON line of `record` (dicts, lists, numbers, strings and attrs instances, nested), and how many
+    non-finite numbers it wrote as null. The encoder walks the data in C; only a record that holds a
+    non-finite number is walked again in Python to replace it (a game's record holds thousands of token
+    ids)."""
+    try:
+        return json.dumps(record, allow_nan=False, default=_json_default) + "\n", 0
+    except ValueError:  # a NaN or an infinity somewhere
+        clean, n = finite_json(record)
+        return json.dumps(clean, allow_nan=False, default=_json_default) + "\n", n
 
 
 def dumps_json(data: Any, **kwargs: Any) -> str:
@@ -54,18 +70,18 @@ def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
     atomic_write_text(path, dumps_json(data, indent=2))
 
 
-def append_jsonl(path: str | os.PathLike, records: list[dict[str, Any]], sync: bool = True) -> int:
-    """Append records as JSON lines, flushed to disk (a crash loses at most the line being written); with
-    `sync=False` flushed to the OS only (a killed process loses nothing, a machine crash may). Returns
-    how many non-finite numbers were written as null."""
+def append_jsonl(path: str | os.PathLike, records: list[Any], sync: bool = True) -> int:
+    """Append records (dicts or attrs instances) as JSON lines, flushed to disk (a crash loses at most the
+    line being written); with `sync=False` flushed to the OS only (a killed process loses nothing, a
+    machine crash may). Returns how many non-finite numbers were written as null."""
     if not records:
         return 0
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     lines, nonfinite = [], 0
     for record in records:
-        clean, n = finite_json(record)
-        lines.append(json.dumps(clean, allow_nan=False, default=_json_default) + "\n")
+        line, n = json_line(record)
+        lines.append(line)
         nonfinite += n
     with open(path, "a") as f:
         f.write("".join(lines))
@@ -103,7 +119,15 @@ def read_jsonl(path: str | os.PathLike, skipped: list[int] | None = None) -> lis
     return out
 
 
+def _fields_of(obj: Any) -> dict[str, Any]:
+    """An attrs instance's fields, one level (`attrs.asdict` without its recursion: the JSON encoder or
+    `finite_json` walks the values)."""
+    return {f.name: getattr(obj, f.name) for f in attrs.fields(type(obj))}
+
+
 def _json_default(obj: Any) -> Any:
+    if attrs.has(type(obj)):
+        return _fields_of(obj)
     if hasattr(obj, "tolist"):
         return obj.tolist()
     if isinstance(obj, (set, tuple)):

@@ -11,7 +11,7 @@ from typing import Any
 from unstable_core.io import append_jsonl, finite_json, fsync_file
 from unstable_core.runtime.failures import FailureMonitor
 from unstable_core.runtime.request_batching import answer_each
-from unstable_core.types import GameResult, to_dict
+from unstable_core.types import GameResult
 
 WINDOW = 100  # games per moving mean, as in UnstableBaselines v0.2
 SYNC_EVERY_S = 2.0  # games.jsonl reaches the disk at least this often (the OS has each game at once)
@@ -91,7 +91,7 @@ class Recorder:
         """Append the game to games.jsonl at once (a tracker that dies loses only the games on their way
         to it), fsynced at most every SYNC_EVERY_S seconds; its non-finite numbers are counted."""
         sync = time.time() - self._synced_at >= SYNC_EVERY_S
-        nonfinite = append_jsonl(self.games_path, [to_dict(result)], sync=sync)
+        nonfinite = append_jsonl(self.games_path, [result], sync=sync)
         if nonfinite:
             self.counts["nonfinite_values"] += nonfinite
         if sync:
