@@ -223,13 +223,11 @@ def test_a_game_stops_waiting_for_an_inference_actor_dead_for_good(ray_session):
     assert asyncio.run(collector._await_actors({"main"}, 1, 0, deadline)) is False
 
 
-def test_a_failed_game_of_a_group_reaches_the_buffer_and_cuts_its_group(ray_session, tmp_path):
-    """A failed game is never trained on, but the buffer must hear of it: its group can never be whole, and
-    would otherwise wait (and hold its games) until they went stale."""
-    from unstable_core.types import Step, Trajectory
-
+def recording_collector(tmp_path, buffer_cls) -> tuple[Collector, object, object]:
+    """A collector (no engines: games are handed to `_record`) with a real recorder, league (ckpt-0 and
+    base) and buffer of `buffer_cls`; returns it, the buffer and the league."""
     remote = lambda cls: ray.remote(cls).options(num_cpus=0)  # noqa: E731
-    buffer = remote(StepBuffer).remote(100)
+    buffer = remote(buffer_cls).remote(100)
     recorder = remote(RecorderActor).remote(str(tmp_path), [])
     league = remote(LeagueActor).remote(str(tmp_path / "registry.json"), save_every_s=3600)
     ray.get(league.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
@@ -238,6 +236,15 @@ def test_a_failed_game_of_a_group_reaches_the_buffer_and_cuts_its_group(ray_sess
         engines={}, tokenizers={}, buffer=buffer, league=league, recorder=recorder, scheduler=None,
         params=None,
     )  # fmt: skip
+    return collector, buffer, league
+
+
+def test_a_failed_game_of_a_group_reaches_the_buffer_and_cuts_its_group(ray_session, tmp_path):
+    """A failed game is never trained on, but the buffer must hear of it: its group can never be whole, and
+    would otherwise wait (and hold its games) until they went stale."""
+    from unstable_core.types import Step, Trajectory
+
+    collector, buffer, league = recording_collector(tmp_path, StepBuffer)
 
     def grouped(idx: int, failed: bool) -> GameResult:
         result = game(idx)
@@ -266,16 +273,7 @@ class PickyBuffer(StepBuffer):
 def test_games_recorded_in_one_pass_take_one_call_per_actor_and_fail_alone(ray_session, tmp_path):
     """Before: each finished game made its own recorder, league and buffer calls, a few hundred microseconds
     of the collector's CPU each (a quarter of its event loop at 2,000 turns/s)."""
-    remote = lambda cls: ray.remote(cls).options(num_cpus=0)  # noqa: E731
-    buffer = remote(PickyBuffer).remote(100)
-    recorder = remote(RecorderActor).remote(str(tmp_path), [])
-    league = remote(LeagueActor).remote(str(tmp_path / "registry.json"), save_every_s=3600)
-    ray.get(league.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
-    ray.get(league.add_fixed.remote("base"))
-    collector = Collector(
-        engines={}, tokenizers={}, buffer=buffer, league=league, recorder=recorder, scheduler=None,
-        params=None,
-    )  # fmt: skip
+    collector, buffer, league = recording_collector(tmp_path, PickyBuffer)
 
     async def three_games_in_one_pass():
         return await asyncio.gather(
