@@ -332,6 +332,25 @@ class BackendAlone:
             self.backend, prompts, self.max_tokens, temperature=TEMPERATURE, seed=1000 + seed * n
         )
 
+    def step_matmul_flops(self, batch: int, repeats: int = 5) -> float:
+        """fp32 FLOP/s of the model's own linear layers (LM head included) applied in turn to `batch` rows,
+        as one decode step applies them: every weight read from memory once a step, the best of `repeats`
+        steps. What decode at this batch could reach if nothing but its matmuls took time."""
+        import torch
+        import torch.nn.functional as F
+
+        model = self.backend._pool.base_model
+        weights = [m.weight for name, m in model.named_modules() if type(m) is torch.nn.Linear]
+        rows = {w.shape[1]: torch.randn(batch, w.shape[1], dtype=w.dtype) for w in weights}
+        best = float("inf")
+        with torch.inference_mode():
+            for _ in range(repeats + 1):  # the first is a warm-up
+                started = time.perf_counter()
+                for w in weights:
+                    F.linear(rows[w.shape[1]], w)
+                best = min(best, time.perf_counter() - started)
+        return 2.0 * batch * sum(w.numel() for w in weights) / best
+
     def close(self) -> None:
         """Release the model."""
         asyncio.run(self.backend.close())
@@ -539,13 +558,14 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
     threads = engine.torch_threads()
     alone = BackendAlone.load(model, batch, max_tokens, threads)
     hidden, width = alone.widths
-    a, b, one, step_peak, big_peak = [], [], [], [], []
+    a, b, one, step_peak, big_peak, streamed = [], [], [], [], [], []
     try:
         for r in range(sizes.rounds):
             engine.stop_collecting()  # the in-process batch gets the CPU to itself, as the engine does
             a.append(alone.tokens_per_s(seed=r))
             step_peak.append(matmul_flops(batch, hidden, width))
             big_peak.append(matmul_flops(2048, hidden, width))
+            streamed.append(alone.step_matmul_flops(batch))
             engine.collect(batch)
             b.append(engine.window(warmup_turns=batch, turns=sizes.window_batches * batch).tokens_per_s)
             engine.collect(1)
@@ -555,6 +575,7 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
         alone.close()
     flops = [2.0 * parameters * x for x in a]
     of_peak = [x / y for x, y in zip(flops, step_peak, strict=True)]
+    of_streamed = [x / y for x, y in zip(flops, streamed, strict=True)]
     b_over_a = [x / y for x, y in zip(b, a, strict=True)]
     b_over_one = [x / y for x, y in zip(b, one, strict=True)]
     med = statistics.median
@@ -572,6 +593,15 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
             f"{med(flops) / 1e9:,.1f} GFLOP/s = 2 x {parameters / 1e6:,.1f}M params x tok/s; fp32 matmul "
             f"[{batch}, {hidden}] x [{hidden}, {width}] {med(step_peak) / 1e9:,.1f} GFLOP/s "
             f"([2048, {hidden}]: {med(big_peak) / 1e9:,.1f}); {rounds(of_peak)}",
+        ),
+        Row(
+            "a'') backend / its matmuls",
+            med(of_streamed),
+            "x",
+            "",
+            None,
+            f"the model's linear layers at batch {batch}, weights from memory: "
+            f"{med(streamed) / 1e9:,.1f} GFLOP/s; {rounds(of_streamed)}",
         ),
         Row("b) engine", med(b), "tok/s", "", None, f"{batch} games in flight; {rounds(b)}"),
         Row("b/a) engine / backend", med(b_over_a), "x", ">= 0.85", med(b_over_a) >= 0.85, rounds(b_over_a)),
