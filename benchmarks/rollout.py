@@ -340,7 +340,7 @@ class BackendAlone:
         import torch.nn.functional as F
 
         model = self.backend._pool.base_model
-        weights = [m.weight for name, m in model.named_modules() if type(m) is torch.nn.Linear]
+        weights = [m.weight for m in model.modules() if type(m) is torch.nn.Linear]
         rows = {w.shape[1]: torch.randn(batch, w.shape[1], dtype=w.dtype) for w in weights}
         best = float("inf")
         with torch.inference_mode():

@@ -45,25 +45,30 @@ def finite_json(data: Any) -> tuple[Any, int]:
     if hasattr(data, "tolist") and not isinstance(data, (str, bytes)):
         return finite_json(data.tolist())
     if attrs.has(type(data)):
-        return finite_json(_fields_of(data))
+        return finite_json(attrs.asdict(data, recurse=False))
     return data, 0
 
 
-def json_line(record: Any) -> tuple[str, int]:
-    """One JSON line of `record` (dicts, lists, numbers, strings and attrs instances, nested), and how many
-    non-finite numbers it wrote as null. The encoder walks the data in C; only a record that holds a
-    non-finite number is walked again in Python to replace it (a game's record holds thousands of token
-    ids)."""
+def _encode(data: Any, **kwargs: Any) -> tuple[str, int]:
+    """JSON text of `data` (dicts, lists, numbers, strings and attrs instances, nested) with every
+    non-finite number written as null, and how many were. The encoder walks the data in C; only data that
+    holds a NaN or an infinity is walked again in Python (a game's record holds thousands of token ids)."""
     try:
-        return json.dumps(record, allow_nan=False, default=_json_default) + "\n", 0
+        return json.dumps(data, allow_nan=False, default=_json_default, **kwargs), 0
     except ValueError:  # a NaN or an infinity somewhere
-        clean, n = finite_json(record)
-        return json.dumps(clean, allow_nan=False, default=_json_default) + "\n", n
+        clean, n = finite_json(data)
+        return json.dumps(clean, allow_nan=False, default=_json_default, **kwargs), n
+
+
+def json_line(record: Any) -> tuple[str, int]:
+    """One JSON line of `record`, and how many non-finite numbers it wrote as null."""
+    text, n = _encode(record)
+    return text + "\n", n
 
 
 def dumps_json(data: Any, **kwargs: Any) -> str:
     """JSON text that is valid JSON: a non-finite number is written as null (never a bare NaN)."""
-    return json.dumps(finite_json(data)[0], allow_nan=False, default=_json_default, **kwargs)
+    return _encode(data, **kwargs)[0]
 
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
@@ -119,15 +124,9 @@ def read_jsonl(path: str | os.PathLike, skipped: list[int] | None = None) -> lis
     return out
 
 
-def _fields_of(obj: Any) -> dict[str, Any]:
-    """An attrs instance's fields, one level (`attrs.asdict` without its recursion: the JSON encoder or
-    `finite_json` walks the values)."""
-    return {f.name: getattr(obj, f.name) for f in attrs.fields(type(obj))}
-
-
 def _json_default(obj: Any) -> Any:
-    if attrs.has(type(obj)):
-        return _fields_of(obj)
+    if attrs.has(type(obj)):  # one level: the encoder walks the values
+        return attrs.asdict(obj, recurse=False)
     if hasattr(obj, "tolist"):
         return obj.tolist()
     if isinstance(obj, (set, tuple)):
