@@ -3,7 +3,11 @@
 a) the backend alone: generated tokens/s for B prompts in one batch (TransformersBackend, in-process);
 a') its FLOP/s, 2 x parameters x generated tokens/s (prompt tokens and attention not counted), against
    the machine's fp32 matmul at a decode step's shape [B, H] x [H, I] (the model's hidden and MLP
-   widths; the [2048, H] x [H, I] figure beside it), with the backend's threads (target >= 0.4);
+   widths; the [2048, H] x [H, I] figure beside it): the faster of torch.matmul and oneDNN's linear on a
+   packed weight, the kernel the backend runs on CPU; with the backend's threads (target >= 0.4);
+a'') its FLOP/s against the model's own Linear layers applied as one decode step applies them (weights
+   read from memory): the ceiling at this batch; a''') the largest gap between a log-prob the backend
+   records and the one a plain fp32 model (torch's kernels, as the learner's) computes for that token;
 b) the engine (InferenceActor + Collector actor wired as run.py wires them, B TicTacToe games in flight):
    generated tokens/s, and b/a (target >= 0.85);
 c) B games in flight against one game at a time on the same engine: tokens/s ratio (target >= 4);
@@ -43,6 +47,7 @@ from unstable_core.runtime.collector import Collector  # noqa: E402
 
 ENV_ID = "TicTacToe-v0-train"
 TEMPERATURE = 0.7  # `unstable play`'s default
+PARITY = 1e-4  # a'''): the largest log-prob gap the learner's own tests allow an on-policy token
 GiB = 1024**3
 
 
@@ -333,46 +338,85 @@ class BackendAlone:
         )
 
     def step_matmul_flops(self, batch: int, repeats: int = 5) -> float:
-        """fp32 FLOP/s of the model's own linear layers (LM head included) applied in turn to `batch` rows,
-        as one decode step applies them: every weight read from memory once a step, the best of `repeats`
-        steps. What decode at this batch could reach if nothing but its matmuls took time."""
+        """fp32 FLOP/s of the model's own Linear layers (LM head included, packed as the backend packs
+        them) applied in turn to `batch` rows, as one decode step applies them: every weight read from
+        memory once a step, the best of `repeats` steps. What decode at this batch could reach if nothing
+        but its matmuls took time."""
         import torch
-        import torch.nn.functional as F
 
         model = self.backend._pool.base_model
-        weights = [m.weight for m in model.modules() if type(m) is torch.nn.Linear]
-        rows = {w.shape[1]: torch.randn(batch, w.shape[1], dtype=w.dtype) for w in weights}
+        layers = [m for m in model.modules() if type(m) is torch.nn.Linear]
+        rows = {m.in_features: torch.randn(batch, m.in_features, dtype=m.weight.dtype) for m in layers}
         best = float("inf")
         with torch.inference_mode():
             for _ in range(repeats + 1):  # the first is a warm-up
                 started = time.perf_counter()
-                for w in weights:
-                    F.linear(rows[w.shape[1]], w)
+                for m in layers:
+                    m(rows[m.in_features])
                 best = min(best, time.perf_counter() - started)
-        return 2.0 * batch * sum(w.numel() for w in weights) / best
+        return 2.0 * batch * sum(m.weight.numel() for m in layers) / best
+
+    def logprob_gap(self, model: str) -> float:
+        """The largest |recorded - recomputed| log-prob over one batch's sampled tokens, recomputed by a
+        plain fp32 forward pass of a freshly loaded model (torch's own kernels, as the learner runs)."""
+        import torch
+
+        from unstable_core.models import load_causal_lm
+
+        params = SamplingParams(temperature=TEMPERATURE, max_tokens=self.max_tokens, seed=7)
+        outs = self.backend.generate_batch([GenerationRequest(tuple(p), params=params) for p in self.prompts])
+        plain = load_causal_lm(model, device="cpu", dtype=torch.float32)
+        gap = 0.0
+        with torch.inference_mode():
+            for prompt, out in zip(self.prompts, outs, strict=True):
+                ids = torch.tensor([list(prompt) + list(out.token_ids)])
+                logprobs = torch.log_softmax(plain(input_ids=ids).logits[0] / TEMPERATURE, dim=-1)
+                at = len(prompt) - 1
+                recomputed = logprobs[at : at + len(out.token_ids)].gather(
+                    -1, torch.tensor(out.token_ids)[:, None]
+                )
+                gap = max(gap, (recomputed[:, 0] - torch.tensor(out.logprobs)).abs().max().item())
+        return gap
 
     def close(self) -> None:
         """Release the model."""
         asyncio.run(self.backend.close())
 
 
-def matmul_flops(rows: int, inner: int, cols: int, seconds: float = 0.5) -> float:
-    """fp32 FLOP/s of torch.matmul [rows, inner] x [inner, cols] in this process (its torch threads): the
-    best of three timings of about `seconds / 3` each."""
+def matmul_flops(rows: int, inner: int, cols: int, kernel: str = "torch", seconds: float = 0.5) -> float:
+    """fp32 FLOP/s of [rows, inner] x [inner, cols] in this process (its torch threads), the best of three
+    timings of about `seconds / 3` each: `kernel` "torch" is torch.matmul, "onednn" oneDNN's linear on a
+    weight packed once, as the backend's packed layers run it."""
     import torch
 
+    from unstable_core.inference.packed_linear import DECODE_ROWS
+
     a, b = torch.randn(rows, inner), torch.randn(inner, cols)
-    torch.matmul(a, b)
+    if kernel == "onednn":
+        packed = torch.ops.mkldnn._reorder_linear_weight(b.t().contiguous(), DECODE_ROWS)
+        multiply = lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "")  # noqa: E731
+    else:
+        multiply = lambda: torch.matmul(a, b)  # noqa: E731
+    multiply()
     started = time.perf_counter()
-    torch.matmul(a, b)
+    multiply()
     reps = max(1, int(seconds / 3 / max(time.perf_counter() - started, 1e-6)))
     best = float("inf")
     for _ in range(3):
         started = time.perf_counter()
         for _ in range(reps):
-            torch.matmul(a, b)
+            multiply()
         best = min(best, (time.perf_counter() - started) / reps)
     return 2.0 * rows * inner * cols / best
+
+
+def best_matmul_flops(rows: int, inner: int, cols: int) -> tuple[float, dict[str, float]]:
+    """The machine's fp32 matmul at this shape: the faster kernel's FLOP/s, and each kernel's."""
+    from unstable_core.inference.packed_linear import packing_available
+
+    kernels = ("torch", "onednn") if packing_available() else ("torch",)
+    each = {k: matmul_flops(rows, inner, cols, kernel=k) for k in kernels}
+    return max(each.values()), each
 
 
 def play_plain_games(turns: int, seed: int = 0) -> int:
@@ -486,7 +530,8 @@ def print_table(rows: list[Row], title: str) -> None:
         table.add_column(column, justify="right" if column == "value" else "left")
     for r in rows:
         verdict = "" if r.passed is None else "[green]PASS[/green]" if r.passed else "[red]MISS[/red]"
-        table.add_row(r.name, f"{r.value:,.2f} {r.unit}", r.target, verdict, r.note)
+        value = f"{r.value:.1e}" if 0 < abs(r.value) < 0.01 else f"{r.value:,.2f}"
+        table.add_row(r.name, f"{value} {r.unit}".strip(), r.target, verdict, r.note)
     Console(width=160).print(table)
 
 
@@ -559,18 +604,23 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
     alone = BackendAlone.load(model, batch, max_tokens, threads)
     hidden, width = alone.widths
     a, b, one, step_peak, big_peak, streamed = [], [], [], [], [], []
+    kernels: dict[str, list[float]] = {}
     try:
         for r in range(sizes.rounds):
             engine.stop_collecting()  # the in-process batch gets the CPU to itself, as the engine does
             a.append(alone.tokens_per_s(seed=r))
-            step_peak.append(matmul_flops(batch, hidden, width))
-            big_peak.append(matmul_flops(2048, hidden, width))
+            peak, each = best_matmul_flops(batch, hidden, width)
+            step_peak.append(peak)
+            for kernel, flops_of in each.items():
+                kernels.setdefault(kernel, []).append(flops_of)
+            big_peak.append(best_matmul_flops(2048, hidden, width)[0])
             streamed.append(alone.step_matmul_flops(batch))
             engine.collect(batch)
             b.append(engine.window(warmup_turns=batch, turns=sizes.window_batches * batch).tokens_per_s)
             engine.collect(1)
             one.append(engine.window(warmup_turns=1, turns=sizes.single_turns).tokens_per_s)
         parameters = alone.parameters
+        gap = alone.logprob_gap(model)
     finally:
         alone.close()
     flops = [2.0 * parameters * x for x in a]
@@ -591,8 +641,9 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
             ">= 0.4",
             med(of_peak) >= 0.4,
             f"{med(flops) / 1e9:,.1f} GFLOP/s = 2 x {parameters / 1e6:,.1f}M params x tok/s; fp32 matmul "
-            f"[{batch}, {hidden}] x [{hidden}, {width}] {med(step_peak) / 1e9:,.1f} GFLOP/s "
-            f"([2048, {hidden}]: {med(big_peak) / 1e9:,.1f}); {rounds(of_peak)}",
+            f"[{batch}, {hidden}] x [{hidden}, {width}] {med(step_peak) / 1e9:,.1f} GFLOP/s ("
+            + ", ".join(f"{k} {med(v) / 1e9:,.1f}" for k, v in kernels.items())
+            + f"; [2048, {hidden}]: {med(big_peak) / 1e9:,.1f}); {rounds(of_peak)}",
         ),
         Row(
             "a'') backend / its matmuls",
@@ -602,6 +653,15 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
             None,
             f"the model's linear layers at batch {batch}, weights from memory: "
             f"{med(streamed) / 1e9:,.1f} GFLOP/s; {rounds(of_streamed)}",
+        ),
+        Row(
+            "a''') log-prob gap, backend / plain fp32",
+            gap,
+            "",
+            f"<= {PARITY:g}",
+            gap <= PARITY,
+            f"max |recorded - recomputed| over {batch} x {max_tokens} sampled tokens; "
+            f"{alone.backend.packed_layers} packed layers",
         ),
         Row("b) engine", med(b), "tok/s", "", None, f"{batch} games in flight; {rounds(b)}"),
         Row("b/a) engine / backend", med(b_over_a), "x", ">= 0.85", med(b_over_a) >= 0.85, rounds(b_over_a)),

@@ -150,12 +150,17 @@ def test_inprocess_rates_are_one_per_round_on_one_backend(bench, tiny_model):
     assert len(rates) == 2 and all(r > 0 for r in rates)
 
 
-def test_matmul_flops_counts_two_flops_per_multiply_add(bench, monkeypatch):
+@pytest.mark.parametrize("kernel", ["torch", "onednn"])
+def test_matmul_flops_counts_two_flops_per_multiply_add(bench, monkeypatch, kernel):
+    from unstable_core.inference.packed_linear import packing_available
+
+    if kernel == "onednn" and not packing_available():
+        pytest.skip("this torch build has no oneDNN packed linear")
     _, rollout = bench
     clock = iter(range(100))
     monkeypatch.setattr(rollout.time, "perf_counter", lambda: float(next(clock)))
     # every timed stretch reads 1 s on this clock: one repetition each, so 2 * 4 * 5 * 6 FLOP per second
-    assert rollout.matmul_flops(4, 5, 6, seconds=3.0) == 240.0
+    assert rollout.matmul_flops(4, 5, 6, kernel=kernel, seconds=3.0) == 240.0
 
 
 class _Remote:
@@ -250,6 +255,7 @@ def test_quick_run_prints_every_measure(tiny_model):
         "a) backend alone",
         "a') backend FLOP/s / matmul",
         "a'') backend / its matmuls",
+        "a''') log-prob gap, backend / plain fp32",
         "b) engine",
         "b/a) engine / backend",
         "c) 2 games / 1 game",

@@ -1,0 +1,80 @@
+"""Packed oneDNN Linear layers for CPU inference: same numbers as torch's, the learner's log-probs kept."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from unstable_core.inference.packed_linear import (  # noqa: E402
+    PackedForward,
+    pack_linear_layers,
+    packing_available,
+    unpack_linear_layers,
+)
+
+pytestmark = pytest.mark.skipif(
+    not packing_available(), reason="this torch build has no oneDNN packed linear"
+)
+torch.set_num_threads(1)
+
+
+def linears(model):
+    return [m for m in model.modules() if type(m) is torch.nn.Linear]
+
+
+@pytest.fixture
+def model(tiny_model):
+    from unstable_core.models import load_causal_lm
+
+    return load_causal_lm(tiny_model, device="cpu")
+
+
+def test_packed_layers_give_the_logits_of_torchs_own(model):
+    ids = torch.tensor([[5, 17, 99, 3, 250, 7], [8, 8, 1, 2, 3, 4]])
+    with torch.inference_mode():
+        plain = model(input_ids=ids).logits
+        assert pack_linear_layers(model) == len(linears(model)) > 0
+        assert all(isinstance(m.forward, PackedForward) for m in linears(model))  # still nn.Linear modules
+        with torch.profiler.profile() as profile:
+            packed = model(input_ids=ids).logits
+        assert unpack_linear_layers(model) == len(linears(model))
+        again = model(input_ids=ids).logits
+    ran = {e.key: e.count for e in profile.key_averages()}
+    assert ran.get("mkldnn::_linear_pointwise") == len(linears(model)) and "aten::linear" not in ran
+    assert torch.allclose(plain, packed, atol=1e-5, rtol=1e-5)
+    assert torch.equal(plain, again)
+
+
+def test_a_packed_layer_follows_its_weight_and_leaves_gradients_to_torch():
+    layer = torch.nn.Linear(32, 48)
+    pack_linear_layers(layer)
+    x = torch.randn(5, 32)
+    with torch.no_grad():
+        layer.weight.mul_(2.0)  # changed in place after packing: packed again on the next call
+        assert torch.allclose(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias), atol=1e-5)
+        layer.weight = torch.nn.Parameter(torch.randn(48, 32))  # replaced
+        assert torch.allclose(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias), atol=1e-5)
+    layer(x).sum().backward()  # with a gradient to track, torch's own op runs
+    assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0
+
+
+def test_the_backend_packs_on_cpu_and_records_what_the_learner_recomputes(tiny_model):
+    """The transformers backend on CPU runs packed layers; the log-probs it records are those an unpacked
+    model (the learner's kernels) computes for the same tokens."""
+    from unstable_core.inference.hf import TransformersBackend
+    from unstable_core.models import load_causal_lm
+    from unstable_core.testing import sampled_steps
+
+    backend = TransformersBackend(tiny_model, device="cpu")
+    assert backend.packed_layers == len(linears(backend._pool.base_model))
+    assert TransformersBackend(tiny_model, device="cpu", packed_linear=False).packed_layers == 0
+    steps = sampled_steps(tiny_model, temperature=0.7, backend=backend)
+    plain = load_causal_lm(tiny_model, device="cpu")
+    for step in steps:
+        ids = torch.tensor([step.prompt_ids + step.completion_ids])
+        with torch.inference_mode():
+            logprobs = torch.log_softmax(plain(input_ids=ids).logits[0] / 0.7, dim=-1)
+        at = len(step.prompt_ids) - 1
+        recomputed = [logprobs[at + k, t].item() for k, t in enumerate(step.completion_ids)]
+        assert step.logprobs == pytest.approx(recomputed, abs=1e-5)
