@@ -389,7 +389,7 @@ def matmul_flops(rows: int, inner: int, cols: int, kernel: str = "torch", second
     weight packed once, as the backend's packed layers run it."""
     import torch
 
-    from unstable_core.inference.packed_linear import DECODE_ROWS
+    from unstable_core.packed_linear import DECODE_ROWS
 
     a, b = torch.randn(rows, inner), torch.randn(inner, cols)
     if kernel == "onednn":
@@ -412,7 +412,7 @@ def matmul_flops(rows: int, inner: int, cols: int, kernel: str = "torch", second
 
 def best_matmul_flops(rows: int, inner: int, cols: int) -> tuple[float, dict[str, float]]:
     """The machine's fp32 matmul at this shape: the faster kernel's FLOP/s, and each kernel's."""
-    from unstable_core.inference.packed_linear import packing_available
+    from unstable_core.packed_linear import packing_available
 
     kernels = ("torch", "onednn") if packing_available() else ("torch",)
     each = {k: matmul_flops(rows, inner, cols, kernel=k) for k in kernels}

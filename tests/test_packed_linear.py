@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from unstable_core.inference.packed_linear import (  # noqa: E402
+from unstable_core.packed_linear import (  # noqa: E402
     PackedForward,
     pack_linear_layers,
     packing_available,
@@ -78,3 +78,53 @@ def test_the_backend_packs_on_cpu_and_records_what_the_learner_recomputes(tiny_m
         at = len(step.prompt_ids) - 1
         recomputed = [logprobs[at + k, t].item() for k, t in enumerate(step.completion_ids)]
         assert step.logprobs == pytest.approx(recomputed, abs=1e-5)
+
+
+def test_a_frozen_packed_layer_passes_the_input_gradient_of_torchs_own():
+    layer = torch.nn.Linear(32, 48).requires_grad_(False)
+    x = torch.randn(2, 5, 32, requires_grad=True)
+    torch.nn.functional.linear(x, layer.weight, layer.bias).pow(2).sum().backward()
+    plain = x.grad.clone()
+    x.grad = None
+    assert pack_linear_layers(layer, frozen_only=True) == 1
+    layer(x).pow(2).sum().backward()
+    assert torch.allclose(x.grad, plain, atol=1e-5, rtol=1e-5)
+
+
+def test_a_lora_learner_trains_through_packed_base_layers_with_torchs_gradients(tiny_model):
+    """A LoRA model's frozen base layers are packed, its adapters are not; the adapters' gradients and the
+    loss are those of torch's own kernels."""
+    from peft import LoraConfig, get_peft_model
+
+    from unstable_core.models import load_causal_lm
+
+    model = get_peft_model(
+        load_causal_lm(tiny_model, device="cpu"),
+        LoraConfig(
+            r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False
+        ),
+    )
+    ids = torch.tensor([[5, 17, 99, 3, 250, 7, 42, 9]])
+
+    def loss_and_grads():
+        model.zero_grad()
+        loss = (
+            torch.log_softmax(model(input_ids=ids).logits, dim=-1)[0, :-1].gather(-1, ids[0, 1:, None]).sum()
+        )
+        loss.backward()
+        return loss.item(), [p.grad.clone() for p in model.parameters() if p.requires_grad]
+
+    plain_loss, plain_grads = loss_and_grads()
+    frozen = [m for m in linears(model) if not m.weight.requires_grad]
+    assert 0 < pack_linear_layers(model, frozen_only=True) == len(frozen) < len(linears(model))
+    loss, grads = loss_and_grads()
+    assert loss == pytest.approx(plain_loss, rel=1e-5)
+    assert all(torch.allclose(g, p, atol=1e-5, rtol=1e-4) for g, p in zip(grads, plain_grads, strict=True))
+
+
+def test_the_learner_packs_its_frozen_layers_on_cpu(tiny_model, tmp_path):
+    from unstable_core import plugins
+
+    learner = plugins.load("learner", "reinforce").create(tiny_model, device="cpu", run_dir=tmp_path)
+    frozen = [m for m in linears(learner.model) if not m.weight.requires_grad]
+    assert learner.packed_layers == len(frozen) > 0
