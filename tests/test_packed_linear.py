@@ -128,3 +128,24 @@ def test_the_learner_packs_its_frozen_layers_on_cpu(tiny_model, tmp_path):
     learner = plugins.load("learner", "reinforce").create(tiny_model, device="cpu", run_dir=tmp_path)
     frozen = [m for m in linears(learner.model) if not m.weight.requires_grad]
     assert learner.packed_layers == len(frozen) > 0
+
+
+def test_a_deep_copy_of_a_packed_model_computes_with_its_own_weights():
+    import copy
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 4))
+    pack_linear_layers(model)
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(-1.0)
+    x = torch.randn(3, 16)
+    with torch.inference_mode():
+        assert torch.allclose(
+            twin(x),
+            torch.nn.functional.linear(
+                torch.nn.functional.linear(x, twin[0].weight, twin[0].bias), twin[1].weight, twin[1].bias
+            ),
+            atol=1e-5,
+        )
+        assert not torch.allclose(twin(x), model(x), atol=1e-3)

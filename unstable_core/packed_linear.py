@@ -1,9 +1,9 @@
 """Frozen fp32 Linear layers on CPU, run by oneDNN on weights reordered once into its blocked layout.
 
-On this project's CPUs torch's default fp32 kernel (MKL) reaches a third of what oneDNN's linear on a
-pre-packed weight does with the same fp32 arithmetic: 61 against 173 GFLOP/s at a decode step's shape,
-about 100 against 237 at a training batch's. The transformers backend packs its layers (decode 1.5 to
-1.9 times faster, benchmarks/rollout.py) and a LoRA learner its frozen base layers (an update 1.6 times
+On a 2-core AVX-512 EPYC torch's default fp32 kernel (MKL) reached a third of what oneDNN's linear on a
+pre-packed weight does with the same fp32 arithmetic: 57 against 173 GFLOP/s at a decode step's shape,
+about 100 against 237 at a training batch's. The transformers backend packs its layers (decode 1.4 to
+1.7 times faster, benchmarks/rollout.py) and a LoRA learner its frozen base layers (an update 1.5 times
 faster), whose input gradient dx = dy W runs on W^T packed. Only the order of the sums differs from
 `F.linear` (about 1e-6 relative): the log-probs the backend records still match those the learner
 recomputes (tests/test_packed_linear.py). Each packed copy costs as much memory as its weight.
@@ -37,9 +37,18 @@ class PackedForward:
     """The forward of one frozen `nn.Linear`: y = x W^T + b on a packed copy of W. Falls back to `F.linear`
     for anything the copy cannot serve: another dtype, a gradient to track, or a weight changed since."""
 
-    def __init__(self, linear: torch.nn.Linear) -> None:
+    def __init__(self, linear: torch.nn.Linear, pack_now: bool = True) -> None:
         self._linear = weakref.ref(linear)  # the module holds this forward: no reference cycle
-        self._pack(linear.weight)
+        self._source: torch.Tensor | None = None  # the weight packed
+        if pack_now:
+            self._pack(linear.weight)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PackedForward:
+        """The forward of the copied Linear (packed on its first call): never one reading the original."""
+        copied = memo.get(id(self._linear()))
+        if copied is None:
+            raise TypeError("a PackedForward is copied only with its nn.Linear")
+        return PackedForward(copied, pack_now=False)  # the copy has no weight yet
 
     def _pack(self, weight: torch.Tensor) -> None:
         self._source, self._version = weight, weight._version
