@@ -389,12 +389,12 @@ def matmul_flops(rows: int, inner: int, cols: int, kernel: str = "torch", second
     weight packed once, as the backend's packed layers run it."""
     import torch
 
-    from unstable_core.packed_linear import DECODE_ROWS
+    from unstable_core.packed_linear import apply_packed, pack_weight
 
     a, b = torch.randn(rows, inner), torch.randn(inner, cols)
     if kernel == "onednn":
-        packed = torch.ops.mkldnn._reorder_linear_weight(b.t().contiguous(), DECODE_ROWS)
-        multiply = lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "")  # noqa: E731
+        packed = pack_weight(b.t().contiguous())
+        multiply = lambda: apply_packed(a, packed)  # noqa: E731
     else:
         multiply = lambda: torch.matmul(a, b)  # noqa: E731
     multiply()

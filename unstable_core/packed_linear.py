@@ -26,8 +26,7 @@ def packing_available() -> bool:
         return False
     try:
         weight, rows = torch.randn(48, 32), torch.randn(3, 32)
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, DECODE_ROWS)
-        got = torch.ops.mkldnn._linear_pointwise(rows, packed, None, "none", [], "")
+        got = apply_packed(rows, pack_weight(weight))
     except RuntimeError:
         return False
     return torch.allclose(got, F.linear(rows, weight), atol=1e-4)
@@ -52,7 +51,7 @@ class PackedForward:
 
     def _pack(self, weight: torch.Tensor) -> None:
         self._source, self._version = weight, weight._version
-        self._packed = _reorder(weight.detach())
+        self._packed = pack_weight(weight.detach())
         self._packed_t: torch.Tensor | None = None  # W^T packed, made on the first backward pass needing it
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -68,9 +67,9 @@ class PackedForward:
             self._pack(weight)
         if torch.is_grad_enabled() and x.requires_grad:  # a frozen layer inside a model being trained
             if self._packed_t is None:
-                self._packed_t = _reorder(weight.detach().t().contiguous())
+                self._packed_t = pack_weight(weight.detach().t().contiguous())
             return _FrozenPackedLinear.apply(x, bias, self._packed, self._packed_t)
-        return _linear(x, self._packed, bias)
+        return apply_packed(x, self._packed, bias)
 
 
 class _FrozenPackedLinear(torch.autograd.Function):
@@ -80,18 +79,20 @@ class _FrozenPackedLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, bias: Any, packed: torch.Tensor, packed_t: torch.Tensor) -> Any:
         ctx.packed_t = packed_t
-        return _linear(x, packed, bias)
+        return apply_packed(x, packed, bias)
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, None, None, None]:
-        return _linear(dy.contiguous(), ctx.packed_t, None), None, None, None
+        return apply_packed(dy.contiguous(), ctx.packed_t), None, None, None
 
 
-def _reorder(weight: torch.Tensor) -> torch.Tensor:
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """A Linear weight [out, in] reordered into oneDNN's blocked layout, for `apply_packed`."""
     return torch.ops.mkldnn._reorder_linear_weight(weight, DECODE_ROWS)
 
 
-def _linear(x: torch.Tensor, packed: torch.Tensor, bias: Any) -> torch.Tensor:
+def apply_packed(x: torch.Tensor, packed: torch.Tensor, bias: Any = None) -> torch.Tensor:
+    """x W^T + b with W packed by `pack_weight` (no autograd)."""
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
