@@ -362,20 +362,15 @@ class BackendAlone:
         import torch
 
         from unstable_core.models import load_causal_lm
+        from unstable_core.testing import plain_logprobs
 
         params = SamplingParams(temperature=TEMPERATURE, max_tokens=self.max_tokens, seed=7)
         outs = self.backend.generate_batch([GenerationRequest(tuple(p), params=params) for p in self.prompts])
         plain = load_causal_lm(model, device="cpu", dtype=torch.float32)
         gap = 0.0
-        with torch.inference_mode():
-            for prompt, out in zip(self.prompts, outs, strict=True):
-                ids = torch.tensor([list(prompt) + list(out.token_ids)])
-                logprobs = torch.log_softmax(plain(input_ids=ids).logits[0] / TEMPERATURE, dim=-1)
-                at = len(prompt) - 1
-                recomputed = logprobs[at : at + len(out.token_ids)].gather(
-                    -1, torch.tensor(out.token_ids)[:, None]
-                )
-                gap = max(gap, (recomputed[:, 0] - torch.tensor(out.logprobs)).abs().max().item())
+        for prompt, out in zip(self.prompts, outs, strict=True):
+            recomputed = plain_logprobs(plain, prompt, out.token_ids, temperature=TEMPERATURE)
+            gap = max([gap, *(abs(r - x) for r, x in zip(recomputed, out.logprobs, strict=True))])
         return gap
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ from unstable_core.errors import UnstableError
 from unstable_core.inference.base import GenerationRequest, SamplingParams
 from unstable_core.inference.hf import MIN_SHARED_PREFIX, TransformersBackend, _Row
 from unstable_core.inference.prefix_cache import PrefixCache
+from unstable_core.testing import plain_logprobs
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=6)
 
@@ -52,13 +53,7 @@ def adapters(tiny_model, tmp_path_factory):
 
 def recompute_logprobs(backend, prompt, completion, adapter=None, temperature=1.0):
     """log softmax(logits / T) of a plain forward pass over prompt + completion, at the completion's positions."""
-    model = backend._pool.model
-    ids = torch.tensor([list(prompt) + list(completion)])
-    extra = {"adapter_names": [adapter]} if adapter else {}
-    with torch.inference_mode():
-        logits = model(input_ids=ids, **extra).logits[0].float()
-        logprobs = torch.log_softmax(logits / temperature, dim=-1)
-    return [logprobs[len(prompt) - 1 + k, t].item() for k, t in enumerate(completion)]
+    return plain_logprobs(backend._pool.model, prompt, completion, temperature, adapter)
 
 
 def test_batched_greedy_equals_one_by_one(backend, prompts):

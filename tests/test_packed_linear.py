@@ -64,7 +64,7 @@ def test_the_backend_packs_on_cpu_and_records_what_the_learner_recomputes(tiny_m
     model (the learner's kernels) computes for the same tokens."""
     from unstable_core.inference.hf import TransformersBackend
     from unstable_core.models import load_causal_lm
-    from unstable_core.testing import sampled_steps
+    from unstable_core.testing import plain_logprobs, sampled_steps
 
     backend = TransformersBackend(tiny_model, device="cpu")
     assert backend.packed_layers == len(linears(backend._pool.base_model))
@@ -72,11 +72,7 @@ def test_the_backend_packs_on_cpu_and_records_what_the_learner_recomputes(tiny_m
     steps = sampled_steps(tiny_model, temperature=0.7, backend=backend)
     plain = load_causal_lm(tiny_model, device="cpu")
     for step in steps:
-        ids = torch.tensor([step.prompt_ids + step.completion_ids])
-        with torch.inference_mode():
-            logprobs = torch.log_softmax(plain(input_ids=ids).logits[0] / 0.7, dim=-1)
-        at = len(step.prompt_ids) - 1
-        recomputed = [logprobs[at + k, t].item() for k, t in enumerate(step.completion_ids)]
+        recomputed = plain_logprobs(plain, step.prompt_ids, step.completion_ids, temperature=0.7)
         assert step.logprobs == pytest.approx(recomputed, abs=1e-5)
 
 

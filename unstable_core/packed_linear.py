@@ -3,14 +3,15 @@
 On a 2-core AVX-512 EPYC torch's default fp32 kernel (MKL) reached a third of what oneDNN's linear on a
 pre-packed weight does with the same fp32 arithmetic: 57 against 173 GFLOP/s at a decode step's shape,
 about 100 against 237 at a training batch's. The transformers backend packs its layers (decode 1.4 to
-1.7 times faster, benchmarks/rollout.py) and a LoRA learner its frozen base layers (an update 1.5 times
-faster), whose input gradient dx = dy W runs on W^T packed. Only the order of the sums differs from
+1.7 times faster, benchmarks/rollout.py) and a LoRA learner its frozen base layers (an update about 1.5
+times faster), whose input gradient dx = dy W runs on W^T packed. Only the order of the sums differs from
 `F.linear` (about 1e-6 relative): the log-probs the backend records still match those the learner
 recomputes (tests/test_packed_linear.py). Each packed copy costs as much memory as its weight.
 """
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 DECODE_ROWS = 8  # the batch the packing is tuned for (any number of rows runs)
 
 
+@functools.cache
 def packing_available() -> bool:
     """Whether this torch build has oneDNN's packed linear and it agrees with `F.linear` here."""
     if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_linear_pointwise"):

@@ -176,7 +176,7 @@ class BaseLearner:
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
             self.model = get_peft_model(base, self.lora_config(), adapter_name=POLICY_ADAPTER)
         self.model.train()
-        # on CPU the frozen base layers run on oneDNN-packed fp32 weights: an update 1.6x faster
+        # on CPU the frozen base layers run on oneDNN-packed fp32 weights: an update about 1.5x faster
         self.packed_layers = pack_linear_layers(self.model, frozen_only=True)
         pad = base.config.pad_token_id if base.config.pad_token_id is not None else base.config.eos_token_id
         self.pad_token_id: int = int(pad) if pad is not None else 0

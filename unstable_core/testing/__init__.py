@@ -104,6 +104,24 @@ def sampled_steps(
     ]
 
 
+def plain_logprobs(
+    model: Any,
+    prompt: Sequence[int],
+    completion: Sequence[int],
+    temperature: float = 1.0,
+    adapter: str | None = None,
+) -> list[float]:
+    """log softmax(logits / T) of each completion token from one plain forward pass of `model` over prompt +
+    completion (no KV cache, no batching): what a sampler's recorded log-probs must equal."""
+    import torch
+
+    ids = torch.tensor([list(prompt) + list(completion)])
+    extra = {"adapter_names": [adapter]} if adapter else {}
+    with torch.inference_mode():
+        logprobs = torch.log_softmax(model(input_ids=ids, **extra).logits[0].float() / temperature, dim=-1)
+    return [logprobs[len(prompt) - 1 + k, t].item() for k, t in enumerate(completion)]
+
+
 # `unstable run` options for a run of seconds on the tiny model (2 learner steps of 4 steps, 8 tokens a turn)
 TINY_RUN_ARGS = [
     "--learning-steps", "2", "--batch-size", "4", "--mini-batch-size", "2",
