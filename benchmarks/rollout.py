@@ -250,14 +250,21 @@ class Engine:
 
         return ray.get(self.collector.snapshot.remote())
 
-    def stop_collecting(self) -> None:
-        """Stop the games in flight and wait for collect() to return."""
+    def stop_collecting(self, idle_timeout_s: float = 120.0) -> None:
+        """Stop the games in flight, wait for collect() to return and for the batch the inference actor
+        may still be running to end: a measurement taken next has the CPU (and memory bus) to itself."""
         import ray
 
         if self.collecting is not None:
             self.collector.stop.remote()
             ray.get(self.collecting)
             self.collecting = None
+        deadline = time.monotonic() + idle_timeout_s
+        while time.monotonic() < deadline:
+            stats = ray.get(self.inference.stats.remote())
+            if not stats["running"] and not stats["queued"]:
+                return
+            time.sleep(0.05)
 
     def kill(self) -> None:
         """Stop collecting and end every actor of this engine."""

@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from unstable_core.errors import UnstableError
+from unstable_core.inference import hf
 from unstable_core.inference.base import GenerationRequest, SamplingParams
 from unstable_core.inference.hf import MIN_SHARED_PREFIX, TransformersBackend, _Row
+from unstable_core.inference.prefill import prefill_groups
 from unstable_core.inference.prefix_cache import PrefixCache
 from unstable_core.testing import plain_logprobs
 
@@ -139,6 +141,44 @@ def test_prompt_blocks_are_reused_across_batches_with_the_same_results(tiny_mode
         o.token_ids
         for o in whole.generate_batch(batch(turns[1:3], adapter) + batch([prompts[0] * 3], adapter))
     ]
+
+
+def test_prefill_groups_split_off_a_long_prompt_and_keep_every_row_once():
+    assert prefill_groups([10, 130, 10, 12], pass_cost=24) == [[0, 2, 3], [1]]
+    assert prefill_groups([10, 11, 12], pass_cost=24) == [[0, 1, 2]]  # padding cheaper than a pass
+    assert prefill_groups([3, 1, 2], pass_cost=0) == [[1], [2], [0]]
+    assert prefill_groups([5], pass_cost=24) == [[0]]
+
+
+def test_a_long_uncached_prompt_is_prefilled_apart_with_the_same_results(
+    tiny_model, prompts, adapters, monkeypatch
+):
+    """Rows whose rules came from the prefix cache and a row with a long prompt to compute are prefilled in
+    separate passes, their caches merged: the tokens and log-probs of a backend that computes every
+    prompt whole, and of each row alone."""
+    torch.set_num_threads(1)
+    cached = TransformersBackend(tiny_model, max_loras=2)
+    whole = TransformersBackend(tiny_model, max_loras=2, prefix_cache_tokens=0)
+    rules = tuple(cached.tokenizer.encode("You play a game. " * 12))[: 2 * cached.prefix_cache.block + 5]
+    long = tuple(cached.tokenizer.encode("a long story of many turns " * 8))
+    passes = []
+    monkeypatch.setattr(hf, "prefill_groups", lambda *a: passes.append(prefill_groups(*a)) or passes[-1])
+    sampled = SamplingParams(temperature=0.8, top_p=0.9, max_tokens=5, seed=5)
+    requests = [GenerationRequest(rules + p, params=GREEDY) for p in prompts]
+    requests += [
+        GenerationRequest(long, params=GREEDY),
+        GenerationRequest(rules + prompts[0], lora_path=adapters[0], params=GREEDY),
+        GenerationRequest(rules + prompts[1], params=sampled),
+    ]
+    cached.generate_batch(requests[:1])  # keeps the rules' blocks
+    outs = cached.generate_batch(requests)
+    # rows 0-2 and 4 take the rules from the cache; the long row (3) and the adapter's (5, no block yet) not
+    assert sorted(map(sorted, passes[-1])) == [[0, 1, 2, 4], [3, 5]]
+    for request, out, ref in zip(requests, outs, whole.generate_batch(requests), strict=True):
+        assert out.token_ids == ref.token_ids
+        assert out.logprobs == pytest.approx(ref.logprobs, abs=1e-4)
+        if request.params is GREEDY:
+            assert out.token_ids == cached.generate_batch([request])[0].token_ids
 
 
 def test_prefix_cache_forgets_the_least_recently_used_blocks_last_first():

@@ -9,7 +9,9 @@ and the log-softmax run in float32 whatever the model's dtype, as in the learner
 every row of a batch shares (a chat template's system turn, a game's rules) is computed once and its KV
 cache repeated for each row; the keys and values of prompts' leading blocks are also kept from one batch
 to the next (`prefix_cache`), so that a game's rules, sent again every turn, are computed once per adapter.
-Finished rows are dropped from the batch (and from the cache) as soon as they end.
+Rows whose prompts left very different numbers of tokens to compute are prefilled in groups (`prefill`),
+so that one long prompt does not pad the others. Finished rows are dropped from the batch (and from the
+cache) as soon as they end.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from unstable_core.inference.base import (
 )
 from unstable_core.inference.kv_cache import full_attention_only, in_place_cache
 from unstable_core.inference.peft_pool import BASE, PeftAdapterPool
+from unstable_core.inference.prefill import PASS_COST_POSITIONS, merge_group_caches, prefill_groups
 from unstable_core.inference.prefix_cache import Block, PrefixCache, joined
 from unstable_core.inference.sampling import row_logprobs, sample_tokens
 from unstable_core.models import load_causal_lm, load_tokenizer, plain_linear_head
@@ -52,6 +55,43 @@ class _Row:
     token_ids: list[int] = attrs.field(factory=list)
     logprobs: list[float] = attrs.field(factory=list)
     finish_reason: str | None = None
+
+
+@attrs.frozen
+class _Layout:
+    """A batch's prompts as one left-padded prefill: row b's first `starts[b]` tokens are already cached
+    (they end at column `head`), its other `new_tokens[b]` end at column `head + longest`."""
+
+    starts: list[int]
+    new_tokens: list[int]
+    head: int
+    longest: int
+    input_ids: torch.Tensor  # [B, longest]: the tokens to compute, left-padded
+    attention: torch.Tensor  # [B, head + longest]: 1 on every real token, cached or not
+    positions: torch.Tensor  # [B, longest]: each token's position in its own prompt
+
+    @classmethod
+    def of(cls, rows: list[_Row], starts: list[int], pad_id: int, device: str) -> _Layout:
+        """The layout of `rows` whose first `starts[b]` prompt tokens are cached."""
+        new_tokens = [len(r.request.prompt_ids) - s for r, s in zip(rows, starts, strict=True)]
+        head, longest = max(starts), max(new_tokens)
+        input_ids = torch.full((len(rows), longest), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), head + longest), dtype=torch.long)
+        for b, (row, start) in enumerate(zip(rows, starts, strict=True)):
+            rest = row.request.prompt_ids[start:]
+            attention[b, head - start : head] = 1
+            input_ids[b, longest - len(rest) :] = torch.tensor(rest)
+            attention[b, head + longest - len(rest) :] = 1
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, head:]  # 0 at each row's first real token
+        return cls(
+            starts,
+            new_tokens,
+            head,
+            longest,
+            input_ids.to(device),
+            attention.to(device),
+            positions.to(device),
+        )
 
 
 class TransformersBackend(InferenceBackend):
@@ -104,8 +144,9 @@ class TransformersBackend(InferenceBackend):
             else None
         )
         self._lock = threading.Lock()  # one batch at a time: the model and its adapters are shared state
-        plain = full_attention_only(base_model.config)  # else no prefix's keys and values can be reused
-        self.prefix_cache = PrefixCache(prefix_cache_tokens if plain else 0)
+        # else no prefix's keys and values can be reused, nor prompts be prefilled in groups
+        self._plain_cache = full_attention_only(base_model.config)
+        self.prefix_cache = PrefixCache(prefix_cache_tokens if self._plain_cache else 0)
 
     @property
     def tokenizer(self) -> Any:
@@ -161,7 +202,6 @@ class TransformersBackend(InferenceBackend):
     @torch.inference_mode()
     def _decode(self, rows: list[_Row]) -> list[_Row]:
         """Sample every row to EOS or its budget, in one left-padded batch over a shared KV cache."""
-        model = self._pool.model
         # an adapter with a LoRA on lm_head wraps the head, and some models cap or scale their logits: then
         # the model's own logits, cast to float32
         fp32_head = self._fp32_head and plain_linear_head(self._pool.base_model)
@@ -170,49 +210,23 @@ class TransformersBackend(InferenceBackend):
         shared = 0 if reuse else self._shared_prefix(rows)
         # starts[b]: row b's prompt tokens already in the cache before the first forward pass
         starts = [len(c) * self.prefix_cache.block for c in cached] if reuse else [shared] * len(rows)
-        head = max(starts)
-        longest = max(len(r.request.prompt_ids) - s for r, s in zip(rows, starts, strict=True))
-        cache = in_place_cache(self._pool.base_model.config, head + longest + max(r.budget for r in rows))
-        if reuse:
-            _load_blocks(cache, cached, head)
-        elif shared:
-            self._prefill_prefix(rows, shared, cache)
-        input_ids = torch.full((len(rows), longest), self.pad_id, dtype=torch.long)  # [B, T]
-        # [B, P + T]: 0 on each row's left padding, its cached prefix, 0 on padding again, the rest of its prompt
-        attention = torch.zeros((len(rows), head + longest), dtype=torch.long)
-        for b, (row, start) in enumerate(zip(rows, starts, strict=True)):
-            rest = row.request.prompt_ids[start:]
-            attention[b, head - start : head] = 1
-            input_ids[b, longest - len(rest) :] = torch.tensor(rest)
-            attention[b, head + longest - len(rest) :] = 1
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        # [B, T]: each token's position in its own prompt (0 at the first real token)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, head:]
+        batch = _Layout.of(rows, starts, self.pad_id, self.device)
+        capacity = batch.head + batch.longest + max(r.budget for r in rows)
+        cost = PASS_COST_POSITIONS["cuda" if self.device.startswith("cuda") else "cpu"]
+        groups = prefill_groups(batch.new_tokens, cost) if self._plain_cache and not shared else []
+        if len(groups) > 1:  # one long prompt would pad the others: rows of similar widths pass together
+            cache, logits = self._prefill_in_groups(rows, groups, cached, batch, capacity, fp32_head)
+        else:
+            cache = in_place_cache(self._pool.base_model.config, capacity)
+            if reuse:
+                _load_blocks(cache, cached, batch.head)
+            elif shared:
+                self._prefill_prefix(rows, shared, cache)
+            logits = self._forward(rows, batch.input_ids, batch.attention, batch.positions, cache, fp32_head)
+        self._keep_blocks(rows, cached, starts, batch.head, batch.head + batch.longest, cache)
+        attention, positions = batch.attention, batch.positions
         active = list(rows)
-        prefilled = False
-        while active:
-            extra = (
-                {"adapter_names": [r.adapter for r in active]} if self._pool.peft_model is not None else {}
-            )
-            out = model(
-                input_ids=input_ids,
-                attention_mask=attention,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-                output_hidden_states=fp32_head,
-                **extra,
-            )
-            cache = out.past_key_values
-            if not prefilled:
-                self._keep_blocks(rows, cached, starts, head, head + longest, cache)
-                prefilled = True
-            if fp32_head:
-                hidden = out.hidden_states[-1][:, -1, :].float()  # [B, H] after the final norm
-                logits = F.linear(hidden, self._head_weight, self._head_bias)  # [B, V] fp32 next-token logits
-            else:
-                logits = out.logits[:, -1, :].float()  # [B, V]
+        while True:
             params = [r.request.params for r in active]
             logprobs = row_logprobs(logits, params)  # [B, V]: the distribution each row samples from
             tokens = sample_tokens(logits, params, [r.generator for r in active], logprobs)  # [B]
@@ -236,10 +250,73 @@ class TransformersBackend(InferenceBackend):
                 cache.batch_select_indices(index)
                 tokens, attention, positions = tokens[index], attention[index], positions[index]
                 active = [active[b] for b in keep]
-            input_ids = tokens[:, None]  # [B, 1]
             attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=-1)  # [B, T+1]
             positions = positions[:, -1:] + 1  # [B, 1]
+            logits = self._forward(active, tokens[:, None], attention, positions, cache, fp32_head)
         return rows
+
+    def _prefill_in_groups(
+        self,
+        rows: list[_Row],
+        groups: list[list[int]],
+        cached: list[list[Block]],
+        batch: _Layout,
+        capacity: int,
+        fp32_head: bool,
+    ) -> tuple[Any, torch.Tensor]:
+        """Prefill each group of rows in its own pass, only as wide as its widest row; the caches merged
+        into one laid out as `batch`, and the [B, V] next-token logits of every row."""
+        config = self._pool.base_model.config
+        logits = torch.empty((len(rows), self.vocab_size), device=self.device)
+        parts = []
+        for group in groups:
+            own_head = max(batch.starts[b] for b in group)
+            width = max(batch.new_tokens[b] for b in group)
+            part = in_place_cache(config, own_head + width)
+            if own_head:
+                _load_blocks(part, [cached[b] for b in group], own_head)
+            at = torch.tensor(group, device=self.device)
+            head, end = batch.head, batch.head + batch.longest
+            # the group's columns of the batch's mask: its prefixes end at `head`, its prompts at `end`
+            columns = torch.cat([torch.arange(head - own_head, head), torch.arange(end - width, end)])
+            logits[at] = self._forward(
+                [rows[b] for b in group],
+                batch.input_ids[at, batch.longest - width :],
+                batch.attention[at][:, columns.to(self.device)],
+                batch.positions[at, batch.longest - width :],
+                part,
+                fp32_head,
+            )
+            parts.append((group, own_head, width, part))
+        cache = in_place_cache(config, capacity)
+        merge_group_caches(cache, parts, len(rows), batch.head, batch.longest)
+        return cache, logits
+
+    def _forward(
+        self,
+        rows: list[_Row],
+        input_ids: torch.Tensor,
+        attention: torch.Tensor,
+        positions: torch.Tensor,
+        cache: Any,
+        fp32_head: bool,
+    ) -> torch.Tensor:
+        """One forward pass of `rows` over `cache` (which it extends): the [B, V] float32 next-token logits."""
+        extra = {"adapter_names": [r.adapter for r in rows]} if self._pool.peft_model is not None else {}
+        out = self._pool.model(
+            input_ids=input_ids,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+            output_hidden_states=fp32_head,
+            **extra,
+        )
+        if fp32_head:
+            hidden = out.hidden_states[-1][:, -1, :].float()  # [B, H] after the final norm
+            return F.linear(hidden, self._head_weight, self._head_bias)  # [B, V] fp32 next-token logits
+        return out.logits[:, -1, :].float()  # [B, V]
 
     def _shared_prefix(self, rows: list[_Row]) -> int:
         """How many leading prompt tokens all `rows` share, to be computed once (0: not worth it, or the
