@@ -169,11 +169,13 @@ def test_a_long_uncached_prompt_is_prefilled_apart_with_the_same_results(
         GenerationRequest(long, params=GREEDY),
         GenerationRequest(rules + prompts[0], lora_path=adapters[0], params=GREEDY),
         GenerationRequest(rules + prompts[1], params=sampled),
+        GenerationRequest(rules[: cached.prefix_cache.block] + prompts[2], params=GREEDY),  # 1 block cached
     ]
     cached.generate_batch(requests[:1])  # keeps the rules' blocks
     outs = cached.generate_batch(requests)
-    # rows 0-2 and 4 take the rules from the cache; the long row (3) and the adapter's (5, no block yet) not
-    assert sorted(map(sorted, passes[-1])) == [[0, 1, 2, 4], [3, 5]]
+    # rows 0-2, 4 and 5 (one block fewer) take rules from the cache; the long row (3) and the adapter's
+    # (6, no block yet) do not
+    assert sorted(map(sorted, passes[-1])) == [[0, 1, 2, 4, 5], [3, 6]]
     for request, out, ref in zip(requests, outs, whole.generate_batch(requests), strict=True):
         assert out.token_ids == ref.token_ids
         assert out.logprobs == pytest.approx(ref.logprobs, abs=1e-4)
