@@ -255,6 +255,8 @@ class Engine:
         may still be running to end: a measurement taken next has the CPU (and memory bus) to itself."""
         import ray
 
+        from unstable_core.errors import UnstableError
+
         if self.collecting is not None:
             self.collector.stop.remote()
             ray.get(self.collecting)
@@ -265,6 +267,10 @@ class Engine:
             if not stats["running"] and not stats["queued"]:
                 return
             time.sleep(0.05)
+        raise UnstableError(
+            f"the inference actor still had a batch running {idle_timeout_s:.0f} s after the games stopped; "
+            "a measurement now would share the CPU with it"
+        )
 
     def kill(self) -> None:
         """Stop collecting and end every actor of this engine."""

@@ -268,6 +268,7 @@ class TransformersBackend(InferenceBackend):
         into one laid out as `batch`, and the [B, V] next-token logits of every row."""
         config = self._pool.base_model.config
         logits = torch.empty((len(rows), self.vocab_size), device=self.device)
+        head, end = batch.head, batch.head + batch.longest
         parts = []
         for group in groups:
             own_head = max(batch.starts[b] for b in group)
@@ -276,7 +277,6 @@ class TransformersBackend(InferenceBackend):
             if own_head:
                 _load_blocks(part, [cached[b] for b in group], own_head)
             at = torch.tensor(group, device=self.device)
-            head, end = batch.head, batch.head + batch.longest
             # the group's columns of the batch's mask: its prefixes end at `head`, its prompts at `end`
             columns = torch.cat([torch.arange(head - own_head, head), torch.arange(end - width, end)])
             logits[at] = self._forward(
@@ -289,7 +289,7 @@ class TransformersBackend(InferenceBackend):
             )
             parts.append((group, own_head, width, part))
         cache = in_place_cache(config, capacity)
-        merge_group_caches(cache, parts, len(rows), batch.head, batch.longest)
+        merge_group_caches(cache, parts, len(rows), head, batch.longest)
         return cache, logits
 
     def _forward(

@@ -51,16 +51,8 @@ def merge_group_caches(
         values = torch.zeros_like(keys)
         for index, own_head, own_width, cache in parts:
             at = torch.tensor(index, device=keys.device)
-            # positions of the part's cache in the batch: its prefix before `head`, its prompt before the end
-            to = torch.cat(
-                [
-                    torch.arange(head - own_head, head, device=keys.device),
-                    torch.arange(head + width - own_width, head + width, device=keys.device),
-                ]
-            )
-            source = cache.layers[i]
-            keys[at[:, None], :, to[None, :]] = source.keys.transpose(
-                1, 2
-            )  # [b, n, H, D] under advanced indexing
-            values[at[:, None], :, to[None, :]] = source.values.transpose(1, 2)
+            layer_of_part = cache.layers[i]
+            for merged, part in ((keys, layer_of_part.keys), (values, layer_of_part.values)):
+                merged[at, :, head - own_head : head] = part[:, :, :own_head]  # the cached prefixes
+                merged[at, :, head + width - own_width :] = part[:, :, own_head:]  # the prompts' rest
         layer.preload(keys, values)
