@@ -11,6 +11,8 @@ a'') its FLOP/s against the model's own Linear layers applied as one decode step
 b) the engine (InferenceActor + Collector actor wired as run.py wires them, B TicTacToe games in flight):
    generated tokens/s, and b/a (target >= 0.85);
 c) B games in flight against one game at a time on the same engine: tokens/s ratio (target >= 4);
+c') the most c can be on this machine: B x the model's decode step at batch 1 / its step at batch B (at
+   a first prompt's length), which c reaches only if every engine step were full and prompts were free;
 d) on a backend answering a random legal move at once: engine turns/s against a plain in-process
    TextArena loop with the same move choice (target >= 0.25);
 d') `play_game` in-process on that backend, no Ray: turns/s (target >= 5,000);
@@ -369,6 +371,36 @@ class BackendAlone:
                 best = min(best, time.perf_counter() - started)
         return 2.0 * batch * sum(m.weight.numel() for m in layers) / best
 
+    def decode_step_s(self, rows: int, steps: int = 12) -> float:
+        """Seconds of one decode step of `rows` rows, each a first-turn prompt's length of cached tokens
+        (the model's forward pass alone, as the backend runs it): the median of `steps` steps."""
+        import torch
+
+        from unstable_core.inference.kv_cache import in_place_cache
+
+        model = self.backend._pool.model
+        length = len(self.prompts[0])
+        cache = in_place_cache(model.config, length + steps + 1)
+        attention = torch.ones((rows, length), dtype=torch.long)
+        times = []
+        with torch.inference_mode():
+            prompt = torch.tensor([self.prompts[0]] * rows)
+            model(input_ids=prompt, attention_mask=attention, past_key_values=cache, use_cache=True)
+            token = prompt[:, -1:]
+            for i in range(steps):
+                attention = torch.cat([attention, attention.new_ones((rows, 1))], dim=-1)
+                started = time.perf_counter()
+                model(
+                    input_ids=token,
+                    attention_mask=attention,
+                    position_ids=torch.full((rows, 1), length + i),
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
+                times.append(time.perf_counter() - started)
+        return statistics.median(times)
+
     def logprob_gap(self, model: str) -> float:
         """The largest |recorded - recomputed| log-prob over one batch's sampled tokens, recomputed by a
         plain fp32 forward pass of a freshly loaded model (torch's own kernels, as the learner runs)."""
@@ -611,7 +643,7 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
     threads = engine.torch_threads()
     alone = BackendAlone.load(model, batch, max_tokens, threads)
     hidden, width = alone.widths
-    a, b, one, step_peak, big_peak, streamed = [], [], [], [], [], []
+    a, b, one, step_peak, big_peak, streamed, step_one, step_b = [], [], [], [], [], [], [], []
     kernels: dict[str, list[float]] = {}
     try:
         for r in range(sizes.rounds):
@@ -623,6 +655,8 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
                 kernels.setdefault(kernel, []).append(flops_of)
             big_peak.append(best_matmul_flops(2048, hidden, width)[0])
             streamed.append(alone.step_matmul_flops(batch))
+            step_one.append(alone.decode_step_s(1))
+            step_b.append(alone.decode_step_s(batch))
             engine.collect(batch)
             b.append(engine.window(warmup_turns=batch, turns=sizes.window_batches * batch).tokens_per_s)
             engine.collect(1)
@@ -636,6 +670,7 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
     of_streamed = [x / y for x, y in zip(flops, streamed, strict=True)]
     b_over_a = [x / y for x, y in zip(b, a, strict=True)]
     b_over_one = [x / y for x, y in zip(b, one, strict=True)]
+    ceiling = [batch * x / y for x, y in zip(step_one, step_b, strict=True)]
     med = statistics.median
     rounds = lambda xs: "per round: " + ", ".join(f"{x:,.2f}" for x in xs)  # noqa: E731
     return [
@@ -680,6 +715,15 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
             ">= 4",
             med(b_over_one) >= 4.0,
             f"1 game: {med(one):,.2f} tok/s; {rounds(b_over_one)}",
+        ),
+        Row(
+            "c') ceiling of c here",
+            med(ceiling),
+            "x",
+            "",
+            None,
+            f"{batch} x decode step at batch 1 / at batch {batch}: {med(step_one) * 1e3:,.1f} / "
+            f"{med(step_b) * 1e3:,.1f} ms ({len(alone.prompts[0])} cached tokens); {rounds(ceiling)}",
         ),
     ]
 
