@@ -378,26 +378,30 @@ class BackendAlone:
 
         from unstable_core.inference.kv_cache import in_place_cache
 
-        model = self.backend._pool.model
+        model, device = self.backend._pool.model, self.backend.device
+        sync = torch.cuda.synchronize if device.startswith("cuda") else lambda: None
         length = len(self.prompts[0])
         cache = in_place_cache(model.config, length + steps + 1)
-        attention = torch.ones((rows, length), dtype=torch.long)
+        attention = torch.ones((rows, length), dtype=torch.long, device=device)
         times = []
         with torch.inference_mode():
-            prompt = torch.tensor([self.prompts[0]] * rows)
+            prompt = torch.tensor([self.prompts[0]] * rows, device=device)
             model(input_ids=prompt, attention_mask=attention, past_key_values=cache, use_cache=True)
             token = prompt[:, -1:]
             for i in range(steps):
                 attention = torch.cat([attention, attention.new_ones((rows, 1))], dim=-1)
+                position = torch.full((rows, 1), length + i, device=device)
+                sync()
                 started = time.perf_counter()
                 model(
                     input_ids=token,
                     attention_mask=attention,
-                    position_ids=torch.full((rows, 1), length + i),
+                    position_ids=position,
                     past_key_values=cache,
                     use_cache=True,
                     logits_to_keep=1,
                 )
+                sync()
                 times.append(time.perf_counter() - started)
         return statistics.median(times)
 
