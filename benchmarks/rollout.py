@@ -373,7 +373,7 @@ class BackendAlone:
 
     def decode_step_s(self, rows: int, steps: int = 12) -> float:
         """Seconds of one decode step of `rows` rows, each a first-turn prompt's length of cached tokens
-        (the model's forward pass alone, as the backend runs it): the median of `steps` steps."""
+        (the backend's forward pass and fp32 logits, no sampling): the median of `steps` steps."""
         import torch
 
         from unstable_core.inference.kv_cache import in_place_cache
@@ -393,14 +393,7 @@ class BackendAlone:
                 position = torch.full((rows, 1), length + i, device=device)
                 sync()
                 started = time.perf_counter()
-                model(
-                    input_ids=token,
-                    attention_mask=attention,
-                    position_ids=position,
-                    past_key_values=cache,
-                    use_cache=True,
-                    logits_to_keep=1,
-                )
+                self.backend._forward([], token, attention, position, cache, False)  # no adapter rows
                 sync()
                 times.append(time.perf_counter() - started)
         return statistics.median(times)
