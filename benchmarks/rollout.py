@@ -373,27 +373,27 @@ class BackendAlone:
 
     def decode_step_s(self, rows: int, steps: int = 12) -> float:
         """Seconds of one decode step of `rows` rows, each a first-turn prompt's length of cached tokens
-        (the backend's forward pass and fp32 logits, no sampling): the median of `steps` steps."""
+        (the backend's forward pass and fp32 logits, no sampling; no adapter): the median of `steps` steps."""
         import torch
 
         from unstable_core.inference.kv_cache import in_place_cache
 
-        model, device = self.backend._pool.model, self.backend.device
+        backend, device = self.backend, self.backend.device
         sync = torch.cuda.synchronize if device.startswith("cuda") else lambda: None
         length = len(self.prompts[0])
-        cache = in_place_cache(model.config, length + steps + 1)
+        cache = in_place_cache(backend._pool.base_model.config, length + steps + 1)
         attention = torch.ones((rows, length), dtype=torch.long, device=device)
         times = []
         with torch.inference_mode():
             prompt = torch.tensor([self.prompts[0]] * rows, device=device)
-            model(input_ids=prompt, attention_mask=attention, past_key_values=cache, use_cache=True)
-            token = prompt[:, -1:]
+            positions = torch.arange(length, device=device).expand(rows, -1)
+            backend._forward([], prompt, attention, positions, cache, False)  # [] rows: no adapter
             for i in range(steps):
                 attention = torch.cat([attention, attention.new_ones((rows, 1))], dim=-1)
                 position = torch.full((rows, 1), length + i, device=device)
                 sync()
                 started = time.perf_counter()
-                self.backend._forward([], token, attention, position, cache, False)  # no adapter rows
+                backend._forward([], prompt[:, -1:], attention, position, cache, False)
                 sync()
                 times.append(time.perf_counter() - started)
         return statistics.median(times)
