@@ -446,6 +446,36 @@ def test_importance_cap_truncates_the_weights(tiny_model, tmp_path):
     assert metrics["off_policy/log_ratio_mean"] == pytest.approx(3.0, abs=1e-3)
 
 
+def test_with_lora_dropout_the_importance_weights_see_the_policy_not_a_dropout_mask(tiny_model, tmp_path):
+    """lora_dropout 0.5, mu recorded from the policy itself (eval mode): pi / mu is 1 on every token, as at
+    dropout 0; a train-mode pass read it as up to e^0.6 off-policy and weighted the gradient by that noise."""
+    lrn = SumLogprobLearner.create(
+        tiny_model, device="cpu", run_dir=tmp_path, lora_config={"lora_rank": 4, "lora_dropout": 0.5},
+        importance_cap=10.0, seed=0,
+    )  # fmt: skip
+    lrn.initialize_algorithm()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, param in lrn.model.named_parameters():
+            if "lora_B" in name:  # a LoRA that moves the policy, so that dropping it shows
+                param.normal_(0, 0.1)
+    lrn.model.eval()
+    tokens = lrn.collate(BATCH)
+    with torch.no_grad():
+        policy = lrn.policy_logprobs(tokens)
+    lrn.model.train()
+    steps = []
+    for b, s in enumerate(BATCH):
+        n_p, n = len(s.prompt_ids), len(s.prompt_ids) + len(s.completion_ids)
+        logprobs = policy[b, n_p - 1 : n - 1].tolist()
+        steps.append(make_step(s.prompt_ids, s.completion_ids, s.reward, logprobs=logprobs))
+    tokens = lrn.collate(steps)
+    weights = lrn.importance_weights(lrn.policy_logprobs(tokens), tokens)
+    assert torch.allclose(weights, torch.ones_like(weights), atol=1e-5) and lrn.model.training
+    metrics = lrn.update(steps)
+    assert metrics["off_policy/max_abs_log_ratio"] < 1e-5 and metrics["grad_norm"] > 0
+
+
 def test_an_unset_importance_cap_is_the_learners_default():
     from unstable_core.config import RunConfig
     from unstable_core.learners.base import LearnerConfig

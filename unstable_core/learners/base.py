@@ -31,6 +31,7 @@ from unstable_core.learners.checkpoint import (
     write_folder_atomically,
     write_json,
 )
+from unstable_core.learners.dropout import has_dropout, reference_mode
 from unstable_core.learners.lora import make_lora_config, present_target_modules
 from unstable_core.learners.off_policy import OffPolicyStats, importance_weights
 from unstable_core.learners.shared_prefix import decoder_hidden, micro_batch_order
@@ -176,6 +177,7 @@ class BaseLearner:
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
             self.model = get_peft_model(base, self.lora_config(), adapter_name=POLICY_ADAPTER)
         self.model.train()
+        self.has_dropout = has_dropout(self.model)  # train-mode forwards are then random: see `dropout`
         # on CPU the frozen base layers run on oneDNN-packed fp32 weights: an update about 1.5x faster
         self.packed_layers = pack_linear_layers(self.model, frozen_only=True)
         pad = base.config.pad_token_id if base.config.pad_token_id is not None else base.config.eos_token_id
@@ -281,10 +283,19 @@ class BaseLearner:
         )  # [B, T, H]
         return head_logprobs(hidden, head, batch, self.config.temperature, entropy, self.config.top_p)
 
+    def reference_logprobs(self, batch: TokenBatch) -> Any:
+        """[B, T-1] `policy_logprobs` without gradient or dropout (eval mode): the policy itself, as pi_old,
+        the base's log-probs and importance weights need it, not one random dropout mask of it."""
+        with reference_mode(self.model):
+            return self.policy_logprobs(batch)
+
     def importance_weights(self, logp: Any, batch: TokenBatch) -> Any:
         """[B, T-1] truncated importance weights min(pi/mu, importance_cap) (all 1 without a cap); also
-        records this micro-batch's ratio and KL statistics for the update's `off_policy/...` metrics."""
+        records this micro-batch's ratio and KL statistics for the update's `off_policy/...` metrics. With
+        dropout on, pi comes from a `reference_logprobs` pass: `logp`'s dropout noise is not off-policyness."""
         cap = self.config.importance_cap
+        if self.has_dropout and self.model.training and bool(batch.behaviour_mask.any()):
+            logp = self.reference_logprobs(batch)
         self.record_off_policy(logp, batch)
         return importance_weights(logp, batch.behaviour_logprobs, batch.behaviour_mask, cap)
 

@@ -113,6 +113,41 @@ def test_a_stale_or_shifted_mu_moves_the_behaviour_weight_not_the_clip(
         assert torch.allclose(g_ppo[name], g_ref[name], rtol=1e-4, atol=1e-8), name
 
 
+def test_with_lora_dropout_pi_old_and_the_base_are_the_policy_without_dropout(tiny_model, tmp_path):
+    """lora_dropout 0.5: pi_old, w and the base's log-probs come from eval-mode passes, the same on every
+    call (a train-mode pi_old was one dropout mask's, off by up to e^0.4 from the policy at dropout 0.1);
+    the model is back in train mode for the loss."""
+    lrn = PPOLearner.create(
+        tiny_model, device="cpu", run_dir=tmp_path, lora_config={"lora_rank": 4, "lora_dropout": 0.5},
+        max_generation_len=8, mini_batch_size=4, seed=0,
+    )  # fmt: skip
+    lrn.initialize_algorithm(epochs=1, kl_coef=0.5)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, param in lrn.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.1)
+    tokens = lrn.collate(_batch())
+    lrn.model.eval()
+    with torch.no_grad():
+        policy = lrn.policy_logprobs(tokens)
+        with lrn.model.disable_adapter():
+            base = lrn.policy_logprobs(tokens)
+    lrn.model.train()
+    steps = []
+    for b, s in enumerate(_batch()):  # mu recorded from the policy itself: w = 1
+        n_p, n = len(s.prompt_ids), len(s.prompt_ids) + len(s.completion_ids)
+        steps.append(attrs.evolve(s, logprobs=policy[b, n_p - 1 : n - 1].tolist()))
+    for _ in range(2):
+        (micro,) = lrn.fix_logprobs(steps)
+        fixed, mask = lrn._layout.get(micro), tokens.target_mask
+        assert torch.equal(fixed.old_logp, policy) and torch.equal(fixed.ref_logp, base)
+        assert torch.allclose(fixed.weight[mask], torch.ones_like(policy[mask]), atol=1e-5)
+        assert lrn.model.training
+    metrics = lrn.update(steps)
+    assert metrics["off_policy/max_abs_log_ratio"] < 1e-5 and metrics["ppo/behaviour_ratio_max"] < 1 + 1e-5
+
+
 def test_the_clip_binds_on_the_learners_own_moves_within_an_update(tiny_model, tmp_path):
     """Recorded mu, several optimizer steps: later ones see r = pi / pi_old != 1 and the clip binds."""
     lrn = _make(PPOLearner, tiny_model, tmp_path, epochs=3, mini_batches=2, clip_low=0.01, clip_high=0.01)

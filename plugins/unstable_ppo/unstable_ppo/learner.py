@@ -232,20 +232,18 @@ class PPOLearner(BaseLearner):
 
     def fix_logprobs(self, samples: list[Step], rng: random.Random | None = None) -> list[list[Step]]:
         """Before the update's first optimizer step: cut `samples` into the update's micro-batches and give
-        each, from gradient-free passes in its own layout, pi_old, w = min(pi_old / mu, cap) and, with a KL
-        term, the base's log-probs (the base never changes: once per update, not per optimizer step). Also
-        records how off-policy the data was (`off_policy/...`: pi_old against mu). Returns the micro-batches."""
-        import torch
-
+        each, from gradient-free passes in its own layout without dropout, pi_old, w = min(pi_old / mu, cap)
+        and, with a KL term, the base's log-probs (the base never changes: once per update, not per optimizer
+        step). Also records how off-policy the data was (`off_policy/...`: pi_old against mu). Returns the
+        micro-batches."""
         self._layout = Layout()
         cap = self.ppo.behaviour_weight_cap
         for micro in cut_micro_batches(
             samples, self.config.mini_batch_size, self.ppo.mini_batches, rng or self._rng()
         ):
             tokens = self.collate(micro)
-            with torch.no_grad():
-                old = self.policy_logprobs(tokens)  # [B, T-1]
-                ref = self.base_logprobs(tokens) if self.ppo.kl_coef > 0 else None
+            old = self.reference_logprobs(tokens)  # [B, T-1], no dropout: the policy, not one mask of it
+            ref = self.base_logprobs(tokens) if self.ppo.kl_coef > 0 else None
             fixed = Fixed(
                 old, behaviour_weights(old, tokens.behaviour_logprobs, tokens.behaviour_mask, cap), ref
             )
@@ -255,11 +253,10 @@ class PPOLearner(BaseLearner):
         return self._layout.micro_batches
 
     def base_logprobs(self, tokens: TokenBatch) -> Any:
-        """[B, T-1] tempered log-probs of the base model: the same backbone with the adapter disabled."""
-        import torch
-
-        with torch.no_grad(), self.model.disable_adapter():
-            return self.policy_logprobs(tokens)
+        """[B, T-1] tempered log-probs of the base model: the same backbone with the adapter disabled, no
+        dropout."""
+        with self.model.disable_adapter():
+            return self.reference_logprobs(tokens)
 
     def _update(self, batch: list[Step], scale: float) -> dict[str, float]:
         """Forward one of the update's micro-batches, backward its scaled PPO loss, return its metrics."""
