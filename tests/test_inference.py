@@ -354,6 +354,34 @@ def test_rewritten_adapter_folder_is_reloaded(tiny_model, backend, prompts, tmp_
     assert second.token_ids == fresh.token_ids != first.token_ids
 
 
+def test_reloading_the_only_adapter_keeps_serving(tiny_model, prompts, tmp_path):
+    """The only loaded adapter's folder rewritten: deleting it left peft's active adapter naming it, and the
+    next forward raised KeyError: 'adapter_0'. Also after a failed reload (no adapter left) the base model
+    is served."""
+    path = make_adapter(tiny_model, tmp_path / "only", seed=30)
+    lone = TransformersBackend(tiny_model, max_loras=1)
+    base, adapted = (GenerationRequest(prompts[0], lora_path=p, params=GREEDY) for p in (None, path))
+    first = lone.generate_batch([adapted])[0]
+    shutil.rmtree(path)
+    make_adapter(tiny_model, tmp_path / "only", seed=31)
+    second, plain = lone.generate_batch([adapted, base])
+    fresh = TransformersBackend(tiny_model)
+    assert (
+        second.finish_reason == "length" and second.token_ids == fresh.generate_batch([adapted])[0].token_ids
+    )
+    assert second.token_ids != first.token_ids
+    assert plain.token_ids == fresh.generate_batch([base])[0].token_ids
+
+    (tmp_path / "only" / "adapter_model.safetensors").write_bytes(b"not safetensors")
+    broken, plain = lone.generate_batch([adapted, base])
+    assert broken.finish_reason == "error" and "could not load LoRA adapter" in broken.error
+    assert plain.finish_reason == "length" and plain.token_ids == fresh.generate_batch([base])[0].token_ids
+    shutil.rmtree(path)
+    make_adapter(tiny_model, tmp_path / "only", seed=32)
+    again = lone.generate_batch([adapted])[0]
+    assert again.token_ids == TransformersBackend(tiny_model).generate_batch([adapted])[0].token_ids
+
+
 def test_bad_options_raise(tiny_model):
     with pytest.raises(UnstableError, match="max_batch_size"):
         TransformersBackend(tiny_model, max_batch_size=0)

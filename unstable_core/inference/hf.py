@@ -302,7 +302,7 @@ class TransformersBackend(InferenceBackend):
         fp32_head: bool,
     ) -> torch.Tensor:
         """One forward pass of `rows` over `cache` (which it extends): the [B, V] float32 next-token logits."""
-        extra = {"adapter_names": [r.adapter for r in rows]} if self._pool.peft_model is not None else {}
+        extra = self._pool.forward_kwargs([r.adapter for r in rows])
         out = self._pool.model(
             input_ids=input_ids,
             attention_mask=attention,
@@ -363,7 +363,7 @@ class TransformersBackend(InferenceBackend):
     def _prefill_prefix(self, rows: list[_Row], shared: int, cache: Any) -> None:
         """Fill the empty `cache` with the rows' shared prefix: computed once, repeated for every row."""
         model = self._pool.model
-        extra = {"adapter_names": [rows[0].adapter]} if self._pool.peft_model is not None else {}
+        extra = self._pool.forward_kwargs([rows[0].adapter])
         prefix = torch.tensor([rows[0].request.prompt_ids[:shared]], device=self.device)  # [1, P]
         model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1, **extra)
         cache.batch_repeat_interleave(len(rows))

@@ -8,7 +8,7 @@ for the base model).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from unstable_core.inference.adapters import AdapterLRU, AdapterSlot, adapter_problem, adapter_version
@@ -27,8 +27,16 @@ class PeftAdapterPool:
 
     @property
     def model(self) -> Any:
-        """The model to call: the PeftModel once an adapter was loaded, else the base model."""
-        return self.peft_model if self.peft_model is not None else self.base_model
+        """The model to call: the PeftModel while it holds an adapter, else the base model (after a failed
+        reload of the only adapter, its LoRA layers are empty and it is the base model again)."""
+        return self.peft_model if self._holds_adapters() else self.base_model
+
+    def forward_kwargs(self, adapters: Sequence[str]) -> dict[str, Any]:
+        """The keyword arguments that give each row of a `model` forward its adapter (`BASE`: none)."""
+        return {"adapter_names": list(adapters)} if self._holds_adapters() else {}
+
+    def _holds_adapters(self) -> bool:
+        return self.peft_model is not None and bool(self.peft_model.peft_config)
 
     def prepare(self, paths: Collection[str]) -> tuple[dict[str, str], dict[str, str]]:
         """Load the adapters of `paths` (at most `capacity`). -> (adapter name by path, error by path)."""
@@ -67,6 +75,10 @@ class PeftAdapterPool:
                 self.peft_model.eval()
             else:
                 self.peft_model.load_adapter(path, adapter_name=name, is_trainable=False)
+                if self.peft_model.active_adapter not in self.peft_model.peft_config:
+                    # the only adapter was deleted (a reload), and peft still names it active: its next
+                    # forward would raise KeyError, whatever adapter_names says
+                    self.peft_model.set_adapter(name, inference_mode=True)
         except Exception:
             if self.peft_model is not None and name in self.peft_model.peft_config:
                 self._unload(name)
