@@ -282,6 +282,26 @@ def test_a_completion_without_a_number_has_no_answer():
     assert result.reason == "no answer found"
 
 
+@pytest.mark.parametrize(
+    ("completion", "answer"),
+    [
+        ("10 - 5", None),  # the question's expression: its last number is no answer
+        ("What is 10 - 5?", None),
+        ("10  -   5", None),  # the same copy, spaced otherwise
+        ("10 - 5 = 5", "5"),
+        ("What is 10 - 5?\n5", "5"),
+        ("The answer to 10 - 5 is 5.", "5"),
+        ("5", "5"),  # a lone number copies nothing before it
+        ("x is 5", "5"),
+        ("\\boxed{10 - 5}", "10 - 5"),  # a box, or ####, is an answer even when it echoes
+    ],
+)
+def test_a_completion_that_echoes_the_question_gives_no_answer(completion, answer):
+    result = check_answer(completion, "5", question="What is 10 - 5?")
+    assert (result.answer, result.correct) == (answer, answer == "5")
+    assert check_answer("10 - 5", "5").correct  # without the question nothing tells an echo
+
+
 def test_the_last_box_is_the_answer():
     assert check_answer("\\boxed{12} wait, no: \\boxed{13}", "13").correct is True
     assert check_answer("\\boxed{13} wait, no: \\boxed{12}", "13").correct is False

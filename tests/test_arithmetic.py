@@ -10,6 +10,7 @@ import pytest
 
 from unstable_core.envs.answers import check_answer
 from unstable_core.envs.arithmetic import DIFFICULTIES, make_problem
+from unstable_core.envs.sources import ArithmeticTask
 
 OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 N = 200  # problems looked at per difficulty
@@ -150,3 +151,15 @@ def test_the_answer_checker_accepts_the_boxed_answer(difficulty):
         assert check_answer(f"{question} Working it out... \\boxed{{{answer}}}", answer).correct
         assert check_answer(f"so the answer is {answer}.", answer).correct
         assert not check_answer(f"\\boxed{{{int(answer) + 1}}}", answer).correct
+
+
+@pytest.mark.parametrize("difficulty", DIFFICULTIES)
+def test_an_echo_of_the_question_is_never_credited(difficulty):
+    """`10 - 5` for `What is 10 - 5?` (answer 5) ended in the answer: the last-number fallback credited
+    51 of 2,000 difficulty-1 echoes. The task's check sees the question; an answer after it still counts."""
+    task = ArithmeticTask(difficulty)
+    for index in range(2000):
+        item = task.item(index)
+        for echo in (expression(item.prompt), item.prompt):
+            assert task.check(echo, item).answer is None, item
+        assert task.check(f"{expression(item.prompt)} = {item.answer}", item).correct

@@ -3,7 +3,9 @@
 The answer of a completion (`extract_answer`) is, in this order:
 1. the content of its last closed `\\boxed{...}` (also `\\boxed {...}`, `\\fbox{...}`; nested braces allowed);
 2. else the text after its last `####` (GSM8K's marker), to the end of that line;
-3. else its last number: `-12`, `1,234`, `0.5`, `2.5e-3` or an inline fraction `3/4`;
+3. else its last number: `-12`, `1,234`, `0.5`, `2.5e-3` or an inline fraction `3/4`; but not one that
+   ends a copy of the question reaching back to the number before it (`10 - 5` for `What is 10 - 5?`:
+   an echo of the question, not an answer; `10 - 5 = 5` answers 5);
 4. else none: the completion gave no answer.
 An answer that is empty after stripping whitespace is no answer. A reference that is a worked solution
 (`... #### 72`, `... \\boxed{3}`) stands for the answer it gives (`reference_answer`).
@@ -98,8 +100,21 @@ def _last_boxed(text: str) -> str | None:
     return None
 
 
-def extract_answer(text: str) -> str | None:
-    """The answer a completion gives (rules in the module docstring), stripped; None when it gives none."""
+def _squeeze(text: str) -> str:
+    """`text` for finding a copy of it: no whitespace, a plain minus, lower case."""
+    return re.sub(r"\s+", "", text.replace("\u2212", "-")).lower()
+
+
+def _echoes(text: str, previous: re.Match[str] | None, last: re.Match[str], question: str) -> bool:
+    """Whether `text`'s last number ends a copy of `question` that reaches back to the number before it."""
+    if previous is None:
+        return False
+    return _squeeze(text[previous.start() : last.end()]) in _squeeze(question)
+
+
+def extract_answer(text: str, question: str | None = None) -> str | None:
+    """The answer a completion gives (rules in the module docstring), stripped; None when it gives none
+    (also when its last number only echoes `question`, the prompt it answers)."""
     boxed = _last_boxed(text)
     if boxed is not None:
         return boxed.strip() or None
@@ -107,8 +122,12 @@ def extract_answer(text: str) -> str | None:
         after = text.rsplit("####", 1)[1]
         line = after.splitlines()[0] if after.strip() else ""
         return line.strip() or None
-    numbers = _NUMBER_IN_TEXT.findall(text)
-    return numbers[-1].strip() if numbers else None
+    previous = last = None
+    for match in _NUMBER_IN_TEXT.finditer(text):
+        previous, last = last, match
+    if last is None or (question is not None and _echoes(text, previous, last, question)):
+        return None
+    return last.group().strip()
 
 
 def reference_answer(reference: str) -> str:
@@ -286,7 +305,8 @@ class AnswerCheck:
         return f"wrong: {self.answer} != {self.reference}"
 
 
-def check_answer(completion: str, reference: str) -> AnswerCheck:
-    """Grade one completion against a reference answer (or worked solution): extract, compare, explain."""
-    answer, expected = extract_answer(completion), reference_answer(reference)
+def check_answer(completion: str, reference: str, question: str | None = None) -> AnswerCheck:
+    """Grade one completion against a reference answer (or worked solution): extract, compare, explain.
+    With the `question`, a completion that only echoes it gives no answer (`10 - 5` for 5)."""
+    answer, expected = extract_answer(completion, question), reference_answer(reference)
     return AnswerCheck(correct=answers_match(answer, expected), answer=answer, reference=expected)

@@ -40,8 +40,8 @@ class Task:
         raise NotImplementedError
 
     def check(self, completion: str, item: TaskItem) -> AnswerCheck:
-        """Grade `completion` against `item`'s reference answer."""
-        return check_answer(completion, item.answer)
+        """Grade `completion` against `item`'s reference answer (an echo of its prompt is no answer)."""
+        return check_answer(completion, item.answer, item.prompt)
 
 
 @attrs.define
