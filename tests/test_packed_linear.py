@@ -59,6 +59,60 @@ def test_a_packed_layer_follows_its_weight_and_leaves_gradients_to_torch():
     assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0
 
 
+def test_a_write_through_data_is_never_served_from_the_old_packed_copy():
+    """`.data` bypasses the version counter: `weight.data += d` (how peft merges LoRA), a copy into it, a
+    write through an alias kept from before the last call, `weight.data = other`. Each served the weights
+    packed before it (errors of 19-31 on a demo); now the layer computes with the weight as it is."""
+    layer = torch.nn.Linear(32, 48)
+    pack_linear_layers(layer)
+    x = torch.randn(5, 32)
+
+    def plain():
+        return torch.nn.functional.linear(x, layer.weight.detach(), layer.bias.detach())
+
+    with torch.no_grad():
+        layer(x)
+        layer.weight.data += 1.0
+        assert torch.allclose(layer(x), plain(), atol=1e-5)
+        layer.weight.data.copy_(torch.randn(48, 32))
+        assert torch.allclose(layer(x), plain(), atol=1e-5)
+        alias = layer.weight.data
+        layer(x)
+        alias.mul_(3.0)
+        assert torch.allclose(layer(x), plain(), atol=1e-5)
+        other = torch.randn(48, 32)
+        layer.weight.data = other
+        layer(x)
+        other.add_(1.0)
+        assert torch.allclose(layer(x), plain(), atol=1e-5)
+    assert pack_linear_layers(layer) == 1  # packed again on request: the copy reads the weight as it is now
+    with torch.no_grad():
+        assert torch.allclose(layer(x), plain(), atol=1e-5)
+    assert unpack_linear_layers(layer) == 1 and type(layer.weight) is torch.nn.Parameter
+
+
+def test_a_peft_merge_into_packed_layers_gives_the_adapters_logits(model):
+    """peft merges a LoRA into its base layer's weight through `.data`: the merged model must compute
+    what the adapter computed unmerged, and the unmerged one the same again."""
+    from peft import LoraConfig, get_peft_model
+
+    pack_linear_layers(model)
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    ids = torch.tensor([[5, 17, 99, 3, 250, 7]])
+    with torch.inference_mode():
+        adapted = peft_model(input_ids=ids).logits
+        peft_model.merge_adapter()
+        merged = peft_model(input_ids=ids).logits
+        peft_model.unmerge_adapter()
+        unmerged = peft_model(input_ids=ids).logits
+    assert torch.allclose(merged, adapted, atol=1e-4) and torch.allclose(unmerged, adapted, atol=1e-4)
+
+
 def test_the_backend_packs_on_cpu_and_records_what_the_learner_recomputes(tiny_model):
     """The transformers backend on CPU runs packed layers; the log-probs it records are those an unpacked
     model (the learner's kernels) computes for the same tokens."""
