@@ -644,6 +644,52 @@ def test_version():
     assert (result.returncode, result.stdout) == (0, f"unstable, version {__version__}\n")
 
 
+def test_a_textarena_env_class_registered_as_it_is_gives_text_observations(site):
+    """TextArena's `Env` classes observe in lists of messages; `textarena.make` wraps its ids in an
+    observation wrapper, and so does a registered game now (every game of one failed: "gave a list
+    observation, not text"). `wrappers=` chooses the wrappers, as TextArena's `register` takes them."""
+    from unstable_core.envs.catalogue import make_env
+
+    site(
+        "utp-ta",
+        {
+            "utp_ta": """
+            from unstable_core import hookimpl
+
+            TICTACTOE = "textarena.envs.TicTacToe.env:TicTacToeEnv"
+
+            @hookimpl
+            def register_envs(register):
+                register("utp-tictactoe", TICTACTOE, players=2)
+                register("utp-tictactoe-board", TICTACTOE, players=2, wrappers=[
+                    "textarena.wrappers:GameMessagesAndCurrentBoardObservationWrapper",
+                    "textarena.wrappers:ActionFormattingWrapper",
+                ])
+                register("utp-tictactoe-bare", TICTACTOE, players=2, wrappers=[])
+                register("utp-bad-wrappers", TICTACTOE, players=2, wrappers="textarena.wrappers:X")
+            """
+        },
+        {"utp_ta": "utp_ta"},
+    )
+    info = by_name(plugins.list_plugins())["utp-ta"]
+    assert info.error == (
+        "utp-ta's 'utp-bad-wrappers': wrappers must be a list of wrapper classes or import strings, "
+        "got 'textarena.wrappers:X'"
+    )
+    observed = {}
+    for env_id in ("utp-tictactoe", "utp-tictactoe-board", "utp-tictactoe-bare"):
+        env = make_env(env_id)
+        env.reset(num_players=2, seed=0)
+        env.step("[4]")
+        observed[env_id] = env.get_observation()
+    for env_id in ("utp-tictactoe", "utp-tictactoe-board"):
+        pid, text = observed[env_id]
+        assert pid == 1 and isinstance(text, str) and "Tic Tac Toe" in text and " 3 | O | 5 " in text
+    assert "[Player 0] [4]" in observed["utp-tictactoe"][1]  # the LLM wrapper's log of messages
+    assert "[GAME]" not in observed["utp-tictactoe-board"][1]  # the wrappers asked for instead
+    assert isinstance(observed["utp-tictactoe-bare"][1], list)  # wrappers=[]: TextArena's own messages
+
+
 def test_an_env_id_textarena_has_or_bad_env_options_are_refused(site):
     from unstable_core.envs.catalogue import check_env_id, make_env
 
@@ -672,7 +718,7 @@ def test_an_env_id_textarena_has_or_bad_env_options_are_refused(site):
     assert info.error == (
         "utp-envs's 'utp-bad-players': players must be an int >= 1 or a list of them, got 0; "
         "utp-envs's 'utp-bad-task': a task has one player, got players=2; "
-        "utp-envs's 'utp-bad-option': unknown option(s) colour; an env takes players= and task="
+        "utp-envs's 'utp-bad-option': unknown option(s) colour; an env takes players=, task= and wrappers="
     )
     assert plugins.get_registry().get("env", "utp-three").options == {"players": [2, 3], "task": False}
     with pytest.raises(ConfigError, match="'TicTacToe-v0' is registered by utp-envs and by TextArena"):

@@ -30,7 +30,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 class Register(Protocol):
     """The callback a `register_*` hook is given: `register(name, target, description="")`
-    (`register_envs` also takes `players=` and `task=`)."""
+    (`register_envs` also takes `players=`, `task=` and `wrappers=`)."""
 
     def __call__(self, name: str, target: Any, description: str = "", **options: Any) -> None: ...
 
@@ -125,7 +125,10 @@ def register_envs(register: Register) -> None:
     """Register games and single-turn tasks, selected by id as `--env ID`, `--eval-task ID`, `eval --task ID`.
 
     A game is a TextArena-compatible env class or factory `() -> env` (`reset(num_players, seed)`,
-    `get_observation()`, `step(action)`, `close()`), registered with the player counts it supports.
+    `get_observation()` giving text, `step(action)`, `close()`), registered with the player counts it
+    supports. A TextArena `Env` subclass is played behind TextArena's LLM observation wrapper, as
+    `textarena.make` plays its plain ids, unless `wrappers=[...]` (classes or import strings, applied in
+    order, as TextArena's `register` takes them) says which.
     A task is a factory `() -> unstable_core.envs.Task` (prompt/answer items and an answer checker), played
     as a one-turn, one-player game: reward +1 for a correct answer, -1 otherwise. Ids are unique across
     plugins and TextArena; `unstable envs` lists them with the distribution that provides them::

@@ -140,14 +140,18 @@ class Component:
 
 def check_options(kind: str, options: dict[str, Any], who: str) -> dict[str, Any]:
     """The options of a registration, checked and completed: only an env takes any (`players`: an int or
-    the list of player counts it supports, default 2; `task`: a single-turn task, one player)."""
+    the list of player counts it supports, default 2; `task`: a single-turn task, one player; `wrappers`:
+    a game's TextArena wrappers, classes or import strings, applied in order as TextArena's `register`
+    takes them)."""
     if kind != "env":
         if options:
             raise UnstableError(f"{who}: a {kind} takes no options, got {', '.join(sorted(options))}")
         return options
-    unknown = sorted(set(options) - {"players", "task"})
+    unknown = sorted(set(options) - {"players", "task", "wrappers"})
     if unknown:
-        raise UnstableError(f"{who}: unknown option(s) {', '.join(unknown)}; an env takes players= and task=")
+        raise UnstableError(
+            f"{who}: unknown option(s) {', '.join(unknown)}; an env takes players=, task= and wrappers="
+        )
     task = options.get("task", False)
     if not isinstance(task, bool):
         raise UnstableError(f"{who}: task must be True or False, got {task!r}")
@@ -161,7 +165,24 @@ def check_options(kind: str, options: dict[str, Any], who: str) -> dict[str, Any
         raise UnstableError(f"{who}: players must be an int >= 1 or a list of them, got {players!r}")
     if task and list(counts) != [1]:
         raise UnstableError(f"{who}: a task has one player, got players={players!r}")
-    return {"players": sorted(set(counts)), "task": task}
+    checked: dict[str, Any] = {"players": sorted(set(counts)), "task": task}
+    if "wrappers" in options:
+        checked["wrappers"] = _check_wrappers(options["wrappers"], task, who)
+    return checked
+
+
+def _check_wrappers(wrappers: Any, task: bool, who: str) -> list[Any]:
+    """A game's `wrappers=`: a list of wrapper classes or `"module:Name"` strings (not imported here)."""
+    if task:
+        raise UnstableError(f"{who}: a task takes no wrappers (it is no TextArena env)")
+    if not isinstance(wrappers, list | tuple) or not all(callable(w) or isinstance(w, str) for w in wrappers):
+        raise UnstableError(
+            f"{who}: wrappers must be a list of wrapper classes or import strings, got {wrappers!r}"
+        )
+    for wrapper in wrappers:
+        if isinstance(wrapper, str):
+            check_import_string(wrapper)
+    return list(wrappers)
 
 
 def _check_kind(kind: str) -> None:

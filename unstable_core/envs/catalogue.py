@@ -115,10 +115,29 @@ def make_env(env_id: str) -> Any:
         return TaskEnv(get_task(env_id))
     component = _registered(env_id)
     if component is not None:
-        return component.load()()
+        return _wrapped(component.load()(), component.options.get("wrappers"))
     import textarena
 
     return textarena.make(env_id)
+
+
+def _wrapped(env: Any, wrappers: list[Any] | None) -> Any:
+    """A registered game's env as it is played: its `wrappers=` applied in order, as TextArena's `register`
+    takes them; without any, a bare TextArena `Env` gets TextArena's LLM observation wrapper (text
+    observations, as `textarena.make` gives its plain ids); `wrappers=[]` leaves it bare."""
+    from unstable_core.registry import load_target
+
+    if wrappers is None:
+        import textarena
+
+        if isinstance(env, textarena.Env) and not isinstance(env, textarena.Wrapper):
+            from textarena.wrappers import LLMObservationWrapper
+
+            return LLMObservationWrapper(env)
+        return env
+    for wrapper in wrappers:
+        env = load_target(wrapper)(env)
+    return env
 
 
 def check_env_id(env_id: str, players: int | None = None, what: str = "--env") -> None:
