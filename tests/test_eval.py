@@ -200,6 +200,16 @@ def test_bad_arguments_are_one_line_errors(run_dir, tmp_path, tiny_model):
     assert result.output.count("\n") == 1 and "Traceback" not in result.output
     result = runner.invoke(cli, ["eval", tiny_model, "--env", "NoSuchGame-v0"])
     assert result.exit_code == 2 and "unstable envs" in result.output
+    result = runner.invoke(cli, ["eval", tiny_model, "--task", "arithmetic"])  # was: "not a task (a game?)"
+    assert result.exit_code == 2 and result.output.count("\n") == 1
+    assert (
+        "did you mean arithmetic-1, arithmetic-2, arithmetic-3, arithmetic-4, arithmetic-5?" in result.output
+    )
+    result = runner.invoke(cli, ["eval", tiny_model, "--task", "TicTacToe-v0-train"])
+    assert (
+        result.exit_code == 2
+        and "is a game, not a task: give it as --env TicTacToe-v0-train" in result.output
+    )
     out = tmp_path / "never"
     result = runner.invoke(cli, ["eval", "openai:m", "--opponent", "random", "--api-concurrency", "0",
                                  "--out", str(out)])  # fmt: skip

@@ -158,13 +158,36 @@ def check_env_id(env_id: str, players: int | None = None, what: str = "--env") -
         return
     if env_id in _textarena_ids():
         return
-    known = [*_textarena_ids(), *_registry().names("env")]
-    close = difflib.get_close_matches(env_id, known, n=3)
+    close = close_ids(env_id, [*_textarena_ids(), *_registry().names("env")])
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise ConfigError(
         f"{what} {env_id!r} is not a game or task id{hint} (`unstable envs` lists them; a task file ends "
         "in .jsonl)"
     )
+
+
+def check_task_id(env_id: str, what: str = "--task") -> None:
+    """A ConfigError unless `env_id` names a task (a file or dataset is loaded here): a game id is sent to
+    --env, an unknown one gets the close task ids (`arithmetic`: arithmetic-1 .. arithmetic-5)."""
+    if is_task(env_id):
+        check_env_id(env_id, 1, what)
+        return
+    if _registered(env_id) is not None or env_id in _textarena_ids():
+        raise ConfigError(f"{what} {env_id!r} is a game, not a task: give it as --env {env_id}")
+    tasks = [c.name for c in _registry().by_kind("env") if c.options.get("task")]
+    close = close_ids(env_id, tasks)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise ConfigError(
+        f"{what} {env_id!r} is not a task id{hint} (`unstable envs --tasks` lists them; a task file ends "
+        "in .jsonl)"
+    )
+
+
+def close_ids(env_id: str, known: list[str], n: int = 5) -> list[str]:
+    """Up to `n` of `known` that `env_id` may mean: those it opens (sorted), then the most similar."""
+    extending = sorted(k for k in known if k.lower().startswith(env_id.lower()) and k != env_id)
+    similar = difflib.get_close_matches(env_id, known, n=n)
+    return list(dict.fromkeys([*extending, *similar]))[:n]
 
 
 def list_envs(include_raw: bool = False) -> list[EnvInfo]:

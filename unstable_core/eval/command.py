@@ -31,18 +31,14 @@ def default_out_dir(models: list[Any], now: float | None = None) -> Path:
 
 def check_envs(envs: list[str], tasks: list[str] = ()) -> None:
     """Every --env is a two-player game, every --task a task (a file is read here: a bad line stops now)."""
-    from unstable_core.envs.catalogue import check_env_id, is_task
+    from unstable_core.envs.catalogue import check_env_id, check_task_id, is_task
 
     for env in envs:
         if is_task(env):
             raise ConfigError(f"--env {env!r} is a task: give it as --task {env}")
         check_env_id(env, 2, "--env")
     for task in tasks:
-        if not is_task(task):
-            raise ConfigError(
-                f"--task {task!r} is not a task (a game? give it as --env); `unstable envs --tasks`"
-            )
-        check_env_id(task, 1, "--task")
+        check_task_id(task, "--task")
 
 
 def prepare_out_dir(out: Path) -> tuple[Path, list[Path]]:
