@@ -91,6 +91,7 @@ def test_leaderboard_table_and_picture_in_the_run_dir(tmp_path):
     result = CliRunner().invoke(cli, ["leaderboard", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "ckpt-1" in result.output and "0.50 [0.15,0.85] 2/1/1 score 0.62" in result.output
+    assert "2/1/1 + 1 self" in result.output  # its mirror game, in its 5 games but in no W/D/L
     assert (tmp_path / "leaderboard.png").is_file()
 
 

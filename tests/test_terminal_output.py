@@ -146,6 +146,24 @@ def test_no_table_cuts_a_label_off(width):
             assert re.search(rf"(^|[ │┃]){re.escape(word)}([ │┃]|$)", table, re.MULTILINE), (word, table)
 
 
+def test_the_ratings_table_shows_the_games_its_w_d_l_leave_out():
+    """A default run: ckpt-10 played 15 games, 6 rated (all won) and 9 against itself, which rate nobody;
+    the table said `15` and `6/0/0` with nothing to say where the other 9 went."""
+    from unstable_core.league.league import League
+
+    league = League()
+    league.add_fixed("base")
+    league.add_checkpoint("ckpt-10", None, 10, inherit=False)
+    for _ in range(6):
+        league.update_ratings(["ckpt-10", "base"], [1.0, -1.0], "TicTacToe-v0-train")
+    for _ in range(9):
+        league.update_ratings(["ckpt-10", "ckpt-10"], [1.0, -1.0], "TicTacToe-v0-train")
+    text = render(ratings_table(league.to_dict()), 80)
+    assert re.search(r"│ ckpt-10 .*│ 15 +│ 6/0/0 \+ 9 self +│", text), text
+    assert re.search(r"│ base .*│ 6 +│ 0/0/6 +│", text), text
+    assert "games = W + D + L + self: games against itself" in text
+
+
 class FakeRun:
     """What `execute` asks of a run: start, wait (one progress snapshot), its folder and config."""
 

@@ -141,10 +141,12 @@ def _progress_table(snap: dict[str, Any], learning_steps: int | None, title: str
 
 
 def ratings_table(registry: dict[str, Any]) -> Any:
-    """TrueSkill ratings of every model, best first."""
+    """TrueSkill ratings of every model, best first; its games beside W/D/L counted in `games` too."""
     from rich.table import Table
 
-    table = Table(title="TrueSkill ratings")
+    from unstable_core.report.labels import SELF_PLAY_CAPTION, results_text
+
+    table = Table(title="TrueSkill ratings", caption=SELF_PLAY_CAPTION)
     for col in ("model", "kind", "mu", "sigma", "mu - 3 sigma", "games", "W/D/L"):
         table.add_column(col, overflow="fold")
     models = sorted((m for m in registry.get("models", []) if m.get("active", True)), key=lambda m: -m["mu"])
@@ -156,7 +158,7 @@ def ratings_table(registry: dict[str, Any]) -> Any:
             f"{m['sigma']:.2f}",
             f"{m['mu'] - 3 * m['sigma']:.2f}",
             str(m["games"]),
-            f"{m['wins']}/{m['draws']}/{m['losses']}",
+            results_text(m["games"], m["wins"], m["draws"], m["losses"]),
         )
     return table
 

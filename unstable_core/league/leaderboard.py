@@ -19,6 +19,7 @@ from unstable_core.envs.tasks import SOLO
 from unstable_core.errors import UnstableError
 from unstable_core.io import dumps_json
 from unstable_core.report.checkpoint_rates import VersionRates, rates_from_games, run_games
+from unstable_core.report.labels import SELF_PLAY_CAPTION, results_text
 from unstable_core.report.stats import Rate
 
 
@@ -117,7 +118,7 @@ def leaderboard_table(entries: list[Entry], title: str) -> Any:
     table = Table(
         title=title,
         caption="vs: win rate W/n [95% Wilson interval] W/D/L, score (W + D/2)/n (its interval in --json); "
-        "task accuracy: correct/n, W/D/L counting correct/-/wrong",
+        f"task accuracy: correct/n, W/D/L counting correct/-/wrong; {SELF_PLAY_CAPTION}",
     )
     for col in ("#", "model", "kind", "mu", "sigma", "mu-3σ", "games", "W/D/L"):
         table.add_column(col, justify="left" if col in ("model", "kind") else "right", no_wrap=True)
@@ -141,7 +142,7 @@ def leaderboard_table(entries: list[Entry], title: str) -> Any:
             f"{e.sigma:.2f}",
             f"{e.conservative:.2f}",
             str(e.games),
-            f"{e.wins}/{e.draws}/{e.losses}",
+            results_text(e.games, e.wins, e.draws, e.losses),
             *cells,
         )
     return table

@@ -15,6 +15,8 @@ MEAN_LABELS = {
     "game_length": "turns",
 }
 KINDS = ("train", "eval")
+# under a TrueSkill table whose games count games of a model against itself
+SELF_PLAY_CAPTION = "games = W + D + L + self: games against itself (in games, rating nobody)"
 
 
 def short_env(env_id: str) -> str:
@@ -51,3 +53,10 @@ def mean_labels(keys: Iterable[str], metrics: Iterable[str] = tuple(MEAN_LABELS)
         (key, " ".join([kind, *([names[env]] if several else []), MEAN_LABELS[metric]]))
         for key, kind, env, metric in parsed
     ]
+
+
+def results_text(games: int, wins: int, draws: int, losses: int) -> str:
+    """A model's W/D/L as the TrueSkill tables show it: `6/0/0 + 9 self` when `games` also counts games
+    against itself (mirror self-play rates nobody, so W/D/L leave them out); else `6/0/0`."""
+    mirror = games - wins - draws - losses
+    return f"{wins}/{draws}/{losses}" + (f" + {mirror} self" if mirror else "")
