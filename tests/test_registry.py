@@ -6,8 +6,11 @@ import sys
 
 import pytest
 
+from unstable_core import plugins
 from unstable_core.errors import UnstableError
 from unstable_core.registry import (
+    _LOCAL_PLUGIN_DIRS,
+    KNOWN_PROVIDERS,
     Component,
     DuplicateComponentError,
     Registry,
@@ -182,3 +185,24 @@ def test_install_hint():
         "pip install unstable-a2c (or `pip install -e plugins/unstable_a2c` from a checkout of unstable)"
     )
     assert install_hint("someone-else") == "pip install someone-else"
+
+
+def test_known_providers_are_what_our_installed_plugins_register(monkeypatch):
+    """KNOWN_PROVIDERS (which distribution to install for a name) is kept by hand for plugins that are not
+    installed, so it drifts: it lacked the model sampler `win-rate`. Here, with all of ours installed,
+    it must be exactly what they register."""
+    monkeypatch.delenv(plugins.LOAD_ENV, raising=False)
+    monkeypatch.delenv(plugins.STRICT_ENV, raising=False)
+    plugins.reset()
+    try:
+        found = {p.name: p for p in plugins.list_plugins()}
+        missing = sorted(set(_LOCAL_PLUGIN_DIRS) - set(found))
+        assert not missing, f"install {', '.join(missing)} (pip install -e plugins/...) to check the list"
+        assert not [found[d].error for d in _LOCAL_PLUGIN_DIRS if found[d].error]
+        registered: dict[str, dict[str, str]] = {}
+        for component in plugins.get_registry():
+            if component.dist in _LOCAL_PLUGIN_DIRS:
+                registered.setdefault(component.kind, {})[component.name] = component.dist
+    finally:
+        plugins.reset()
+    assert registered == {kind: names for kind, names in KNOWN_PROVIDERS.items() if names}

@@ -29,11 +29,14 @@ KINDS: dict[str, str] = {
 }
 
 # Names our own plugin distributions provide, so that asking for one that is not installed says
-# which package to install.
+# which package to install (kept by hand, as the plugins may be absent; tests/test_registry.py checks it
+# against what the installed plugins register).
 KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
     "learner": {"reinforce": "unstable-reinforce", "a2c": "unstable-a2c", "ppo": "unstable-ppo"},
     "env_sampler": {"random": "unstable-samplers", "adaptive": "unstable-samplers"},
-    "model_sampler": {name: "unstable-samplers" for name in ("mirror", "fixed", "lagged", "trueskill")},
+    "model_sampler": {
+        name: "unstable-samplers" for name in ("mirror", "fixed", "lagged", "trueskill", "win-rate")
+    },
     "reward_transform": {
         name: "unstable-rewards"
         for name in (
