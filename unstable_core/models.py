@@ -3,7 +3,9 @@ by the inference backends and the learners."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import inspect
 import os
 from pathlib import Path
 from typing import Any
@@ -162,3 +164,67 @@ def plain_linear_head(model: Any) -> bool:
     return not any(
         getattr(c, key, None) not in (None, 1, 1.0) for c in configs for key in LOGIT_POSTPROCESSING
     )
+
+
+def cache_root() -> Path:
+    """Where unstable keeps what it makes once and reuses: $UNSTABLE_CACHE, else ~/.cache/unstable."""
+    env = os.environ.get("UNSTABLE_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")).expanduser() / "unstable"
+
+
+def hf_model_folder(name: str) -> str:
+    """A model as a Hugging Face folder (config, safetensors, tokenizer), for engines that cannot read GGUF
+    (vLLM). A GGUF model is dequantized to float32 once, with the learner's own loader, and cached by the
+    file's size and mtime, so both load the same weights; anything else is returned as it resolves."""
+    resolved = resolve_model(name)
+    if not resolved.gguf_file:
+        return resolved.path
+    source = Path(resolved.path) / resolved.gguf_file
+    stat = source.stat()
+    folder = cache_root() / "models" / f"{source.stem}-{stat.st_size}-{stat.st_mtime_ns}"
+    if (folder / "config.json").is_file():
+        return str(folder)
+    import shutil
+    import tempfile
+
+    import torch
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        _plain_copy(load_causal_lm(name, device="cpu", dtype=torch.float32)).save_pretrained(partial)
+        load_tokenizer(name).save_pretrained(partial)
+        os.replace(partial, folder)  # atomic: a crash leaves a hidden partial folder, never a half model
+    except OSError:
+        if not (folder / "config.json").is_file():  # not a race lost to another process making the same
+            raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return str(folder)
+
+
+def _plain_copy(model: Any) -> Any:
+    """The same weights in a model that transformers will save (one loaded from GGUF is marked quantized)."""
+    from transformers import AutoModelForCausalLM
+
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+    plain.load_state_dict(model.state_dict())
+    return plain
+
+
+def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
+    """`{name: cache}` for the forward argument of `model` (a transformers model, or peft's wrapper of one)
+    that takes a KV cache: `cache` in transformers >= 5.20, which deprecates `past_key_values` (removed in
+    5.40), and `past_key_values` before it."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return {_cache_argument(type(base)): cache}
+
+
+@functools.cache
+def _cache_argument(cls: type) -> str:
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"

@@ -36,7 +36,7 @@ from unstable_core.inference.peft_pool import BASE, PeftAdapterPool
 from unstable_core.inference.prefill import PASS_COST_POSITIONS, merge_group_caches, prefill_groups
 from unstable_core.inference.prefix_cache import Block, PrefixCache, joined
 from unstable_core.inference.sampling import row_logprobs, sample_tokens
-from unstable_core.models import load_causal_lm, load_tokenizer, plain_linear_head
+from unstable_core.models import cache_kwargs, load_causal_lm, load_tokenizer, plain_linear_head
 from unstable_core.packed_linear import pack_linear_layers
 
 MIN_SHARED_PREFIX = 8  # prompt tokens all rows of a batch must share before their prefix is computed once
@@ -307,7 +307,7 @@ class TransformersBackend(InferenceBackend):
             input_ids=input_ids,
             attention_mask=attention,
             position_ids=positions,
-            past_key_values=cache,
+            **cache_kwargs(self._pool.model, cache),
             use_cache=True,
             logits_to_keep=1,
             output_hidden_states=fp32_head,
@@ -365,7 +365,7 @@ class TransformersBackend(InferenceBackend):
         model = self._pool.model
         extra = self._pool.forward_kwargs([rows[0].adapter])
         prefix = torch.tensor([rows[0].request.prompt_ids[:shared]], device=self.device)  # [1, P]
-        model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1, **extra)
+        model(input_ids=prefix, **cache_kwargs(model, cache), use_cache=True, logits_to_keep=1, **extra)
         cache.batch_repeat_interleave(len(rows))
 
     def _to_output(self, row: _Row) -> GenerationOutput:

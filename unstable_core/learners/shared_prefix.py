@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from unstable_core.learners.batch import sample_length
+from unstable_core.models import cache_kwargs
 
 MIN_SHARED = 16  # shared tokens below which the batch runs whole
 ORDER_TOKENS = 64  # opening prompt tokens that sort steps into micro-batches
@@ -59,14 +60,16 @@ def decoder_hidden(decoder: Any, input_ids: Any, attention_mask: Any, last_promp
         return decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
     rows, width = input_ids.shape
     cache = DynamicCache(config=decoder.config)
-    prefix = decoder(input_ids=input_ids[:1, :n], past_key_values=cache, use_cache=True).last_hidden_state
+    prefix = decoder(
+        input_ids=input_ids[:1, :n], **cache_kwargs(decoder, cache), use_cache=True
+    ).last_hidden_state
     cache.batch_repeat_interleave(rows)  # [1, ...] -> [B, ...], gradients summed back into the one copy
     positions = torch.arange(n, width, device=input_ids.device).expand(rows, -1)  # [B, T - n]
     rest = decoder(
         input_ids=input_ids[:, n:],
         attention_mask=attention_mask,  # [B, T]: the cached prefix, then each row's own tokens
         position_ids=positions,
-        past_key_values=cache,
+        **cache_kwargs(decoder, cache),
         use_cache=True,
     ).last_hidden_state  # [B, T - n, H]
     return torch.cat([prefix.expand(rows, -1, -1), rest], dim=1)
