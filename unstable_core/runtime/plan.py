@@ -11,14 +11,15 @@ import attrs
 
 from unstable_core.config import RunConfig
 from unstable_core.games.random_player import RANDOM
-from unstable_core.inference.vllm import vllm_max_lora_rank
-from unstable_core.models import is_api_model
+from unstable_core.inference.vllm import vllm_max_lora_rank, vllm_platform
+from unstable_core.inference.vllm_memory import KvCachePlan, plan_kv_cache
+from unstable_core.models import hf_model_folder, is_api_model
 from unstable_core.runtime.components import Components
 from unstable_core.runtime.placement import (
     CpuThreads,
     Placement,
-    PlacementError,
     check_nodes,
+    check_vllm_placement,
     cluster_nodes,
     plan_placement,
     split_cpu_threads,
@@ -57,6 +58,7 @@ class RunPlan:
     cfg: RunConfig
     components: Components
     learn: bool = True
+    _kv_cache: KvCachePlan | None = attrs.field(default=None, init=False)
 
     @classmethod
     def resolve(cls, cfg: RunConfig, learn: bool = True) -> RunPlan:
@@ -117,11 +119,8 @@ class RunPlan:
         cluster = ray.cluster_resources()
         gpus = float(cluster.get("GPU", 0.0))
         use_gpu = self.cfg.device.startswith("cuda") if self.cfg.device else gpus >= 1
-        if self.cfg.backend == "vllm" and not use_gpu:
-            raise PlacementError(
-                "backend vllm needs a GPU, but the run is placed on the CPU "
-                f"(device {self.cfg.device or 'auto'}, the Ray cluster has {gpus:g} GPUs): use --backend transformers"
-            )
+        if self.cfg.backend == "vllm":
+            check_vllm_placement(vllm_platform(), use_gpu, self.cfg.device, gpus)
         others = sum(not is_api_model(m) for m in self.engines().values()) - 1  # API engines need no GPU
         plan = plan_placement(
             gpus,
@@ -170,4 +169,28 @@ class RunPlan:
         kwargs["max_lora_rank"] = vllm_max_lora_rank(self.cfg.lora_config["lora_rank"])
         if placement.gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = placement.gpu_memory_utilization
+        elif self.vllm_kv_cache() is not None:
+            kwargs["device"] = "cpu"
+            kwargs["kv_cache_memory_bytes"] = self.vllm_kv_cache().kv_cache_bytes
         return {**kwargs, **self.cfg.vllm_config}  # what the user set in vllm_config wins
+
+    def vllm_kv_cache(self) -> KvCachePlan | None:
+        """The KV cache of each vLLM engine on the CPU, from free memory and the learner's share; None
+        unless the run's vLLM is the CPU build and vllm_config sets neither kv_cache_memory_bytes nor
+        gpu_memory_utilization (the user's choice wins)."""
+        cfg = self.cfg
+        chosen = {"kv_cache_memory_bytes", "gpu_memory_utilization"} & set(cfg.vllm_config)
+        if cfg.backend != "vllm" or chosen or vllm_platform() != "cpu":
+            return None
+        if self._kv_cache is None:
+            engines = cfg.num_inference_actors or 1
+            engines += sum(not is_api_model(m) for k, m in self.engines().items() if k != "main")
+            self._kv_cache = plan_kv_cache(
+                hf_model_folder(cfg.model_name),
+                dtype_bytes=4 if (cfg.vllm_config.get("dtype") or "float32") == "float32" else 2,
+                max_batch_size=cfg.max_batch_size,
+                max_model_len=cfg.max_model_len,
+                engines=engines,
+                learner_on_cpu=self.learn,
+            )
+        return self._kv_cache

@@ -243,6 +243,7 @@ def check_run(plan: Any, resume: bool = False) -> None:
     if plan.learn:
         check_lora_targets(cfg.model_name, cfg.lora_config, DEFAULT_LORA_CFG["target_modules"])
     check_backend_available(cfg.backend, cfg.device, cfg.ray_address)
+    plan.vllm_kv_cache()  # vLLM on the CPU: its model folder made once, its memory fitted beside the learner
     if cfg.api_models():
         from unstable_core.inference.engines import check_api_models
 

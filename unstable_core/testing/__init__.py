@@ -88,6 +88,11 @@ def sampled_steps(
     ids = [tuple(backend.tokenizer.encode(t)) for t in prompts]
     params = SamplingParams(temperature=temperature, max_tokens=6, seed=seed)
     outs = backend.generate_batch([GenerationRequest(p, params=params) for p in ids])
+    return sampled_steps_from(ids, outs)
+
+
+def sampled_steps_from(prompts: Sequence[Sequence[int]], outputs: Sequence[Any]) -> list[Step]:
+    """One step per prompt's token ids and the backend's `GenerationOutput` for it (reward 1)."""
     return [
         Step(
             pid=0,
@@ -100,7 +105,7 @@ def sampled_steps(
             reward=1.0,
             game_idx=i,
         )
-        for i, (p, o) in enumerate(zip(ids, outs, strict=True))
+        for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))
     ]
 
 
