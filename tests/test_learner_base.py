@@ -339,6 +339,24 @@ def test_zero_lag_fp32_log_ratio_is_zero_at_the_sampling_temperature(tiny_model,
     assert wrong.update(steps)["off_policy/max_abs_log_ratio"] > 1e-2
 
 
+def test_the_lag_0_tokens_measure_the_backends_contract_whatever_the_rest_of_the_batch(tiny_model, tmp_path):
+    """In a lagged batch only the steps the trained version sampled show the backend's numerics: their
+    largest gap is reported apart (on_policy_*), the others' lag does not hide it."""
+    steps = sampled_steps(tiny_model, temperature=0.7)
+    lrn = SumLogprobLearner.create(tiny_model, device="cpu", run_dir=tmp_path, temperature=0.7)
+    lrn.initialize_algorithm()
+    lrn.step = 3
+    for k, step in enumerate(steps):  # even steps by version 3 (this one), odd by version 2, which differed
+        step.policy_version = 3 if k % 2 == 0 else 2
+        if k % 2:
+            step.logprobs = [lp - 0.5 for lp in step.logprobs]
+    metrics = lrn.update(steps)
+    fresh = sum(len(s.completion_ids) for s in steps[::2])
+    assert metrics["off_policy/on_policy_tokens"] == fresh < metrics["off_policy/tokens"]
+    assert metrics["off_policy/on_policy_max_abs_log_ratio"] < 1e-4
+    assert metrics["off_policy/max_abs_log_ratio"] == pytest.approx(0.5, abs=1e-3)
+
+
 def test_top_p_logprobs_are_those_of_the_nucleus_sampled_from(tiny_model, tmp_path):
     """At T = 0.7, top_p = 0.9 the backend records the log-prob renormalised over the nucleus it sampled
     from, and a learner given the run's top_p recomputes exactly that; the full-vocabulary one differs."""

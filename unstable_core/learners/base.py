@@ -255,7 +255,7 @@ class BaseLearner:
 
     def collate(self, batch: Sequence[Step]) -> TokenBatch:
         """Right-padded tensors of the steps' exact token ids on the learner's device (see `batch.collate`)."""
-        return collate(batch, pad_token_id=self.pad_token_id, device=self.device)
+        return collate(batch, pad_token_id=self.pad_token_id, device=self.device, policy_version=self.step)
 
     def completion_logprobs(self, logits: Any, batch: TokenBatch, entropy: bool = False) -> Any:
         """[B, T-1] tempered log-probs of the sampled completion tokens from full logits; 0 elsewhere
@@ -301,7 +301,9 @@ class BaseLearner:
 
     def record_off_policy(self, logp: Any, batch: TokenBatch) -> None:
         """Add this micro-batch's ratio pi/mu and KL statistics to the update's `off_policy/...` metrics."""
-        self._off_policy.add(logp, batch.behaviour_logprobs, batch.behaviour_mask, self.config.importance_cap)
+        self._off_policy.add(
+            logp, batch.behaviour_logprobs, batch.behaviour_mask, self.config.importance_cap, batch.fresh
+        )
 
     def drop_too_long(self, batch: list[Step]) -> list[Step]:
         """The batch without steps longer than max_train_len (whole episodes for an episode learner)."""

@@ -22,6 +22,7 @@ class TokenBatch:
     last_prompt_index: Any  # [B] long: position of each row's last prompt token (where V(s) is read)
     behaviour_logprobs: Any  # [B, T-1] float: log mu(y_t) recorded when sampling, aligned with targets
     behaviour_mask: Any  # [B, T-1] bool: target positions whose behaviour log-prob was recorded
+    fresh: Any = None  # [B] bool: rows sampled by the policy version being trained (lag 0); None: unknown
 
     @property
     def target_mask(self) -> Any:
@@ -41,8 +42,11 @@ def sample_length(sample: Any) -> int:
     return len(step.prompt_ids) + len(step.completion_ids)
 
 
-def collate(batch: Sequence[Step], *, pad_token_id: int, device: Any = "cpu") -> TokenBatch:
-    """Tensors of a list of steps, built from their exact `prompt_ids`, `completion_ids` and `logprobs`."""
+def collate(
+    batch: Sequence[Step], *, pad_token_id: int, device: Any = "cpu", policy_version: int | None = None
+) -> TokenBatch:
+    """Tensors of a list of steps, built from their exact `prompt_ids`, `completion_ids` and `logprobs`;
+    with `policy_version` (the learner's), `fresh` marks the steps that version sampled."""
     import torch
 
     if not batch:
@@ -76,6 +80,9 @@ def collate(batch: Sequence[Step], *, pad_token_id: int, device: Any = "cpu") ->
         last_prompt_index=last_prompt_index.to(device),
         behaviour_logprobs=behaviour[:, : width - 1].to(device),
         behaviour_mask=behaviour_mask[:, : width - 1].to(device),
+        fresh=None
+        if policy_version is None
+        else torch.tensor([s.policy_version == policy_version for s in batch], device=device),
     )
 
 
