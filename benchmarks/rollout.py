@@ -20,21 +20,29 @@ d'') the engine through Ray against d') (target >= 0.5);
 e) the collector's peak RSS with 1,024 games in flight on that backend, its answers delayed 1 s so that
    they stay in flight (target <= 1 GiB).
 
+With --backend vllm: (a), (b) and (c) of the transformers backend and of vLLM's (VLLMBackend, on the CPU
+through vLLM's CPU build), rounds of the two interleaved on engines loaded side by side, and each one's
+generated tokens/s alone for one batch of 8, 32 and 64 prompts (sampled unseeded, as a run samples);
+then a table comparing the two.
+
   python benchmarks/rollout.py                    # the embedded smollm2-135m (minutes on a CPU)
   python benchmarks/rollout.py --quick --model D  # tiny sizes, e.g. a tiny random model folder D
+  python benchmarks/rollout.py --backend vllm     # transformers against vLLM (./install.sh --vllm)
+  python benchmarks/rollout.py --backend vllm --quick  # by default on a tiny random model (hidden 128)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import resource
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +59,10 @@ ENV_ID = "TicTacToe-v0-train"
 TEMPERATURE = 0.7  # `unstable play`'s default
 PARITY = 1e-4  # a'''): the largest log-prob gap the learner's own tests allow an on-policy token
 GiB = 1024**3
+MAX_MODEL_LEN = 4096  # of every backend here, as the engine's inference actor had it
+BACKENDS = ("transformers", "vllm")  # --backend vllm measures both, rounds in this order
+SWEEP = (8, 32, 64)  # --backend vllm: each backend alone, one batch of this many prompts
+TINY_VLLM_HIDDEN = 128  # --backend vllm --quick's tiny model: vLLM's CPU attention needs head_dim >= 32
 
 
 class MeasuredCollector(Collector):
@@ -189,9 +201,7 @@ class Engine:
         recorder = remote(Recorder).remote(run_dir, [])
         registry = remote(LeagueActor).remote(f"{run_dir}/registry.json")
         ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
-        kwargs = {"model": model, "max_batch_size": 32, "max_loras": 8, "max_model_len": 4096, "device": None}
-        kwargs.update(backend_options or {})
-        inference = create_inference_actor(backend, kwargs)
+        inference = create_inference_actor(backend, backend_kwargs(model, backend_options))
         scheduler = GameScheduler(
             plugins.load("env_sampler", "random")([TrainEnvSpec(ENV_ID, 2, 2)], [], seed=seed),
             plugins.load("model_sampler", "mirror")(seed=seed),
@@ -294,6 +304,12 @@ class Engine:
         return ray.get(self.inference.__ray_call__.remote(threads))
 
 
+def backend_kwargs(model: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A backend's constructor options, in the inference actor as alone: these defaults, then `options`."""
+    kwargs = {"model": model, "max_batch_size": 32, "max_loras": 8, "max_model_len": MAX_MODEL_LEN}
+    return {**kwargs, "device": None, **(options or {})}
+
+
 def first_prompts(model: str, n: int, seed: int = 0) -> list[list[int]]:
     """The first-turn prompt ids of `n` TicTacToe games, as the game loop renders them."""
     import textarena
@@ -311,24 +327,54 @@ def first_prompts(model: str, n: int, seed: int = 0) -> list[list[int]]:
     return prompts
 
 
+@attrs.frozen
+class Unseeded:
+    """A backend whose requests are sampled without their seed, as `unstable run` samples. vLLM's CPU build
+    (0.32.0) kills its engine ("CPU Generator does not use offset") when a seeded request's prefill is
+    split over engine steps, as a batch of 32 first prompts is (more than 2,048 prompt tokens a step)."""
+
+    backend: Any
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.backend.tokenizer
+
+    async def generate(self, request: GenerationRequest) -> GenerationOutput:
+        unseeded = attrs.evolve(request, params=attrs.evolve(request.params, seed=None))
+        return await self.backend.generate(unseeded)
+
+
 @attrs.define
 class BackendAlone:
-    """(a) TransformersBackend alone, in this process: one batch of B first-turn game prompts at a time."""
+    """(a) a backend alone, in this process: one batch of B first-turn game prompts at a time. The FLOP/s,
+    decode-step and log-prob measures read a TransformersBackend's model."""
 
     backend: Any
     prompts: list[list[int]]
     max_tokens: int
+    seeded: bool = True  # False: requests sampled without a seed (`Unseeded`), as a run samples them
 
     @classmethod
-    def load(cls, model: str, batch: int, max_tokens: int, threads: int) -> BackendAlone:
-        """Load the model with `threads` torch threads (as the inference actor has) and warm it up."""
+    def load(
+        cls,
+        model: str,
+        batch: int,
+        max_tokens: int,
+        threads: int,
+        backend: str = "transformers",
+        options: dict[str, Any] | None = None,
+        seeded: bool = True,
+    ) -> BackendAlone:
+        """Load the model on the backend registered as `backend`, built with `backend_kwargs(model,
+        options)`, with `threads` torch threads (as the inference actor has); warm it up (a vLLM engine
+        compiles on its first batch)."""
         import torch
 
-        from unstable_core.inference.hf import TransformersBackend
+        from unstable_core import plugins
 
         torch.set_num_threads(threads)
-        backend = TransformersBackend(model, max_batch_size=32, max_loras=8, max_model_len=4096)
-        alone = cls(backend, first_prompts(model, batch), max_tokens)
+        loaded = plugins.load("backend", backend)(**backend_kwargs(model, options))
+        alone = cls(loaded, first_prompts(model, batch), max_tokens, seeded)
         alone.tokens_per_s(seed=-1)
         return alone
 
@@ -343,13 +389,18 @@ class BackendAlone:
         config = self.backend._pool.base_model.config
         return int(config.hidden_size), int(getattr(config, "intermediate_size", 4 * config.hidden_size))
 
-    def tokens_per_s(self, seed: int = 0) -> float:
-        """Generated tokens per second of one batch."""
+    def tokens_per_s(self, seed: int = 0, prompts: list[list[int]] | None = None) -> float:
+        """Generated tokens per second of one batch: the B prompts, or `prompts`."""
         from unstable_core.inference.bench import measure_backend_throughput
 
-        prompts, n = self.prompts, len(self.prompts)
+        prompts = prompts or self.prompts
+        n = len(prompts)
         return measure_backend_throughput(
-            self.backend, prompts, self.max_tokens, temperature=TEMPERATURE, seed=1000 + seed * n
+            self.backend if self.seeded else Unseeded(self.backend),
+            prompts,
+            self.max_tokens,
+            temperature=TEMPERATURE,
+            seed=1000 + seed * n,
         )
 
     def step_matmul_flops(self, batch: int, repeats: int = 5) -> float:
@@ -634,6 +685,50 @@ def init_ray() -> None:
     )
 
 
+def per_round(xs: list[float]) -> str:
+    """A note's list of the values of each round."""
+    return "per round: " + ", ".join(f"{x:,.2f}" for x in xs)
+
+
+def engine_round(engine: Engine, batch: int, sizes: Sizes) -> tuple[float, float]:
+    """(b) and (c)'s baseline, one round: the engine's tokens/s with B games in flight, then with 1 game
+    (each after a few turns of warm-up)."""
+    engine.collect(batch)
+    b = engine.window(warmup_turns=batch, turns=sizes.window_batches * batch).tokens_per_s
+    engine.collect(1)
+    one = engine.window(warmup_turns=1, turns=sizes.single_turns).tokens_per_s
+    return b, one
+
+
+def abc_rows(batch: int, threads: int, a: list[float], b: list[float], one: list[float]) -> list[Row]:
+    """Rows (a), (b), (b/a) and (c) from each round's tokens/s: alone, B games, 1 game (medians)."""
+    med = statistics.median
+    b_over_a = [x / y for x, y in zip(b, a, strict=True)]
+    b_over_one = [x / y for x, y in zip(b, one, strict=True)]
+    return [
+        Row(
+            "a) backend alone",
+            med(a),
+            "tok/s",
+            "",
+            None,
+            f"batch {batch}, {threads} thread(s); {per_round(a)}",
+        ),
+        Row("b) engine", med(b), "tok/s", "", None, f"{batch} games in flight; {per_round(b)}"),
+        Row(
+            "b/a) engine / backend", med(b_over_a), "x", ">= 0.85", med(b_over_a) >= 0.85, per_round(b_over_a)
+        ),
+        Row(
+            f"c) {batch} games / 1 game",
+            med(b_over_one),
+            "x",
+            ">= 4",
+            med(b_over_one) >= 4.0,
+            f"1 game: {med(one):,.2f} tok/s; {per_round(b_over_one)}",
+        ),
+    ]
+
+
 def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes: Sizes) -> list[Row]:
     """(a), (b), (c): rounds of [one batch in-process, B games on the engine, 1 game on the engine], so
     that each ratio compares measurements taken moments apart; the rows give the medians over rounds."""
@@ -654,10 +749,9 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
             streamed.append(alone.step_matmul_flops(batch))
             step_one.append(alone.decode_step_s(1))
             step_b.append(alone.decode_step_s(batch))
-            engine.collect(batch)
-            b.append(engine.window(warmup_turns=batch, turns=sizes.window_batches * batch).tokens_per_s)
-            engine.collect(1)
-            one.append(engine.window(warmup_turns=1, turns=sizes.single_turns).tokens_per_s)
+            b_round, one_round = engine_round(engine, batch, sizes)
+            b.append(b_round)
+            one.append(one_round)
         parameters = alone.parameters
         gap = alone.logprob_gap(model)
     finally:
@@ -665,15 +759,11 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
     flops = [2.0 * parameters * x for x in a]
     of_peak = [x / y for x, y in zip(flops, step_peak, strict=True)]
     of_streamed = [x / y for x, y in zip(flops, streamed, strict=True)]
-    b_over_a = [x / y for x, y in zip(b, a, strict=True)]
-    b_over_one = [x / y for x, y in zip(b, one, strict=True)]
     ceiling = [batch * x / y for x, y in zip(step_one, step_b, strict=True)]
     med = statistics.median
-    rounds = lambda xs: "per round: " + ", ".join(f"{x:,.2f}" for x in xs)  # noqa: E731
+    a_row, *engine_rows = abc_rows(batch, threads, a, b, one)
     return [
-        Row(
-            "a) backend alone", med(a), "tok/s", "", None, f"batch {batch}, {threads} thread(s); {rounds(a)}"
-        ),
+        a_row,
         Row(
             "a') backend FLOP/s / matmul",
             med(of_peak),
@@ -683,7 +773,7 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
             f"{med(flops) / 1e9:,.1f} GFLOP/s = 2 x {parameters / 1e6:,.1f}M params x tok/s; fp32 matmul "
             f"[{batch}, {hidden}] x [{hidden}, {width}] {med(step_peak) / 1e9:,.1f} GFLOP/s ("
             + ", ".join(f"{k} {med(v) / 1e9:,.1f}" for k, v in kernels.items())
-            + f"; [2048, {hidden}]: {med(big_peak) / 1e9:,.1f}); {rounds(of_peak)}",
+            + f"; [2048, {hidden}]: {med(big_peak) / 1e9:,.1f}); {per_round(of_peak)}",
         ),
         Row(
             "a'') backend / its matmuls",
@@ -692,7 +782,7 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
             "",
             None,
             f"the model's linear layers at batch {batch}, weights from memory: "
-            f"{med(streamed) / 1e9:,.1f} GFLOP/s; {rounds(of_streamed)}",
+            f"{med(streamed) / 1e9:,.1f} GFLOP/s; {per_round(of_streamed)}",
         ),
         Row(
             "a''') log-prob gap, backend / plain fp32",
@@ -703,16 +793,7 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
             f"max |recorded - recomputed| over {batch} x {max_tokens} sampled tokens; "
             f"{alone.backend.packed_layers} packed layers",
         ),
-        Row("b) engine", med(b), "tok/s", "", None, f"{batch} games in flight; {rounds(b)}"),
-        Row("b/a) engine / backend", med(b_over_a), "x", ">= 0.85", med(b_over_a) >= 0.85, rounds(b_over_a)),
-        Row(
-            f"c) {batch} games / 1 game",
-            med(b_over_one),
-            "x",
-            ">= 4",
-            med(b_over_one) >= 4.0,
-            f"1 game: {med(one):,.2f} tok/s; {rounds(b_over_one)}",
-        ),
+        *engine_rows,
         Row(
             "c') ceiling of c here",
             med(ceiling),
@@ -720,7 +801,7 @@ def measure_model(engine: Engine, model: str, batch: int, max_tokens: int, sizes
             "",
             None,
             f"{batch} x decode step at batch 1 / at batch {batch}: {med(step_one) * 1e3:,.1f} / "
-            f"{med(step_b) * 1e3:,.1f} ms ({len(alone.prompts[0])} cached tokens); {rounds(ceiling)}",
+            f"{med(step_b) * 1e3:,.1f} ms ({len(alone.prompts[0])} cached tokens); {per_round(ceiling)}",
         ),
     ]
 
@@ -781,45 +862,235 @@ def measure_memory(engine: Engine, sizes: Sizes) -> Row:
     return Row("e) collector peak RSS", rss, "GiB", "<= 1 GiB", rss <= 1.0, note)
 
 
-def run(
-    model: str, batch: int, max_tokens: int, sizes: Sizes, say: Callable[[str], None] = print
-) -> list[Row]:
-    """Measure (a) to (e) and return the report's rows (Ray is started and shut down here)."""
+@contextlib.contextmanager
+def bench_cluster() -> Iterator[str]:
+    """A local Ray cluster (`init_ray`) and a temporary folder for the engines' run folders; Ray is shut
+    down before the folder goes: its actors write there until they die."""
     import ray
 
     with tempfile.TemporaryDirectory(prefix="bench-rollout-", ignore_cleanup_errors=True) as tmp:
         init_ray()
-        try:  # Ray is shut down before the folder goes: its actors write there until they die
-            say(f"(a)-(c) {model}: {sizes.rounds} rounds of 1 batch alone, {batch} games, 1 game ...")
-            engine = Engine.start("transformers", model, f"{tmp}/model", max_tokens)
-            rows = measure_model(engine, model, batch, max_tokens, sizes)
-            failed = engine.snapshot()["failed"]
-            engine.kill()
-            say(f"(d) instant backend, {sizes.instant_games} games in flight; the plain loops ...")
-            engine = Engine.start(instant_backend.BACKEND_NAME, model, f"{tmp}/instant", max_tokens)
-            rows += measure_instant(engine, model, max_tokens, sizes)
-            failed += engine.snapshot()["failed"]
-            engine.kill()
-            say(f"(e) collector memory, {sizes.rss_games} games in flight ...")
-            latency = {"latency_s": sizes.rss_latency_s}
-            engine = Engine.start(
-                instant_backend.BACKEND_NAME, model, f"{tmp}/memory", max_tokens, backend_options=latency
-            )
-            rows.append(measure_memory(engine, sizes))
-            failed += engine.snapshot()["failed"]
-            engine.kill()
+        try:
+            yield tmp
         finally:
             ray.shutdown()
+
+
+def warn_failed(failed: float, say: Callable[[str], None]) -> None:
+    """Say how many games failed during the measurements, if any did."""
     if failed:
         say(f"warning: {failed:.0f} games failed during the measurements (see the collector's log)")
+
+
+def run(
+    model: str, batch: int, max_tokens: int, sizes: Sizes, say: Callable[[str], None] = print
+) -> list[Row]:
+    """Measure (a) to (e) and return the report's rows (Ray is started and shut down here)."""
+    with bench_cluster() as tmp:
+        say(f"(a)-(c) {model}: {sizes.rounds} rounds of 1 batch alone, {batch} games, 1 game ...")
+        engine = Engine.start("transformers", model, f"{tmp}/model", max_tokens)
+        rows = measure_model(engine, model, batch, max_tokens, sizes)
+        failed = engine.snapshot()["failed"]
+        engine.kill()
+        say(f"(d) instant backend, {sizes.instant_games} games in flight; the plain loops ...")
+        engine = Engine.start(instant_backend.BACKEND_NAME, model, f"{tmp}/instant", max_tokens)
+        rows += measure_instant(engine, model, max_tokens, sizes)
+        failed += engine.snapshot()["failed"]
+        engine.kill()
+        say(f"(e) collector memory, {sizes.rss_games} games in flight ...")
+        latency = {"latency_s": sizes.rss_latency_s}
+        engine = Engine.start(
+            instant_backend.BACKEND_NAME, model, f"{tmp}/memory", max_tokens, backend_options=latency
+        )
+        rows.append(measure_memory(engine, sizes))
+        failed += engine.snapshot()["failed"]
+        engine.kill()
+    warn_failed(failed, say)
     return rows
 
 
+def check_vllm() -> None:
+    """UnstableError, naming the fix, unless vLLM's CPU build is installed (it is imported by the backend)."""
+    from unstable_core.errors import UnstableError
+    from unstable_core.inference.vllm import VLLM_MISSING, vllm_platform
+
+    platform = vllm_platform()
+    if platform is None:
+        raise UnstableError(VLLM_MISSING)
+    if platform != "cpu":
+        raise UnstableError(
+            "--backend vllm compares the backends on the CPU, and the installed vLLM is its CUDA build "
+            "(benchmarks/gpu_smoke.py is the GPU's script)"
+        )
+
+
+def vllm_options(model: str, quick: bool) -> dict[str, Any]:
+    """VLLMBackend's options on the CPU beside the backends already loaded: a KV cache planned from the
+    memory free now for two engines (the inference actor's and the one alone), room for 64 sequences at
+    most; with `quick`, no compilation (eager: minutes saved on a tiny model)."""
+    from unstable_core.inference.vllm_memory import plan_kv_cache
+    from unstable_core.models import hf_model_folder
+
+    plan = plan_kv_cache(
+        hf_model_folder(model),
+        dtype_bytes=4,  # fp32, the learner's dtype on a CPU, which the backend gives vLLM
+        max_batch_size=max(SWEEP),
+        max_model_len=MAX_MODEL_LEN,
+        engines=2,
+        learner_on_cpu=False,
+    )
+    options: dict[str, Any] = {"device": "cpu", "kv_cache_memory_bytes": plan.kv_cache_bytes}
+    if quick:
+        options["engine_kwargs"] = {"enforce_eager": True}
+    return options
+
+
+@attrs.define
+class Contender:
+    """One backend of --backend vllm's comparison: an engine on its inference actor and the backend alone
+    in this process (taking batches of up to 64), and what the rounds measured of each."""
+
+    name: str
+    engine: Engine
+    threads: int
+    alone: BackendAlone | None = None
+    a: list[float] = attrs.Factory(list)
+    b: list[float] = attrs.Factory(list)
+    one: list[float] = attrs.Factory(list)
+    sweep: dict[int, list[float]] = attrs.Factory(dict)  # batch size -> tokens/s alone, per round
+
+    @classmethod
+    def start(
+        cls,
+        name: str,
+        model: str,
+        run_dir: str,
+        batch: int,
+        max_tokens: int,
+        options: dict[str, Any],
+        prompts: list[list[int]],
+    ) -> Contender:
+        """Start the engine and load the backend alone; warm both up (a vLLM engine compiles on its first
+        batch): the engine plays B turns, the backend alone runs a batch of B and of each SWEEP size."""
+        engine = Engine.start(name, model, run_dir, max_tokens, backend_options=options)
+        contender = cls(name, engine, engine.torch_threads())
+        try:
+            engine.collect(batch)
+            engine.window(warmup_turns=0, turns=batch)
+            engine.stop_collecting()
+            alone_options = {**options, "max_batch_size": max(SWEEP)}
+            contender.alone = BackendAlone.load(  # unseeded, as a run samples: see Unseeded
+                model, batch, max_tokens, contender.threads, name, alone_options, seeded=False
+            )
+            for n in SWEEP:
+                contender.alone.tokens_per_s(seed=-1, prompts=prompts[:n])
+        except BaseException:
+            contender.close()
+            raise
+        return contender
+
+    def measure_round(self, r: int, batch: int, sizes: Sizes, prompts: list[list[int]]) -> None:
+        """One round: the backend alone (B prompts, then each SWEEP size), then B games and 1 game on the
+        engine, which is stopped afterwards: the next measurement has the CPU to itself."""
+        assert self.alone is not None
+        self.engine.stop_collecting()
+        self.a.append(self.alone.tokens_per_s(seed=r))
+        for n in SWEEP:
+            self.sweep.setdefault(n, []).append(self.alone.tokens_per_s(seed=r, prompts=prompts[:n]))
+        b, one = engine_round(self.engine, batch, sizes)
+        self.engine.stop_collecting()
+        self.b.append(b)
+        self.one.append(one)
+
+    def rows(self, batch: int) -> list[Row]:
+        """(a), (b), (b/a), (c) and the backend alone at each SWEEP size (medians over rounds)."""
+        rows = abc_rows(batch, self.threads, self.a, self.b, self.one)
+        for n, xs in self.sweep.items():
+            rows.append(Row(f"a) at batch {n}", statistics.median(xs), "tok/s", "", None, per_round(xs)))
+        return rows
+
+    def figures(self) -> list[float]:
+        """The comparison's columns: a, b (tok/s), c (x), then tok/s alone at each SWEEP size."""
+        med = statistics.median
+        c = [x / y for x, y in zip(self.b, self.one, strict=True)]
+        return [med(self.a), med(self.b), med(c), *(med(self.sweep[n]) for n in SWEEP)]
+
+    def close(self) -> None:
+        """Release the backend alone and end the engine's actors."""
+        if self.alone is not None:
+            self.alone.close()
+            self.alone = None
+        self.engine.kill()
+
+
+def compare(
+    model: str,
+    batch: int,
+    max_tokens: int,
+    sizes: Sizes,
+    quick: bool = False,
+    say: Callable[[str], None] = print,
+) -> list[Contender]:
+    """--backend vllm: each of BACKENDS started (vLLM's KV cache planned beside the transformers engines),
+    then `sizes.rounds` rounds, each measuring every backend in turn; the measured contenders."""
+    check_vllm()
+    contenders: list[Contender] = []
+    with bench_cluster() as tmp:
+        try:
+            prompts = first_prompts(model, max(SWEEP))
+            for name in BACKENDS:
+                say(f"{name}: starting the engine and the backend alone, warming both up ...")
+                options = vllm_options(model, quick) if name == "vllm" else {}
+                contender = Contender.start(name, model, f"{tmp}/{name}", batch, max_tokens, options, prompts)
+                contenders.append(contender)
+            say(
+                f"(a)-(c) {model}: {sizes.rounds} rounds of, for each backend, 1 batch alone (of {batch}, "
+                f"then {', '.join(map(str, SWEEP))}), {batch} games, 1 game ..."
+            )
+            for r in range(sizes.rounds):
+                for contender in contenders:
+                    contender.measure_round(r, batch, sizes, prompts)
+            failed = sum(c.engine.snapshot()["failed"] for c in contenders)
+        finally:
+            for contender in contenders:
+                contender.close()
+    warn_failed(failed, say)
+    return contenders
+
+
+def print_comparison(contenders: list[Contender], batch: int, title: str) -> None:
+    """One line per backend (a, b, c, tokens/s alone at each SWEEP size), and the second over the first."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    headers = ["a) alone tok/s", "b) engine tok/s", f"c) {batch} / 1 game"]
+    headers += [f"tok/s at {n}" for n in SWEEP]
+    table.add_column("backend")
+    for header in headers:
+        table.add_column(header, justify="right")
+    figures = {c.name: c.figures() for c in contenders}
+    for name, values in figures.items():
+        table.add_row(name, *(f"{v:,.2f}" for v in values))
+    first, second = list(figures)[:2]
+    ratios = [y / x for x, y in zip(figures[first], figures[second], strict=True)]
+    table.add_row(f"{second} / {first}", *(f"{v:,.2f} x" for v in ratios))
+    Console(width=160).print(table)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Parse the options, measure, print the table."""
+    """Parse the options, measure, print the table(s)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--model", default="smollm2-135m", help="alias, hub id or folder (default: %(default)s)"
+        "--model",
+        help="alias, hub id or folder (default: smollm2-135m; with --backend vllm --quick, a tiny random "
+        f"model of hidden size {TINY_VLLM_HIDDEN})",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="transformers",
+        help="vllm: (a)-(c) and tokens/s alone at batch 8, 32, 64 of both backends, and their comparison",
     )
     parser.add_argument("--batch", type=int, default=8, help="B: prompts per batch, games in flight")
     parser.add_argument("--max-tokens", type=int, default=32, help="new tokens per turn")
@@ -830,12 +1101,34 @@ def main(argv: list[str] | None = None) -> None:
     if args.batch < 1 or args.max_tokens < 1:
         raise SystemExit("error: --batch and --max-tokens must be >= 1")
     sizes = QUICK if args.quick else FULL
-    try:
-        rows = run(args.model, args.batch, args.max_tokens, sizes)
-    except UnstableError as exc:
-        raise SystemExit(f"error: {exc}") from None
-    title = f"rollout benchmark: {args.model}, B={args.batch}, {args.max_tokens} tokens/turn{' (quick)' if args.quick else ''}"
-    print_table(rows, title)
+    quick = " (quick)" if args.quick else ""
+    with tempfile.TemporaryDirectory(prefix="bench-rollout-model-") as folder:
+        try:
+            model = args.model or default_model(args.backend, args.quick, folder)
+            if args.backend == "transformers":
+                rows = run(model, args.batch, args.max_tokens, sizes)
+            else:
+                contenders = compare(model, args.batch, args.max_tokens, sizes, args.quick)
+        except UnstableError as exc:
+            raise SystemExit(f"error: {exc}") from None
+    name = args.model or (f"a tiny random model (hidden {TINY_VLLM_HIDDEN})" if model == folder else model)
+    title = f"{name}, B={args.batch}, {args.max_tokens} tokens/turn{quick}"
+    if args.backend == "transformers":
+        print_table(rows, f"rollout benchmark: {title}")
+        return
+    for contender in contenders:
+        print_table(contender.rows(args.batch), f"rollout benchmark, {contender.name} backend: {title}")
+    print_comparison(contenders, args.batch, f"rollout benchmark, backends compared: {title}")
+
+
+def default_model(backend: str, quick: bool, folder: str) -> str:
+    """The embedded smollm2-135m; for --backend vllm --quick, a tiny random model written to `folder`."""
+    if backend == "vllm" and quick:
+        from unstable_core.testing import make_tiny_model
+
+        make_tiny_model(folder, hidden_size=TINY_VLLM_HIDDEN)
+        return folder
+    return "smollm2-135m"
 
 
 if __name__ == "__main__":

