@@ -267,6 +267,11 @@ class VLLMBackend(InferenceBackend):
             "max_model_len": self.max_model_len,
             "max_num_seqs": self.max_batch_size,
         }
+        if self.device == "cpu":
+            # vLLM rewinds the random generator of a seeded request whose prompt a chunked prefill split,
+            # which a CPU generator cannot do: the engine dies ("CPU Generator does not use offset").
+            # Whole prompts per step keep seeded requests (unstable eval's) alive and reproducible.
+            kwargs["enable_chunked_prefill"] = False
         if kv_cache_memory_bytes is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
         else:
@@ -416,11 +421,15 @@ class VLLMBackend(InferenceBackend):
         return {path: int(self._adapters.touch(path).version) for path in self._adapters.paths()}
 
     def _release(self) -> None:
-        self._thread.loop.call_soon_threadsafe(self._watchdog.cancel)  # a shut-down engine is not a dead one
-        shutdown = getattr(self._engine, "shutdown", None)
-        if shutdown is not None:
-            shutdown()
+        """Shut the engine down on its own loop (from another thread its output handler races the
+        shutdown and logs EngineDeadError), then stop the loop."""
+        self._thread.submit(self._shutdown()).result()
         self._thread.stop()
+
+    async def _shutdown(self) -> None:
+        self._watchdog.cancel()  # a shut-down engine is not a dead one
+        self._engine.shutdown()
+        await asyncio.sleep(0)  # let the output handler see the end before the loop stops
 
 
 class EngineDied(UnstableError):
