@@ -94,3 +94,34 @@ def test_bad_requests_are_one_line_before_anything_starts(vllm_model, tmp_path, 
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], proc.stderr[-2000:]
     assert not any(tmp_path.iterdir())  # no run directory, no Ray
+
+
+def test_a_killed_engine_restarts_its_inference_actor_and_the_run_completes(vllm_model, tmp_path):
+    """vLLM's EngineCore killed mid-run: the backend marks itself dead, its actor exits, Ray restarts it with
+    a new engine, the run says so in one line (an `actor_restarted` event) and finishes its updates."""
+    import time
+
+    import psutil
+
+    cmd = [sys.executable, "-m", "unstable_core", "run", "--model", vllm_model, "--runs-dir", str(tmp_path),
+           *TINY_RUN_ARGS, *VLLM, "--learning-steps", "3"]  # fmt: skip
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0"}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
+    )
+    deadline, killed = time.monotonic() + 300, None
+    while killed is None and proc.poll() is None and time.monotonic() < deadline:
+        games = list(tmp_path.glob("*/games/games.jsonl"))
+        cores = [p for p in psutil.Process(proc.pid).children(recursive=True) if "EngineCore" in p.name()]
+        if games and games[0].stat().st_size and cores:
+            cores[0].kill()
+            killed = cores[0].pid
+        time.sleep(0.5)
+    out, err = proc.communicate(timeout=600)
+    assert killed is not None, "the run ended before its engine could be killed"
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{out[-3000:]}\n{err[-3000:]}"
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    metrics = (run_dir / "metrics.jsonl").read_text()
+    assert '"event": "actor_restarted"' in metrics
+    assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl") if is_learner_record(m)] == [1, 2, 3]
+    assert "restarted (its process" in out + err and "Traceback" not in out + err
