@@ -147,6 +147,7 @@ def test_seeded_requests_beyond_one_steps_token_budget_are_served_and_reproducib
         for i in range(32)
     ]
     first, again = engine.generate_batch(requests), engine.generate_batch(requests)
-    assert all(o.error is None for o in first + again) and engine.dead is None
+    errors = [o.error for o in first + again if o.error]
+    assert not errors and engine.dead is None, errors[:2]
     assert [o.token_ids for o in first] == [o.token_ids for o in again]
     assert len({tuple(o.token_ids) for o in first}) > 1  # the seeds differ, and so do the samples
