@@ -99,7 +99,9 @@ def check_transformers(model: str, max_tokens: int, tmp: str, device: str) -> li
     return rows
 
 
-def check_vllm(model: str, max_tokens: int, tmp: str, device: str) -> list[tuple[str, str]]:
+def check_vllm(
+    model: str, max_tokens: int, tmp: str, device: str, adapter_scale: float
+) -> list[tuple[str, str]]:
     from unstable_core.inference.vllm import VLLMBackend
     from unstable_core.testing.parity import measure_parity
 
@@ -115,7 +117,15 @@ def check_vllm(model: str, max_tokens: int, tmp: str, device: str) -> list[tuple
             for b in (8, 32, 64)
         ]
         for k, (temperature, top_p) in enumerate([(1.0, 1.0), (0.7, 1.0), (1.0, 0.9), (0.7, 0.9)]):
-            parity = measure_parity(backend, model, f"{tmp}/parity-{k}", temperature, top_p, device=device)
+            parity = measure_parity(
+                backend,
+                model,
+                f"{tmp}/parity-{k}",
+                temperature,
+                top_p,
+                device=device,
+                adapter_scale=adapter_scale,
+            )
             rows.append((f"vLLM vs learner, T {temperature:g} top_p {top_p:g}", parity.row()))
     finally:
         backend._release()
@@ -126,6 +136,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m", help="alias, hub id or folder")
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens generated per request")
+    parser.add_argument(
+        "--adapter-scale",
+        type=float,
+        default=0.02,
+        help="std of the LoRA B weights of the parity checks' adapter (the row says how far it moves log-probs)",
+    )
     parser.add_argument(
         "--device", default="cuda", help="cpu: run the same checks on the CPU (a dry run of the script)"
     )
@@ -159,7 +175,7 @@ def main() -> None:
                 ("vLLM", f"not checked: the installed vLLM is its {platform} build, not {args.device}'s")
             )
         else:
-            rows += check_vllm(args.model, args.max_tokens, tmp, args.device)
+            rows += check_vllm(args.model, args.max_tokens, tmp, args.device, args.adapter_scale)
     rows_print(rows)
 
 

@@ -291,8 +291,9 @@ class VLLMBackend(InferenceBackend):
         before = {p.pid for p in psutil.Process().children(recursive=True)}
         engine = self._api.engine.from_engine_args(self._api.engine_args(**self.engine_kwargs))
         procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        self.engine_processes = [p for p in procs if _is_vllm_process(p)] or procs
         self._in_flight: set[asyncio.Future] = set()
-        self._watchdog = asyncio.ensure_future(self._watch_engine(engine, procs))
+        self._watchdog = asyncio.ensure_future(self._watch_engine(engine, self.engine_processes))
         return engine
 
     async def _watch_engine(self, engine: Any, procs: list[Any]) -> None:
@@ -434,6 +435,16 @@ class VLLMBackend(InferenceBackend):
 
 class EngineDied(UnstableError):
     """vLLM's engine is gone: no request can be served until the inference actor restarts."""
+
+
+def _is_vllm_process(proc: Any) -> bool:
+    """vLLM names its processes (VLLM::EngineCore, VLLM::Worker); helpers that come and go do not count."""
+    import psutil
+
+    try:
+        return proc.name().startswith("VLLM")
+    except psutil.Error:
+        return False
 
 
 def _alive(proc: Any) -> bool:

@@ -98,9 +98,11 @@ def measure_parity(
     top_p: float,
     max_tokens: int = 12,
     device: str = "cpu",
+    adapter_scale: float = 0.5,
 ) -> Parity:
     """Sample the parity prompts from `backend`, with the base model and then with an adapter a fresh
-    learner saved, and compare what it recorded with that learner's recomputation."""
+    learner saved (LoRA B weights of std `adapter_scale`), and compare what it recorded with that learner's
+    recomputation."""
     from unstable_core.inference.base import SamplingParams
 
     learner = parity_learner(model, run_dir, temperature, top_p, device)
@@ -108,7 +110,7 @@ def measure_parity(
     params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=7)
     recorded, base, _ = recorded_and_recomputed(backend, learner, prompts, params)
     base_gap = float((recorded - base).abs().max())
-    adapter = save_perturbed_adapter(learner, seed=1)
+    adapter = save_perturbed_adapter(learner, seed=1, scale=adapter_scale)
     recorded, adapted, unadapted = recorded_and_recomputed(backend, learner, prompts, params, adapter)
     return Parity(
         temperature,
