@@ -60,6 +60,7 @@ TEMPERATURE = 0.7  # `unstable play`'s default
 PARITY = 1e-4  # a'''): the largest log-prob gap the learner's own tests allow an on-policy token
 GiB = 1024**3
 MAX_MODEL_LEN = 4096  # of every backend here, as the engine's inference actor had it
+VLLM_KV_TOKENS = 1024  # per sequence in vLLM's KV cache plan: a turn's prompt and answer fit it
 BACKENDS = ("transformers", "vllm")  # --backend vllm measures both, rounds in this order
 SWEEP = (8, 32, 64)  # --backend vllm: each backend alone, one batch of this many prompts
 TINY_VLLM_HIDDEN = 128  # --backend vllm --quick's tiny model: vLLM's CPU attention needs head_dim >= 32
@@ -935,7 +936,7 @@ def vllm_options(model: str, quick: bool) -> dict[str, Any]:
         hf_model_folder(model),
         dtype_bytes=4,  # fp32, the learner's dtype on a CPU, which the backend gives vLLM
         max_batch_size=max(SWEEP),
-        max_model_len=MAX_MODEL_LEN,
+        max_model_len=VLLM_KV_TOKENS,  # the cache a batch of 64 turns uses, not 64 x 4,096 (14 GB)
         engines=2,
         learner_on_cpu=False,
     )

@@ -78,20 +78,25 @@ def test_the_cpu_kv_cache_fits_a_full_batch_when_memory_allows(tmp_path):
     folder = model_folder(tmp_path)
     per_token = kv_bytes_per_token(folder, 4)
     assert per_token == 2 * 30 * 3 * 64 * 4  # keys and values, 30 layers, 3 KV heads of 64, fp32
-    plan = plan_kv_cache(folder, dtype_bytes=4, max_batch_size=32, max_model_len=4096, available=64 * GIB)
+    plan = plan_kv_cache(
+        folder, dtype_bytes=4, max_batch_size=32, max_model_len=4096, available=64 * GIB, total=64 * GIB
+    )
     assert plan.kv_cache_bytes == plan.wanted == per_token * 4096 * 32
     assert plan.learner == int(9.0 * 538 * 10**6) and "KV cache" in plan.describe()
 
 
 def test_the_cpu_kv_cache_is_capped_by_free_memory_beside_the_learner(tmp_path):
     folder = model_folder(tmp_path)
-    plan = plan_kv_cache(folder, dtype_bytes=4, max_batch_size=32, max_model_len=4096, available=12 * GIB)
-    share = 12 * GIB - plan.learner - GIB - plan.engine  # free - learner - margin - the engine's weights
+    plan = plan_kv_cache(
+        folder, dtype_bytes=4, max_batch_size=32, max_model_len=4096, available=12 * GIB, total=24 * GIB
+    )
+    share = 12 * GIB - plan.learner - plan.reserve - plan.engine  # free - learner - kept free - the engine
+    assert plan.reserve == GIB + int(0.05 * 24 * GIB)  # a margin, and all above Ray's 95% kill line
     assert plan.kv_cache_bytes == share < plan.wanted and plan.kv_cache_bytes >= plan.floor
-    alone = plan_kv_cache(folder, dtype_bytes=4, max_batch_size=32, max_model_len=4096, available=12 * GIB,
+    alone = plan_kv_cache(folder, dtype_bytes=4, max_batch_size=32, max_model_len=4096, available=12 * GIB, total=24 * GIB,
                           learner_on_cpu=False)  # fmt: skip
     assert alone.kv_cache_bytes > plan.kv_cache_bytes and alone.learner == 0
-    two = plan_kv_cache(folder, dtype_bytes=4, max_batch_size=32, max_model_len=4096, available=12 * GIB,
+    two = plan_kv_cache(folder, dtype_bytes=4, max_batch_size=32, max_model_len=4096, available=12 * GIB, total=24 * GIB,
                         engines=2, learner_on_cpu=False)  # fmt: skip
     assert two.kv_cache_bytes < alone.kv_cache_bytes
 
@@ -99,7 +104,9 @@ def test_the_cpu_kv_cache_is_capped_by_free_memory_beside_the_learner(tmp_path):
 def test_no_room_for_one_sequence_is_one_line_naming_the_fix(tmp_path):
     folder = model_folder(tmp_path)
     with pytest.raises(ConfigError) as info:
-        plan_kv_cache(folder, dtype_bytes=4, max_batch_size=8, max_model_len=4096, available=6 * GIB)
+        plan_kv_cache(
+            folder, dtype_bytes=4, max_batch_size=8, max_model_len=4096, available=6 * GIB, total=24 * GIB
+        )
     message = str(info.value)
     assert "\n" not in message and "6.0 GiB are free, 4.5 of them for the learner" in message
     assert "lower --max-model-len" in message and "vllm_config.kv_cache_memory_bytes" in message

@@ -20,10 +20,11 @@ GIB = 1 << 30
 # a CPU learner's peak memory per byte of fp32 weights: SmolLM2-135M (0.54 GB) peaked at 4.5-4.9 GB, weights,
 # LoRA, Adam, activations of a 16-step update and packed copies of the frozen layers included
 LEARNER_PER_WEIGHT_BYTE = 9.0
-ENGINE_OVERHEAD = (
-    2 * GIB
-)  # vLLM's processes beyond weights and KV cache (torch, tokenizer, buffers), measured
+# per engine beyond weights and KV cache: vLLM's worker (1.8 GB measured beside a 5.5 GB cache) and the
+# inference actor holding its client (1.5 GB)
+ENGINE_OVERHEAD = 3 * GIB
 MARGIN = 1 * GIB  # left free for the driver, Ray and the collectors
+RAY_KILL_FRACTION = 0.95  # Ray's memory monitor kills workers above this share of the machine's memory
 
 
 @attrs.frozen
@@ -36,6 +37,7 @@ class KvCachePlan:
     available: int
     learner: int
     engine: int
+    reserve: int  # kept free: the margin, and the memory above Ray's kill line
 
     def describe(self) -> str:
         return (
@@ -63,15 +65,24 @@ def weight_bytes(folder: str | os.PathLike) -> int:
 
 def available_memory() -> int:
     """Memory the system can give without swapping (Linux MemAvailable; psutil elsewhere)."""
+    return _meminfo("MemAvailable:", "available")
+
+
+def total_memory() -> int:
+    """The machine's memory (Linux MemTotal; psutil elsewhere)."""
+    return _meminfo("MemTotal:", "total")
+
+
+def _meminfo(key: str, field: str) -> int:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
+            if line.startswith(key):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
     import psutil
 
-    return int(psutil.virtual_memory().available)
+    return int(getattr(psutil.virtual_memory(), field))
 
 
 def plan_kv_cache(
@@ -83,6 +94,7 @@ def plan_kv_cache(
     engines: int = 1,
     learner_on_cpu: bool = True,
     available: int | None = None,
+    total: int | None = None,
 ) -> KvCachePlan:
     """The KV cache of each of `engines` vLLM engines on this machine's CPU; ConfigError, naming the fix,
     when not even one sequence of `max_model_len` fits beside the learner."""
@@ -91,7 +103,9 @@ def plan_kv_cache(
     available = available_memory() if available is None else available
     learner = int(LEARNER_PER_WEIGHT_BYTE * weights) if learner_on_cpu else 0
     engine = weights + ENGINE_OVERHEAD
-    share = (available - learner - MARGIN) // max(engines, 1) - engine
+    total = total_memory() if total is None else total
+    reserve = MARGIN + int((1 - RAY_KILL_FRACTION) * total)
+    share = (available - learner - reserve) // max(engines, 1) - engine
     wanted = per_token * max_model_len * max_batch_size
     floor = per_token * max_model_len
     if share < floor:
@@ -102,4 +116,4 @@ def plan_kv_cache(
             + ": lower --max-model-len or --num-inference-actors, free memory, or set "
             "vllm_config.kv_cache_memory_bytes"
         )
-    return KvCachePlan(min(wanted, share), wanted, floor, available, learner, engine)
+    return KvCachePlan(min(wanted, share), wanted, floor, available, learner, engine, reserve)
