@@ -179,12 +179,11 @@ def vllm_cpu_kwargs(cfg: RunConfig, engine_models: dict[str, str]) -> dict[str, 
 
     if cfg.backend != "vllm" or vllm_platform() != "cpu":
         return {}
-    from unstable_core.inference.vllm_memory import plan_kv_cache
-    from unstable_core.models import hf_model_folder, is_api_model
+    from unstable_core.inference.vllm_memory import model_kv_cache
+    from unstable_core.models import is_api_model
 
-    kv = plan_kv_cache(
-        hf_model_folder(cfg.model_name),
-        dtype_bytes=4,
+    kv = model_kv_cache(
+        cfg.model_name,
         max_batch_size=cfg.max_batch_size,
         max_model_len=cfg.max_model_len,
         engines=sum(not is_api_model(m) for m in engine_models.values()),

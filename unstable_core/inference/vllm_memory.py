@@ -117,3 +117,26 @@ def plan_kv_cache(
             "vllm_config.kv_cache_memory_bytes"
         )
     return KvCachePlan(min(wanted, share), wanted, floor, available, learner, engine, reserve)
+
+
+def model_kv_cache(
+    model: str,
+    *,
+    dtype: str = "float32",
+    max_batch_size: int,
+    max_model_len: int,
+    engines: int = 1,
+    learner_on_cpu: bool = True,
+) -> KvCachePlan:
+    """`plan_kv_cache` for a model by name (its Hugging Face folder, made once) in the engine's `dtype`:
+    what `unstable run` and `unstable eval` give vLLM on a CPU."""
+    from unstable_core.models import hf_model_folder
+
+    return plan_kv_cache(
+        hf_model_folder(model),
+        dtype_bytes=4 if dtype == "float32" else 2,
+        max_batch_size=max_batch_size,
+        max_model_len=max_model_len,
+        engines=engines,
+        learner_on_cpu=learner_on_cpu,
+    )

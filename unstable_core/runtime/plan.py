@@ -12,8 +12,8 @@ import attrs
 from unstable_core.config import RunConfig
 from unstable_core.games.random_player import RANDOM
 from unstable_core.inference.vllm import vllm_max_lora_rank, vllm_platform
-from unstable_core.inference.vllm_memory import KvCachePlan, plan_kv_cache
-from unstable_core.models import hf_model_folder, is_api_model
+from unstable_core.inference.vllm_memory import KvCachePlan, model_kv_cache
+from unstable_core.models import is_api_model
 from unstable_core.runtime.components import Components
 from unstable_core.runtime.placement import (
     CpuThreads,
@@ -185,9 +185,9 @@ class RunPlan:
         if self._kv_cache is None:
             engines = cfg.num_inference_actors or 1
             engines += sum(not is_api_model(m) for k, m in self.engines().items() if k != "main")
-            self._kv_cache = plan_kv_cache(
-                hf_model_folder(cfg.model_name),
-                dtype_bytes=4 if (cfg.vllm_config.get("dtype") or "float32") == "float32" else 2,
+            self._kv_cache = model_kv_cache(
+                cfg.model_name,
+                dtype=cfg.vllm_config.get("dtype") or "float32",
                 max_batch_size=cfg.max_batch_size,
                 max_model_len=cfg.max_model_len,
                 engines=engines,
