@@ -53,6 +53,10 @@ class AdapterLRU:
         """Loaded paths, least recently used first."""
         return list(self._slots)
 
+    def slots(self) -> list[tuple[str, AdapterSlot]]:
+        """Loaded paths and their slots, least recently used first (reading them uses none)."""
+        return list(self._slots.items())
+
     def touch(self, path: str) -> AdapterSlot | None:
         """The slot of `path`, now the most recently used; None when not loaded."""
         slot = self._slots.get(path)

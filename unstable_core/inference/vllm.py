@@ -419,7 +419,7 @@ class VLLMBackend(InferenceBackend):
 
     def loaded_adapters(self) -> dict[str, int]:
         """The adapter folders loaded now and their versions (adapter weights' mtime, ns)."""
-        return {path: int(self._adapters.touch(path).version) for path in self._adapters.paths()}
+        return {path: int(slot.version) for path, slot in self._adapters.slots()}
 
     def _release(self) -> None:
         """Shut the engine down on its own loop (from another thread its output handler races the
