@@ -44,7 +44,7 @@ from pathlib import Path
 import psutil
 
 from unstable_core.run_lock import lock_is_free
-from unstable_core.runtime.resume import is_learner_record
+from unstable_core.runtime.recovery.resume import is_learner_record
 
 KINDS = {  # kind -> the actor classes whose Ray worker title (`ray::<Class>...`) names it
     "collector": ("Collector",),

@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmar
 import instant_backend  # noqa: E402
 
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams  # noqa: E402
-from unstable_core.runtime.collector import Collector  # noqa: E402
+from unstable_core.runtime.actors.collector import Collector  # noqa: E402
 
 ENV_ID = "TicTacToe-v0-train"
 TEMPERATURE = 0.7  # `unstable play`'s default
@@ -191,10 +191,10 @@ class Engine:
         import ray
 
         from unstable_core import plugins
-        from unstable_core.runtime.inference_actor import create_inference_actor
-        from unstable_core.runtime.league_actor import LeagueActor
-        from unstable_core.runtime.recorder import Recorder
-        from unstable_core.runtime.scheduler import GameScheduler
+        from unstable_core.runtime.actors.inference import create_inference_actor
+        from unstable_core.runtime.actors.league import LeagueActor
+        from unstable_core.runtime.actors.recorder import Recorder
+        from unstable_core.runtime.actors.scheduler import GameScheduler
         from unstable_core.types import TrainEnvSpec
 
         Path(run_dir).mkdir(parents=True, exist_ok=True)
@@ -478,7 +478,7 @@ def matmul_flops(rows: int, inner: int, cols: int, kernel: str = "torch", second
     weight packed once, as the backend's packed layers run it."""
     import torch
 
-    from unstable_core.packed_linear import apply_packed, pack_weight
+    from unstable_core.inference.packed_linear import apply_packed, pack_weight
 
     a, b = torch.randn(rows, inner), torch.randn(inner, cols)
     if kernel == "onednn":
@@ -501,7 +501,7 @@ def matmul_flops(rows: int, inner: int, cols: int, kernel: str = "torch", second
 
 def best_matmul_flops(rows: int, inner: int, cols: int) -> tuple[float, dict[str, float]]:
     """The machine's fp32 matmul at this shape: the faster kernel's FLOP/s, and each kernel's."""
-    from unstable_core.packed_linear import packing_available
+    from unstable_core.inference.packed_linear import packing_available
 
     kernels = ("torch", "onednn") if packing_available() else ("torch",)
     each = {k: matmul_flops(rows, inner, cols, kernel=k) for k in kernels}
@@ -669,7 +669,7 @@ def init_ray() -> None:
     import ray
     from ray import cloudpickle
 
-    from unstable_core.runtime.cluster import LOCAL_CPUS
+    from unstable_core.runtime.launch.cluster import LOCAL_CPUS
 
     instant_backend.register_instant_backend()
     # shipped by value: Ray workers cannot import this folder, it is no package

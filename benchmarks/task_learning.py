@@ -46,7 +46,7 @@ def eval_base_and_last(args: argparse.Namespace, run_dir: Path) -> dict[str, Rat
     import sys
 
     from unstable_core.envs.catalogue import get_task
-    from unstable_core.runtime.scheduled_eval import EvalPlan
+    from unstable_core.runtime.actors.scheduled_eval import EvalPlan
     from unstable_core.types import EvalEnvSpec
 
     plan = EvalPlan((EvalEnvSpec(args.task, 1, "task"),), 1, args.eval_items, args.seed)

@@ -1,7 +1,7 @@
 """The buffers: reward stages in order, eviction beyond size, staleness, episodes kept whole."""
 
 from unstable_core.rewards import FinalRewardTransform, SamplingRewardTransform, StepRewardTransform
-from unstable_core.runtime.buffer import EpisodeBuffer, StepBuffer
+from unstable_core.runtime.actors.buffer import EpisodeBuffer, StepBuffer
 from unstable_core.types import GameInformation, GameResult, Step, Trajectory
 
 
@@ -108,7 +108,7 @@ def test_episode_buffer_serves_whole_trajectories_in_turn_order():
 
 
 def test_tracker_counts_outcomes_and_moving_means(tmp_path):
-    from unstable_core.runtime.recorder import Recorder, outcome_label
+    from unstable_core.runtime.actors.recorder import Recorder, outcome_label
 
     assert outcome_label({0: 1.0, 1: -1.0}) == "seat0_win"
     assert outcome_label({0: -1.0, 1: 1.0, 2: 1.0}) == "seat1_win"

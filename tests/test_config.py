@@ -85,7 +85,7 @@ def test_save_round_trip(tmp_path):
 def test_envs_command_lists_textarena_ids_and_rejects_an_unknown_pattern():
     from click.testing import CliRunner
 
-    from unstable_core.cli import cli
+    from unstable_core.cli.main import cli
 
     out = CliRunner().invoke(cli, ["envs", "ultimatetictactoe"])
     assert out.exit_code == 0 and out.output.splitlines()[1:] == [
@@ -145,7 +145,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 @pytest.mark.parametrize("name", ["reference.toml", "spiral-kuhn-poker.toml"])
 def test_example_configs_load_and_resolve(name, tmp_path):
-    from unstable_core.runtime.components import Components
+    from unstable_core.runtime.launch.components import Components
 
     cfg = load_config(EXAMPLES / name, {"runs_dir": str(tmp_path)})
     comp = Components.resolve(cfg, tmp_path / "run")  # every component it names exists; Ray is not started

@@ -16,12 +16,12 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from unstable_core.cli import cli
+from unstable_core.cli.main import cli
 from unstable_core.errors import ConfigError
-from unstable_core.eval.report import aggregate, plain_table
 from unstable_core.eval.session import PlannedGame, Triple, plan_games
 from unstable_core.eval.targets import EvalTarget, resolve_argument, resolve_players, run_setting
 from unstable_core.io import read_jsonl
+from unstable_core.report.evaluation import aggregate, plain_table
 from unstable_core.types import GameInformation, GameResult, GameSpec, Step, Trajectory
 
 ENV = "TicTacToe-v0-train"
@@ -220,8 +220,9 @@ def test_bad_arguments_are_one_line_errors(run_dir, tmp_path, tiny_model):
 def test_eval_play_and_run_share_the_api_options():
     """--base-url, --api-key-env and --api-* are one definition (RunConfig's), on every command that plays
     API models."""
-    from unstable_core.commands import API_FIELDS, play, run
-    from unstable_core.eval.command import eval_command
+    from unstable_core.cli.eval import eval_command
+    from unstable_core.cli.run import play, run
+    from unstable_core.config import API_FIELDS
 
     def api(command):
         return {p.name: (p.opts, p.help) for p in command.params if p.name in API_FIELDS}

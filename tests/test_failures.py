@@ -9,9 +9,9 @@ import pytest
 from unstable_core.errors import UnstableError
 from unstable_core.io import dumps_json, json_line, read_jsonl
 from unstable_core.rewards import FinalRewardTransform, StepRewardTransform
-from unstable_core.runtime.buffer import StepBuffer
-from unstable_core.runtime.failures import FailureMonitor, NonFiniteUpdates, error_key
-from unstable_core.runtime.recorder import Recorder
+from unstable_core.runtime.actors.buffer import StepBuffer
+from unstable_core.runtime.actors.recorder import Recorder
+from unstable_core.runtime.recovery.failures import FailureMonitor, NonFiniteUpdates, error_key
 from unstable_core.trackers.jsonl import JSONLTracker
 from unstable_core.types import GameInformation, GameResult, Step, Trajectory, to_dict
 
@@ -156,9 +156,9 @@ def test_eval_json_writes_null_for_a_rate_that_is_not_a_number(tiny_model, tmp_p
     """Before: json.dumps(allow_nan=False) raised a ValueError traceback where summary.json held null."""
     from click.testing import CliRunner
 
-    import unstable_core.eval.report as report
     import unstable_core.eval.session as session
-    from unstable_core.cli import cli
+    import unstable_core.report.evaluation as report
+    from unstable_core.cli.main import cli
 
     class Stats:  # a pair whose rate is not a number (e.g. no game it could be computed on)
         games, errors, failed = 1, [], 0

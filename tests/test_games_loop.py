@@ -9,7 +9,7 @@ import textarena as ta
 
 from unstable_core.errors import UnstableError
 from unstable_core.games import InferenceUnavailable, play_game
-from unstable_core.games.envs import InvalidMoveProbe, received_action
+from unstable_core.games.env_ops import InvalidMoveProbe, received_action
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
 from unstable_core.types import GameSpec, PlayerSpec, to_dict
 
@@ -115,7 +115,7 @@ def test_allowance_zero_reaches_every_two_player_train_env():
     """The allowance is set on the state `reset` built, so it holds for every state class of TextArena."""
     from textarena.state import FFAMultiPlayerState, TwoPlayerState
 
-    from unstable_core.games.envs import set_error_allowance
+    from unstable_core.games.env_ops import set_error_allowance
 
     checked = 0
     for env_id, env in two_player_train_envs():
@@ -481,7 +481,7 @@ def test_seats_of_different_models_use_their_own_generate_and_tokenizer(tokenize
 def test_the_move_template_opens_the_answer_and_the_action_is_read_from_prefix_and_completion(tokenizer):
     """`move` ends the prompt with `[` (the answer's start): the model writes `bet] ...`, the env gets `[bet]`;
     the step records the completion as sampled and the prefix in step_info; export gives the whole answer."""
-    from unstable_core.commands.export import _chat
+    from unstable_core.cli.export import _chat
 
     players = two_seats(template="move")
     result, fake = play(tokenizer, ["bet] because", "fold]"], env_id="KuhnPoker-v0-train", players=players)
@@ -528,7 +528,7 @@ class RandomMoves:
 
 def recording_envs(observations):
     """An env factory whose envs append every observation they give to `observations`."""
-    from unstable_core.games.envs import make_env
+    from unstable_core.games.env_ops import make_env
 
     def make(env_id):
         env = make_env(env_id)

@@ -7,7 +7,7 @@ import ray
 
 from unstable_core.errors import UnstableError
 from unstable_core.inference.base import GenerationRequest, SamplingParams
-from unstable_core.runtime.inference_actor import create_inference_actor
+from unstable_core.runtime.actors.inference import create_inference_actor
 
 
 @pytest.fixture(scope="module")

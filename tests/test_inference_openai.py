@@ -17,7 +17,7 @@ from unstable_core.inference.chat_prompt import MessagesTokenizer, prompt_messag
 from unstable_core.inference.openai_api import ApiError, OpenAIBackend, check_api_model, retry_after_s
 from unstable_core.io import read_jsonl
 from unstable_core.models import load_tokenizer
-from unstable_core.runtime.resume import is_learner_record
+from unstable_core.runtime.recovery.resume import is_learner_record
 from unstable_core.testing.openai_server import FakeOpenAIServer, Scripted
 
 OBS = "Current Board: ...\nAvailable Moves: '[2]', '[5]'"
@@ -237,7 +237,7 @@ def test_retry_after_reads_seconds_and_dates():
 def test_an_api_seat_plays_with_a_local_model_and_only_the_local_seat_is_training_data(server, tiny_model):
     from unstable_core.games.loop import play_game
     from unstable_core.inference.hf import TransformersBackend
-    from unstable_core.runtime.buffer import StepBuffer
+    from unstable_core.runtime.actors.buffer import StepBuffer
     from unstable_core.types import GameSpec, PlayerSpec
 
     async def go(collect):
@@ -321,7 +321,7 @@ def test_unstable_run_against_an_api_opponent(tiny_model, tmp_path):
     assert lines and "step 0/1" in lines[0]
 
     # `unstable export --model openai:some-model`: the API's turns as the chat messages it was sent
-    from unstable_core.commands.export import ExportFilter, export_records
+    from unstable_core.cli.export import ExportFilter, export_records
 
     records = list(export_records(games, ExportFilter(models=("openai:some-model",))))
     assert len(records) == api_turns
@@ -367,7 +367,7 @@ def test_api_settings_errors_are_one_line(kwargs, expected):
 
 
 def test_plain_progress_prints_a_line_every_few_seconds(capsys):
-    from unstable_core.commands import _PlainProgress
+    from unstable_core.cli.progress import _PlainProgress
 
     clock = iter([100.0, 101.0, 103.5, 104.0])
     show = _PlainProgress(learning_steps=3, every_s=2.5, clock=lambda: next(clock))
@@ -390,7 +390,7 @@ def test_plain_progress_prints_a_line_every_few_seconds(capsys):
 def test_plain_progress_shows_every_scheduled_evaluation(capsys):
     """An evaluation that arrives between two throttled lines, or after the last progress call, still gets
     its line: a log of the run has every checkpoint's result."""
-    from unstable_core.commands import _PlainProgress
+    from unstable_core.cli.progress import _PlainProgress
 
     clock = iter([100.0, 100.5, 101.0, 101.5, 102.0])
     show = _PlainProgress(learning_steps=2, every_s=10.0, clock=lambda: next(clock))

@@ -12,7 +12,7 @@ from unstable_core.errors import ConfigError, UnstableError
 from unstable_core.inference.base import SamplingParams
 from unstable_core.inference.vllm import VLLM_MISSING, VLLMBackend, map_vllm_config, vllm_platform
 from unstable_core.inference.vllm_memory import GIB, kv_bytes_per_token, plan_kv_cache
-from unstable_core.runtime.placement import PlacementError, check_vllm_placement
+from unstable_core.runtime.launch.placement import PlacementError, check_vllm_placement
 
 REFERENCE_CFG = {
     "model_name": "Qwen/Qwen3-1.7B-Base",

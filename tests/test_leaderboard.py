@@ -5,9 +5,9 @@ import json
 
 from click.testing import CliRunner
 
-from unstable_core.cli import cli
+from unstable_core.cli.main import cli
 from unstable_core.league.league import League
-from unstable_core.runtime.recorder import Recorder
+from unstable_core.runtime.actors.recorder import Recorder
 from unstable_core.types import GameInformation, GameResult
 
 TTT = "TicTacToe-v0-train"

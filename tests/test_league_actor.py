@@ -2,7 +2,7 @@
 
 import json
 
-from unstable_core.runtime.league_actor import LeagueActor
+from unstable_core.runtime.actors.league import LeagueActor
 
 
 def games_in(path) -> int:

@@ -14,11 +14,11 @@ import ray
 from unstable_core.config import RunConfig
 from unstable_core.errors import RunStopped, UnstableError
 from unstable_core.io import read_jsonl
-from unstable_core.runtime.buffer import StepBuffer
-from unstable_core.runtime.collector import Collector
-from unstable_core.runtime.league_actor import LeagueActor
-from unstable_core.runtime.liveness import ActorDied, ActorHung, InferenceWatch, check_answers
-from unstable_core.runtime.recorder import Recorder, RecorderActor
+from unstable_core.runtime.actors.buffer import StepBuffer
+from unstable_core.runtime.actors.collector import Collector
+from unstable_core.runtime.actors.league import LeagueActor
+from unstable_core.runtime.actors.recorder import Recorder, RecorderActor
+from unstable_core.runtime.recovery.liveness import ActorDied, ActorHung, InferenceWatch, check_answers
 from unstable_core.runtime.run import Run
 from unstable_core.types import GameInformation, GameResult
 
@@ -294,7 +294,7 @@ def test_an_actor_killed_for_memory_is_named_with_the_figures_and_what_to_lower(
     """Ray's OutOfMemoryError (not a RayTaskError) reaches the run as one line, not a traceback."""
     import ray.exceptions
 
-    from unstable_core.runtime.liveness import ActorDied, oom_reason
+    from unstable_core.runtime.recovery.liveness import ActorDied, oom_reason
 
     exc = ray.exceptions.OutOfMemoryError(
         "2 worker(s) were killed due to the node running low on memory. Memory on the node (IP: 192.0.2.2, "

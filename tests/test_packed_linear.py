@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from unstable_core.packed_linear import (  # noqa: E402
+from unstable_core.inference.packed_linear import (  # noqa: E402
     PackedForward,
     pack_linear_layers,
     packing_available,

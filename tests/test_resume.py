@@ -18,7 +18,7 @@ import pytest
 
 from unstable_core.io import read_jsonl
 from unstable_core.run_lock import lock_is_free
-from unstable_core.runtime.resume import is_learner_record
+from unstable_core.runtime.recovery.resume import is_learner_record
 from unstable_core.testing import TINY_RUN_ARGS
 
 ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
@@ -28,7 +28,7 @@ def launch(
     *args: str, pause_at: str | None = None, marker: Path | None = None, pause_s: float | None = None
 ) -> subprocess.Popen:
     """`unstable run ARGS` in its own process group (so that a kill takes Ray's processes with it); with
-    `pause_at`, the run pauses at that test hook point (unstable_core.testing.hooks) after writing `marker`,
+    `pause_at`, the run pauses at that test hook point (unstable_core.fault_points) after writing `marker`,
     for `pause_s` seconds (default: until killed)."""
     env = {**ENV, "UNSTABLE_TEST_PAUSE_AT": f"{pause_at}:{marker}"} if pause_at else ENV
     if pause_s is not None:
@@ -288,7 +288,7 @@ def test_scheduler_state_round_trip_continues_the_samplers_streams():
     from, and a restored index base numbers games after the recorded ones."""
     from unstable_core.league.league import League
     from unstable_core.plugins import get_registry
-    from unstable_core.runtime.scheduler import GameScheduler
+    from unstable_core.runtime.actors.scheduler import GameScheduler
     from unstable_core.types import TrainEnvSpec
 
     env_sampler = get_registry().load("env_sampler", "adaptive")

@@ -13,7 +13,7 @@ import tomllib
 from safetensors import safe_open
 
 from unstable_core.io import read_jsonl
-from unstable_core.runtime.resume import is_learner_record
+from unstable_core.runtime.recovery.resume import is_learner_record
 from unstable_core.testing import TINY_RUN_ARGS
 
 SMALL = TINY_RUN_ARGS

@@ -11,14 +11,14 @@ from unstable_core.config import RunConfig
 from unstable_core.inference.base import SamplingParams
 from unstable_core.io import read_jsonl
 from unstable_core.plugins import get_registry
-from unstable_core.runtime.buffer import StepBuffer
-from unstable_core.runtime.collector import Collector
-from unstable_core.runtime.inference_actor import create_inference_actor
-from unstable_core.runtime.league_actor import LeagueActor
-from unstable_core.runtime.recorder import Recorder
+from unstable_core.runtime.actors.buffer import StepBuffer
+from unstable_core.runtime.actors.collector import Collector
+from unstable_core.runtime.actors.inference import create_inference_actor
+from unstable_core.runtime.actors.league import LeagueActor
+from unstable_core.runtime.actors.recorder import Recorder
+from unstable_core.runtime.actors.scheduled_eval import EvalPlan
+from unstable_core.runtime.actors.scheduler import GameScheduler
 from unstable_core.runtime.run import Run
-from unstable_core.runtime.scheduled_eval import EvalPlan
-from unstable_core.runtime.scheduler import GameScheduler
 from unstable_core.types import EvalEnvSpec, TrainEnvSpec
 
 TTT = "TicTacToe-v0-train"
@@ -285,7 +285,7 @@ def test_the_learners_peak_memory_is_reported_in_gb():
     """metrics.jsonl's peak_rss_gb: what the OOM killer compares, so a user sees how close an update came."""
     import psutil
 
-    from unstable_core.runtime.learner_actor import peak_rss_gb
+    from unstable_core.runtime.actors.learner import peak_rss_gb
 
     block = bytearray(300 << 20)  # 300 MiB, touched page by page so that it is resident
     for i in range(0, len(block), 4096):

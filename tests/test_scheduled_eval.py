@@ -5,8 +5,8 @@ A real collector playing them beside training games is tested in test_runtime.py
 import pytest
 
 from unstable_core.plugins import get_registry
-from unstable_core.runtime.scheduled_eval import EvalPlan, summarise
-from unstable_core.runtime.scheduler import GameScheduler
+from unstable_core.runtime.actors.scheduled_eval import EvalPlan, summarise
+from unstable_core.runtime.actors.scheduler import GameScheduler
 from unstable_core.types import EvalEnvSpec, GameInformation, GameResult, Step, TrainEnvSpec, Trajectory
 
 TTT = "TicTacToe-v0-train"
@@ -118,8 +118,8 @@ def test_eval_every_needs_evaluation_games_in_flight():
 def test_progress_and_summary_show_each_evaluation_with_its_interval():
     from rich.console import Console
 
-    from unstable_core.commands import progress_line
-    from unstable_core.runtime.scheduled_eval import evals_table
+    from unstable_core.cli.progress import progress_line
+    from unstable_core.runtime.actors.scheduled_eval import evals_table
 
     win = [result({0: "ckpt-2", 1: "base"}, {0: 1.0, 1: -1.0})]
     evals = {2: summarise("ckpt-2", win * 3 + [result({0: "base", 1: "ckpt-2"}, {0: 1.0, 1: -1.0})])}
@@ -136,7 +136,7 @@ def test_progress_and_summary_show_each_evaluation_with_its_interval():
 
 def test_the_trackers_moving_win_rate_counts_wins_and_its_score_draws_as_half(tmp_path):
     """metrics.jsonl's collection/<kind>/<env>/win_rate is W/n and .../score (W + D/2)/n, as everywhere."""
-    from unstable_core.runtime.recorder import Recorder
+    from unstable_core.runtime.actors.recorder import Recorder
 
     tracker = Recorder(tmp_path)
     for rewards in ({0: 1.0, 1: -1.0}, {0: 0.0, 1: 0.0}):

@@ -21,13 +21,13 @@ from unstable_core.envs.catalogue import (
 from unstable_core.envs.sources import ArithmeticTask, hf_task, jsonl_task, parse_hf_id
 from unstable_core.envs.tasks import SOLO
 from unstable_core.errors import ConfigError
-from unstable_core.eval.report import aggregate, plain_table
 from unstable_core.eval.session import PlannedGame, Triple
 from unstable_core.games import play_game
 from unstable_core.inference.base import GenerationOutput, SamplingParams
 from unstable_core.report.checkpoint_rates import compare_quarters, rates_from_games
+from unstable_core.report.evaluation import aggregate, plain_table
 from unstable_core.report.learning_verdict import rate_label
-from unstable_core.runtime.scheduled_eval import eval_panels, last_eval_lines, summarise
+from unstable_core.runtime.actors.scheduled_eval import eval_panels, last_eval_lines, summarise
 from unstable_core.types import GameSpec, PlayerSpec, to_dict
 
 
@@ -264,7 +264,7 @@ def test_group_answers_share_their_item():
 
 
 def test_a_task_trained_on_and_evaluated_is_evaluated_once(task_file, tmp_path):
-    from unstable_core.runtime.plan import RunPlan
+    from unstable_core.runtime.launch.plan import RunPlan
 
     cfg = RunConfig(train_envs=["arithmetic-1"], eval_tasks=["arithmetic-1", task_file], eval_every=2,
                     runs_dir=str(tmp_path))  # fmt: skip

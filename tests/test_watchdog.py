@@ -1,4 +1,4 @@
-"""The watchdog of a driver that starts a local Ray cluster (`unstable_core.runtime.watchdog`), on real
+"""The watchdog of a driver that starts a local Ray cluster (`unstable_core.runtime.recovery.watchdog`), on real
 processes without Ray: a driver that holds a run lock starts the watchdog, marks two children (one in a
 session of its own, as Ray's processes may be) and a third whose child has lost the mark (as Ray's agents
 do when `setproctitle` overwrites their environment block), and is killed; they all go, then the lock."""
@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from unstable_core.run_lock import lock_is_free
-from unstable_core.runtime.watchdog import SNAPSHOT_S
+from unstable_core.runtime.recovery.watchdog import SNAPSHOT_S
 
 # a marked process whose child does not carry the mark (as Ray's agents, whose setproctitle overwrites it)
 # and which ends soon after, orphaning its child (as the kernel kills Ray's raylet with the driver, before
@@ -29,7 +29,7 @@ DRIVER = textwrap.dedent(
     """
     import subprocess, sys, time
     from unstable_core.run_lock import RunLock
-    from unstable_core.runtime.watchdog import Watchdog
+    from unstable_core.runtime.recovery.watchdog import Watchdog
 
     lock = RunLock.acquire(sys.argv[1])
     dog = Watchdog.start([lock.fileno()])

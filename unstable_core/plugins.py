@@ -141,7 +141,7 @@ def discover() -> PluginState:
     manager.add_hookspecs(hookspecs)
     state = PluginState(manager=manager, registry=Registry(), plugins=[])
 
-    from unstable_core import builtins
+    from unstable_core import default_plugins as builtins
 
     core = PluginInfo(name=CORE_DIST, version=_core_version(), builtin=True)
     state.plugins.append(core)

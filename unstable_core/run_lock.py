@@ -1,7 +1,7 @@
 """One process per run directory: `RUN_DIR/.lock`, held with `fcntl.flock` for the run's lifetime and taken
 before anything is written, by a new run and by `--resume` alike. The kernel drops the lock when its
 process dies, so a killed run never leaves a stale one behind. A local Ray cluster's watchdog holds a
-duplicate of the lock's descriptor (`runtime/watchdog.py`): after a kill of the run, the lock is let go
+duplicate of the lock's descriptor (`runtime/recovery/watchdog.py`): after a kill of the run, the lock is let go
 only once every process of the run is gone."""
 
 from __future__ import annotations

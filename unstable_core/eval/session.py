@@ -197,7 +197,7 @@ def check_before_start(targets: list[EvalTarget], settings: EvalSettings, api: b
     the API models answer (one line otherwise); returns that RunConfig."""
     cfg = run_config(targets, settings)
     if settings.backend != _RUN.backend.default:
-        from unstable_core.runtime.placement import check_backend_available
+        from unstable_core.runtime.launch.placement import check_backend_available
 
         check_backend_available(settings.backend, settings.device, None)
         vllm_cpu_kwargs(cfg, engines_of(targets))  # vLLM on the CPU: its model folder and memory, checked now
@@ -224,12 +224,12 @@ def play_all(
     from unstable_core.inference.base import SamplingParams
     from unstable_core.inference.engines import engine_spec
     from unstable_core.models import default_device
-    from unstable_core.runtime.cluster import raise_interrupt, start_ray, stop_ray
-    from unstable_core.runtime.collector import Collector
-    from unstable_core.runtime.inference_actor import create_engines
-    from unstable_core.runtime.league_actor import LeagueActor
-    from unstable_core.runtime.recorder import RecorderActor
-    from unstable_core.runtime.wiring import remote
+    from unstable_core.runtime.actors.collector import Collector
+    from unstable_core.runtime.actors.inference import create_engines
+    from unstable_core.runtime.actors.league import LeagueActor
+    from unstable_core.runtime.actors.recorder import RecorderActor
+    from unstable_core.runtime.launch.cluster import raise_interrupt, start_ray, stop_ray
+    from unstable_core.runtime.launch.graph import remote
 
     cfg = check_before_start(targets, settings, api=False)  # `unstable eval` checked the API models
     owns_ray = not ray.is_initialized()

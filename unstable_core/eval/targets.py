@@ -128,7 +128,7 @@ def resolve_argument(arg: str, all_checkpoints: bool = False, what: str = "model
             return [_checkpoint(folder, step) for step, folder in (ckpts if all_checkpoints else ckpts[-1:])]
         if (path / "adapter_config.json").is_file():
             return [_checkpoint(path)]
-    from unstable_core.runtime.preflight import check_model
+    from unstable_core.runtime.launch.preflight import check_model
 
     try:
         check_model(arg, what)  # a folder that exists, an alias, a hub id in the cache or on the hub

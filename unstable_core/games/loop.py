@@ -17,7 +17,7 @@ import attrs
 
 from unstable_core.errors import UnstableError
 from unstable_core.games.actions import extract_action
-from unstable_core.games.envs import (
+from unstable_core.games.env_ops import (
     EnvFactory,
     InvalidMoveProbe,
     action_receiver,

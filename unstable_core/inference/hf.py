@@ -32,12 +32,12 @@ from unstable_core.inference.base import (
     token_budget,
 )
 from unstable_core.inference.kv_cache import full_attention_only, in_place_cache
+from unstable_core.inference.packed_linear import pack_linear_layers
 from unstable_core.inference.peft_pool import BASE, PeftAdapterPool
 from unstable_core.inference.prefill import PASS_COST_POSITIONS, merge_group_caches, prefill_groups
 from unstable_core.inference.prefix_cache import Block, PrefixCache, joined
 from unstable_core.inference.sampling import row_logprobs, sample_tokens
 from unstable_core.models import cache_kwargs, load_causal_lm, load_tokenizer, plain_linear_head
-from unstable_core.packed_linear import pack_linear_layers
 
 MIN_SHARED_PREFIX = 8  # prompt tokens all rows of a batch must share before their prefix is computed once
 PREFIX_CACHE_TOKENS = 4096  # prompt tokens whose keys and values are kept across batches (SmolLM2: 190 MB)

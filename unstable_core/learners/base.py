@@ -154,8 +154,8 @@ class BaseLearner:
         import torch
         from peft import get_peft_model
 
+        from unstable_core.inference.packed_linear import pack_linear_layers
         from unstable_core.models import default_device, load_causal_lm
-        from unstable_core.packed_linear import pack_linear_layers
 
         self.config = config
         model_name, seed = config.model_name, config.seed

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from unstable_core.errors import UnstableError
+from unstable_core.fault_points import pause_point
 from unstable_core.io import atomic_write_text, dumps_json
-from unstable_core.testing.hooks import pause_point
 
 
 def optimizer_state_to_flat(state_dict: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -19,29 +19,8 @@ from typing import Any
 from unstable_core.config import RunConfig, config_from_dict, merge_layers
 from unstable_core.errors import ConfigError, RunFailed, RunStopped, debug_enabled, describe, root_cause
 from unstable_core.run_lock import LOCK_NAME, RunLock
-from unstable_core.runtime.cluster import end_watchdog, start_ray, stop_ray
-from unstable_core.runtime.liveness import (
-    FAILED_TO_START,
-    ActorDied,
-    InferenceWatch,
-    actor_names,
-    check_alive,
-    death_reason,
-    oom_reason,
-)
-from unstable_core.runtime.plan import RunPlan
-from unstable_core.runtime.preflight import check_run, claim_run_dir
-from unstable_core.runtime.resume import (
-    RESUME_HINT,
-    ResumePoint,
-    checkpoint_steps,
-    find_resume_point,
-    prepare_logs,
-    record_event,
-    resume_config,
-)
-from unstable_core.runtime.shutdown import close_files, write_summary
-from unstable_core.runtime.wiring import (
+from unstable_core.runtime.launch.cluster import end_watchdog, start_ray, stop_ray
+from unstable_core.runtime.launch.graph import (
     record_resumed_state,
     start_buffer,
     start_collection,
@@ -51,6 +30,27 @@ from unstable_core.runtime.wiring import (
     start_learner,
     start_recorder,
 )
+from unstable_core.runtime.launch.plan import RunPlan
+from unstable_core.runtime.launch.preflight import check_run, claim_run_dir
+from unstable_core.runtime.recovery.liveness import (
+    FAILED_TO_START,
+    ActorDied,
+    InferenceWatch,
+    actor_names,
+    check_alive,
+    death_reason,
+    oom_reason,
+)
+from unstable_core.runtime.recovery.resume import (
+    RESUME_HINT,
+    ResumePoint,
+    checkpoint_steps,
+    find_resume_point,
+    prepare_logs,
+    record_event,
+    resume_config,
+)
+from unstable_core.runtime.recovery.shutdown import close_files, write_summary
 
 
 class Run:

@@ -151,7 +151,7 @@ def run_default_transforms() -> dict[str, list[Any]]:
     """The reward transforms of `unstable run`'s defaults (final, step and sampling stages), instantiated
     through the plugin registry: `check_learner_learns(cls, dir, **run_default_transforms())`."""
     from unstable_core.config import RunConfig
-    from unstable_core.runtime.components import instantiate
+    from unstable_core.runtime.launch.components import instantiate
 
     cfg = RunConfig()
     return {
@@ -268,7 +268,7 @@ def check_learner_learns(
     import torch
 
     from unstable_core.inference.hf import TransformersBackend
-    from unstable_core.runtime.buffer import BUFFERS
+    from unstable_core.runtime.actors.buffer import BUFFERS
 
     if game not in GAMES:
         raise ValueError(f"game must be one of {', '.join(GAMES)}, got {game!r}")

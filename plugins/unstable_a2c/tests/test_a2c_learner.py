@@ -98,7 +98,7 @@ def test_returns_of_a_won_game_survive_the_sampling_transform():
     """A won and a lost 5-turn game with +0.5 shaping per turn: returns (gamma = lambda = 1, V = 0) are the
     outcome at every turn, whatever the batch normalisation did to `reward`; the shaping is each step's own."""
     rewards = pytest.importorskip("unstable_rewards")
-    from unstable_core.runtime.buffer import EpisodeBuffer
+    from unstable_core.runtime.actors.buffer import EpisodeBuffer
 
     buf = EpisodeBuffer(
         100,
@@ -121,7 +121,7 @@ def test_a_win_has_a_larger_advantage_than_a_loss_of_any_length(tiny_model, tmp_
     3-move win is worth more than the first move of a 5-move loss (before the fix: 8.5 against 11.5 with
     lambda = 1, 8.03 against 10.50 with 0.95: a2c was paid to prolong games); the critic's targets are the
     outcomes, whatever the length."""
-    from unstable_core.runtime.buffer import EpisodeBuffer
+    from unstable_core.runtime.actors.buffer import EpisodeBuffer
     from unstable_core.testing import run_default_transforms
 
     transforms = run_default_transforms()

@@ -126,7 +126,7 @@ def test_repeat_plays_each_seed_and_seating_g_times_in_a_row(cls):
     from unstable_samplers.model import MirrorModelSampler
 
     from unstable_core.league.league import League
-    from unstable_core.runtime.scheduler import GameScheduler
+    from unstable_core.runtime.actors.scheduler import GameScheduler
 
     registry = League()
     registry.add_checkpoint("ckpt-0", None, 0, inherit=False)
@@ -173,7 +173,7 @@ def test_a_group_replays_its_opponents(cls):
     opponents at the same seats; the groups themselves draw different ones."""
     from unstable_samplers.model import AsynchronousModelSampler
 
-    from unstable_core.runtime.scheduler import GameScheduler
+    from unstable_core.runtime.actors.scheduler import GameScheduler
 
     registry = _lagged_registry(4)
     four = [TrainEnvSpec("A-v0", num_players=4, num_actors=1)]
@@ -191,7 +191,7 @@ def test_a_group_plays_one_checkpoint_even_when_a_new_one_is_published_during_it
     the new one."""
     from unstable_samplers.model import MirrorModelSampler
 
-    from unstable_core.runtime.scheduler import GameScheduler
+    from unstable_core.runtime.actors.scheduler import GameScheduler
 
     registry = _lagged_registry(1)
     two = [TrainEnvSpec("A-v0", num_players=2, num_actors=1)]
@@ -215,7 +215,7 @@ def test_a_restored_scheduler_finishes_the_group_in_progress(cls):
 
     from unstable_samplers.model import AsynchronousModelSampler
 
-    from unstable_core.runtime.scheduler import GameScheduler
+    from unstable_core.runtime.actors.scheduler import GameScheduler
 
     registry = _lagged_registry(4)
     envs = [

@@ -5,7 +5,7 @@ Ray 2.60 enables token authentication by default, but a driver joining by an exp
 "InvalidAuthToken". Here a driver that has a token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or
 ~/.ray/auth_token) and has not chosen a mode (RAY_AUTH_MODE) uses it.
 
-A local cluster is started under a watchdog (`runtime/watchdog.py`): if the driver dies without stopping
+A local cluster is started under a watchdog (`runtime/recovery/watchdog.py`): if the driver dies without stopping
 it, every process of the cluster is killed at once, and the run's lock is let go only after that.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from unstable_core.errors import UnstableError
-from unstable_core.runtime.watchdog import Watchdog
+from unstable_core.runtime.recovery.watchdog import Watchdog
 
 AUTH_MODE = "RAY_AUTH_MODE"
 LOCAL_CPUS = 64  # logical CPUs Ray may hand out locally: every actor asks for 0, so this only bounds tasks

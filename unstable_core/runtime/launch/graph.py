@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from unstable_core.learners.base import LearnerConfig
-from unstable_core.runtime.placement import Placement
-from unstable_core.runtime.plan import RunPlan
-from unstable_core.runtime.resume import ResumePoint, record_resume
+from unstable_core.runtime.launch.placement import Placement
+from unstable_core.runtime.launch.plan import RunPlan
+from unstable_core.runtime.recovery.resume import ResumePoint, record_resume
 
 
 def remote(cls: type, **options: Any) -> Any:
@@ -22,7 +22,7 @@ def remote(cls: type, **options: Any) -> Any:
 
 def start_recorder(plan: RunPlan, run_dir: Path, point: ResumePoint | None) -> Any:
     """The recorder: games.jsonl, metrics.jsonl and the chosen trackers."""
-    from unstable_core.runtime.recorder import RecorderActor
+    from unstable_core.runtime.actors.recorder import RecorderActor
 
     cfg = plan.cfg
     return remote(RecorderActor).remote(
@@ -38,7 +38,7 @@ def start_league(plan: RunPlan, run_dir: Path, point: ResumePoint | None, resume
     """The league of rated models (registry.json): the current checkpoint and every fixed opponent."""
     import ray
 
-    from unstable_core.runtime.league_actor import LeagueActor
+    from unstable_core.runtime.actors.league import LeagueActor
 
     league = remote(LeagueActor).remote(
         str(run_dir / "registry.json"), state=point.league if point else None, fresh=resumed
@@ -56,7 +56,7 @@ def start_buffer(plan: RunPlan, point: ResumePoint | None) -> Any:
     """The buffer between collectors and learner, with the reward pipeline and its saved statistics."""
     import ray
 
-    from unstable_core.runtime.buffer import BUFFERS
+    from unstable_core.runtime.actors.buffer import BUFFERS
 
     comp, cfg = plan.components, plan.cfg
     buffer = remote(BUFFERS[getattr(comp.learner, "buffer_kind", "step")]).remote(
@@ -80,7 +80,7 @@ def record_resumed_state(run_dir: Path, record: dict[str, Any], actors: dict[str
 
 def start_engines(plan: RunPlan, placement: Placement, threads: int) -> dict[str, list[Any]]:
     """The inference actors of each engine (the main model, and each fixed opponent of another model)."""
-    from unstable_core.runtime.inference_actor import create_engines
+    from unstable_core.runtime.actors.inference import create_engines
 
     return create_engines(
         plan.engines(),
@@ -97,8 +97,8 @@ def start_collectors(
 ) -> list[Any]:
     """The collectors, each with its shard of the game schedule (`Run` starts their collection)."""
     from unstable_core.inference.base import SamplingParams
-    from unstable_core.runtime.collector import Collector
-    from unstable_core.runtime.scheduler import GameScheduler
+    from unstable_core.runtime.actors.collector import Collector
+    from unstable_core.runtime.actors.scheduler import GameScheduler
 
     cfg, comp = plan.cfg, plan.components
     params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_generation_len)
@@ -161,7 +161,7 @@ def start_learner(
 ) -> Any:
     """The learner, built from the run's LearnerConfig and resumed from the checkpoint (`Run` starts its
     training)."""
-    from unstable_core.runtime.learner_actor import LearnerActor
+    from unstable_core.runtime.actors.learner import LearnerActor
 
     cfg = plan.cfg
     return remote(LearnerActor, num_gpus=placement.learner_gpus, max_concurrency=2).remote(

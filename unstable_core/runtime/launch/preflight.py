@@ -31,7 +31,7 @@ def check_env_players(specs: Iterable[Any], what: str = "--env") -> None:
     """Every env can be set up for its number of players (TextArena's reset refuses the others)."""
     from unstable_core.envs.catalogue import check_env_id
     from unstable_core.errors import describe
-    from unstable_core.games.envs import make_env
+    from unstable_core.games.env_ops import make_env
 
     for env_id, players in dict.fromkeys((s.env_id, s.num_players) for s in specs):
         check_env_id(env_id, players, what)
@@ -220,7 +220,7 @@ def check_run(plan: Any, resume: bool = False) -> None:
     from unstable_core.games.random_player import check_random_supported
     from unstable_core.learners.lora import DEFAULT_LORA_CFG
     from unstable_core.models import is_api_model
-    from unstable_core.runtime.placement import check_backend_available
+    from unstable_core.runtime.launch.placement import check_backend_available
 
     cfg, comp = plan.cfg, plan.components
     if cfg.run_name is not None and not resume:

@@ -68,7 +68,7 @@ class InferenceActor:
 
     async def devices(self) -> dict[str, Any]:
         """The GPUs Ray gave this actor and the device its backend uses (see `placement.placed_on`)."""
-        from unstable_core.runtime.placement import placed_on
+        from unstable_core.runtime.launch.placement import placed_on
 
         return placed_on(getattr(self.backend, "device", None))
 

@@ -8,7 +8,7 @@ import sys
 import click
 
 from unstable_core import __version__
-from unstable_core.commands import debug_option
+from unstable_core.cli.options import debug_option
 from unstable_core.errors import UnstableError, debug_enabled
 
 
@@ -70,9 +70,10 @@ def plugins(as_json: bool, show_all: bool) -> None:
 
 
 def _add_core_commands() -> None:
-    from unstable_core.commands import envs, play, run
-    from unstable_core.commands.export import export_command
-    from unstable_core.eval.command import eval_command
+    from unstable_core.cli.envs import envs
+    from unstable_core.cli.eval import eval_command
+    from unstable_core.cli.export import export_command
+    from unstable_core.cli.run import play, run
     from unstable_core.league.leaderboard import leaderboard_command
 
     for command in (run, play, envs, eval_command, leaderboard_command, export_command):

@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 
 from unstable_core.rewards.pipeline import RewardPipeline
-from unstable_core.runtime.request_batching import answer_each
+from unstable_core.runtime.actors.request_batching import answer_each
 from unstable_core.types import GameResult, Step, Trajectory
 
 

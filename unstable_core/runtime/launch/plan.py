@@ -14,8 +14,8 @@ from unstable_core.games.random_player import RANDOM
 from unstable_core.inference.vllm import vllm_max_lora_rank, vllm_platform
 from unstable_core.inference.vllm_memory import KvCachePlan, model_kv_cache
 from unstable_core.models import is_api_model
-from unstable_core.runtime.components import Components
-from unstable_core.runtime.placement import (
+from unstable_core.runtime.launch.components import Components
+from unstable_core.runtime.launch.placement import (
     CpuThreads,
     Placement,
     check_nodes,
@@ -97,7 +97,7 @@ class RunPlan:
     def eval_plan(self) -> Any:
         """The scheduled evaluation (--eval-every), or None: each eval env against its opponent (default
         base); with no eval env, each train env against each fixed opponent (default base)."""
-        from unstable_core.runtime.scheduled_eval import DEFAULT_OPPONENT, EvalPlan
+        from unstable_core.runtime.actors.scheduled_eval import DEFAULT_OPPONENT, EvalPlan
 
         cfg = self.cfg
         if not cfg.eval_every:

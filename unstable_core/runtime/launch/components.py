@@ -12,7 +12,7 @@ from unstable_core.config import RunConfig, parse_transform
 from unstable_core.errors import ConfigError
 from unstable_core.plugins import get_registry
 from unstable_core.rewards import check_stage
-from unstable_core.runtime.preflight import check_trackers
+from unstable_core.runtime.launch.preflight import check_trackers
 
 
 def instantiate(kind: str, spec: Any, **extra: Any) -> Any:

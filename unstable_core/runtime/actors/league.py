@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from unstable_core.league.league import League
-from unstable_core.runtime.request_batching import answer_each
+from unstable_core.runtime.actors.request_batching import answer_each
 
 
 class LeagueActor:

@@ -7,7 +7,7 @@ from typing import Any
 
 from unstable_core.errors import UnstableError
 from unstable_core.league.league import League
-from unstable_core.runtime.scheduled_eval import EvalPlan
+from unstable_core.runtime.actors.scheduled_eval import EvalPlan
 from unstable_core.samplers import CURRENT, BaseEnvSampler, BaseModelSampler
 from unstable_core.types import GameSpec, PlayerSpec
 

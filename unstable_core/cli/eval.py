@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import click
 
-from unstable_core.commands import api_options
+from unstable_core.cli.options import api_options
 from unstable_core.config import DEFAULT_ENV, RunConfig
 from unstable_core.errors import ConfigError, RunFailed, UnstableError
 
@@ -75,7 +75,7 @@ def discard_unplayed(out: Path, made: list[Path]) -> bool:
 def failure_line(exc: BaseException) -> str:
     """Why an evaluation stopped after it started, in one line (an actor's error as Ray carries it)."""
     from unstable_core.errors import debug_enabled, describe
-    from unstable_core.runtime.liveness import death_reason
+    from unstable_core.runtime.recovery.liveness import death_reason
 
     reason = death_reason(exc) if getattr(exc, "actor_init_failed", None) is not None else describe(exc)
     hint = "" if debug_enabled() else " (rerun with --debug for the traceback)"
@@ -218,7 +218,6 @@ def eval_command(models, opponents, envs, tasks, games, all_checkpoints, seed, c
     """Evaluate MODEL(s) (run dirs, checkpoints, models, base, openai:MODEL) against fixed opponents on games
     (--env), and on single-turn tasks (--task: accuracy)."""
     from unstable_core.envs.catalogue import canonical_id
-    from unstable_core.eval.report import aggregate, plain_table, rich_table
     from unstable_core.eval.session import (
         EvalSettings,
         check_before_start,
@@ -230,6 +229,7 @@ def eval_command(models, opponents, envs, tasks, games, all_checkpoints, seed, c
     from unstable_core.games.random_player import RANDOM, check_random_supported
     from unstable_core.games.templates import get_template
     from unstable_core.io import atomic_write_json, dumps_json
+    from unstable_core.report.evaluation import aggregate, plain_table, rich_table
 
     tasks = [canonical_id(t) for t in tasks]
     if tasks and opponents and not envs:

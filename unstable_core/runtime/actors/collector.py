@@ -22,10 +22,10 @@ from unstable_core.games.loop import InferenceUnavailable, play_game
 from unstable_core.games.random_player import RANDOM, RandomPlayer, random_seat_seed
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
 from unstable_core.league.league import League
-from unstable_core.runtime.liveness import ANSWER_TIMEOUT_S
-from unstable_core.runtime.request_batching import ActorRequests, PassBatch
-from unstable_core.runtime.scheduled_eval import EvalPlan, summarise
-from unstable_core.runtime.scheduler import GameScheduler
+from unstable_core.runtime.actors.request_batching import ActorRequests, PassBatch
+from unstable_core.runtime.actors.scheduled_eval import EvalPlan, summarise
+from unstable_core.runtime.actors.scheduler import GameScheduler
+from unstable_core.runtime.recovery.liveness import ANSWER_TIMEOUT_S
 from unstable_core.types import GameInformation, GameResult, GameSpec
 
 log = logging.getLogger(__name__)

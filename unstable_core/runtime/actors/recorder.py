@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from unstable_core.io import append_jsonl, finite_json, fsync_file
-from unstable_core.runtime.failures import FailureMonitor
-from unstable_core.runtime.request_batching import answer_each
+from unstable_core.runtime.actors.request_batching import answer_each
+from unstable_core.runtime.recovery.failures import FailureMonitor
 from unstable_core.types import GameResult
 
 WINDOW = 100  # games per moving mean, as in UnstableBaselines v0.2

@@ -11,11 +11,11 @@ from typing import Any
 import ray
 
 from unstable_core.errors import UnstableError
+from unstable_core.fault_points import pause_point
 from unstable_core.learners.base import LearnerConfig
-from unstable_core.runtime.failures import NonFiniteUpdates
-from unstable_core.runtime.liveness import ANSWER_TIMEOUT_S
-from unstable_core.runtime.resume import RUN_STATE
-from unstable_core.testing.hooks import pause_point
+from unstable_core.runtime.recovery.failures import NonFiniteUpdates
+from unstable_core.runtime.recovery.liveness import ANSWER_TIMEOUT_S
+from unstable_core.runtime.recovery.resume import RUN_STATE
 
 
 def peak_rss_gb() -> float:
@@ -78,7 +78,7 @@ class LearnerActor:
 
     def devices(self) -> dict[str, Any]:
         """The GPUs Ray gave this actor and the learner's device (see `placement.placed_on`)."""
-        from unstable_core.runtime.placement import placed_on
+        from unstable_core.runtime.launch.placement import placed_on
 
         return placed_on(self.learner.device)
 
