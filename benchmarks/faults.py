@@ -43,6 +43,7 @@ from pathlib import Path
 
 import psutil
 
+from unstable_core.league.league import league_path
 from unstable_core.run_lock import lock_is_free
 from unstable_core.runtime.recovery.resume import is_learner_record
 
@@ -176,7 +177,7 @@ def check_run(run_dir: Path, steps: int) -> dict[str, object]:
             intact += 1
         except Exception:
             pass
-    registry = json.loads((run_dir / "registry.json").read_text())
+    league = json.loads(league_path(run_dir).read_text())
     stopped = [r for r in records if r.get("event") == "stopped"]
     sent, lost, unknown, unmeasured = games_lost(records, idx)
     events = collections.Counter(r["event"] for r in records if "event" in r)
@@ -197,7 +198,7 @@ def check_run(run_dir: Path, steps: int) -> dict[str, object]:
         "learner steps duplicated": str(len(logged) - len(set(logged))),
         "learner steps missing": str(len(set(range(1, steps + 1)) - set(logged))),
         "checkpoints intact": f"{intact} / {steps}",
-        "final step = asked": str(registry.get("current") == f"ckpt-{steps}" and intact == steps),
+        "final step = asked": str(league.get("current") == f"ckpt-{steps}" and intact == steps),
     }
 
 

@@ -1,4 +1,4 @@
-"""`unstable leaderboard` on a run directory written here by the real registry and tracker code: values
+"""`unstable leaderboard` on a run directory written here by the real league and recorder code: values
 against counts and Wilson intervals worked out by hand."""
 
 import json
@@ -24,10 +24,10 @@ def play(idx: int, models: dict[int, str], rewards: dict[int, float], eval_: boo
 def make_run(tmp_path):
     """ckpt-1 against base: win, win, draw, loss (seats alternated); ckpt-0 loses to base once; a mirror
     game of ckpt-1; a failed game (left out). Rated as the collector rates them."""
-    registry = League()
-    registry.add_checkpoint("ckpt-0", None, 0, inherit=False)
-    registry.add_fixed("base")
-    registry.add_checkpoint("ckpt-1", str(tmp_path / "checkpoints" / "step-1"), 1)
+    league = League()
+    league.add_checkpoint("ckpt-0", None, 0, inherit=False)
+    league.add_fixed("base")
+    league.add_checkpoint("ckpt-1", str(tmp_path / "checkpoints" / "step-1"), 1)
     games = [
         play(0, {0: "ckpt-1", 1: "base"}, {0: 1.0, 1: -1.0}),
         play(1, {0: "base", 1: "ckpt-1"}, {0: -1.0, 1: 1.0}),
@@ -43,16 +43,16 @@ def make_run(tmp_path):
         tracker.add_game(g)
         if not g.info.failed:
             pids = sorted(g.info.final_rewards)
-            registry.update_ratings(
+            league.update_ratings(
                 [g.info.models[p] for p in pids], [g.info.final_rewards[p] for p in pids], TTT
             )
     tracker.close()
-    registry.save(tmp_path / "registry.json")
-    return registry
+    league.save(tmp_path / "league.json")
+    return league
 
 
 def test_leaderboard_json_matches_hand_computed_counts_and_intervals(tmp_path):
-    registry = make_run(tmp_path)
+    league = make_run(tmp_path)
     out = tmp_path / "pictures"
     result = CliRunner().invoke(cli, ["leaderboard", str(tmp_path), "--json", "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -60,12 +60,12 @@ def test_leaderboard_json_matches_hand_computed_counts_and_intervals(tmp_path):
     models = {m["uid"]: m for m in data["models"]}
     assert sorted(models) == ["base", "ckpt-0", "ckpt-1"]  # the inactive dummy is never listed
     for uid, m in models.items():
-        meta = registry.get_model(uid)
+        meta = league.get_model(uid)
         assert (m["mu"], m["sigma"]) == (meta.mu, meta.sigma)
         assert abs(m["mu_minus_3sigma"] - (meta.mu - 3 * meta.sigma)) < 1e-12
     conservative = [m["mu_minus_3sigma"] for m in data["models"]]
     assert conservative == sorted(conservative, reverse=True)
-    # registry counts: ckpt-1 played 5 (one mirror game, not rated): 2 wins, 1 draw, 1 loss
+    # league counts: ckpt-1 played 5 (one mirror game, not rated): 2 wins, 1 draw, 1 loss
     c1 = models["ckpt-1"]
     assert (c1["games"], c1["wins"], c1["draws"], c1["losses"]) == (5, 2, 1, 1)
     base = models["base"]
@@ -98,7 +98,7 @@ def test_leaderboard_table_and_picture_in_the_run_dir(tmp_path):
 def test_leaderboard_of_a_folder_that_is_no_run_says_so(tmp_path):
     result = CliRunner().invoke(cli, ["leaderboard", str(tmp_path)])
     assert result.exit_code == 2
-    assert "has no registry.json" in result.output and "Traceback" not in result.output
+    assert "has no league.json" in result.output and "Traceback" not in result.output
 
 
 def test_games_of_unstable_eval_under_eval_count_too(tmp_path):

@@ -42,11 +42,11 @@ def expected_draw_sigma(s_a: float, s_b: float) -> float:
     return math.sqrt(var_a * (1 - var_a / c**2 * w))
 
 
-def registry_with(*uids: str) -> League:
-    reg = League(beta=BETA)
+def league_with(*uids: str) -> League:
+    league = League(beta=BETA)
     for uid in uids:
-        reg.add_fixed(uid)
-    return reg
+        league.add_fixed(uid)
+    return league
 
 
 def test_scores_to_ranks_higher_score_is_better_and_ties_share():
@@ -58,9 +58,9 @@ def test_scores_to_ranks_higher_score_is_better_and_ties_share():
 
 
 def test_one_vs_one_win_matches_the_closed_form_update():
-    reg = registry_with("a", "b")
-    reg.update_ratings(["b", "a"], [-1.0, 1.0], env_id="TicTacToe-v0")
-    a, b = reg.get_model("a"), reg.get_model("b")
+    league = league_with("a", "b")
+    league.update_ratings(["b", "a"], [-1.0, 1.0], env_id="TicTacToe-v0")
+    a, b = league.get_model("a"), league.get_model("b")
     mu_w, s_w, mu_l, s_l = expected_win(25.0, SIGMA0, 25.0, SIGMA0)
     assert a.mu > 25.0 > b.mu
     assert a.mu == pytest.approx(mu_w, abs=1e-6) and a.sigma == pytest.approx(s_w, abs=1e-6)
@@ -70,19 +70,19 @@ def test_one_vs_one_win_matches_the_closed_form_update():
 
 
 def test_second_win_uses_the_updated_ratings():
-    reg = registry_with("a", "b")
-    reg.update_ratings(["a", "b"], [1.0, 0.0], env_id="g")
-    a0, b0 = reg.get_model("a"), reg.get_model("b")
-    reg.update_ratings(["a", "b"], [1.0, 0.0], env_id="g")
+    league = league_with("a", "b")
+    league.update_ratings(["a", "b"], [1.0, 0.0], env_id="g")
+    a0, b0 = league.get_model("a"), league.get_model("b")
+    league.update_ratings(["a", "b"], [1.0, 0.0], env_id="g")
     mu_w, s_w, mu_l, s_l = expected_win(a0.mu, a0.sigma, b0.mu, b0.sigma)
-    assert reg.get_model("a").mu == pytest.approx(mu_w, abs=1e-6)
-    assert reg.get_model("b").sigma == pytest.approx(s_l, abs=1e-6)
+    assert league.get_model("a").mu == pytest.approx(mu_w, abs=1e-6)
+    assert league.get_model("b").sigma == pytest.approx(s_l, abs=1e-6)
 
 
 def test_tie_keeps_equal_mus_equal_and_shrinks_sigmas():
-    reg = registry_with("a", "b")
-    reg.update_ratings(["a", "b"], [0.0, 0.0], env_id="g")
-    a, b = reg.get_model("a"), reg.get_model("b")
+    league = league_with("a", "b")
+    league.update_ratings(["a", "b"], [0.0, 0.0], env_id="g")
+    a, b = league.get_model("a"), league.get_model("b")
     assert a.mu == pytest.approx(25.0, abs=1e-9) and b.mu == pytest.approx(25.0, abs=1e-9)
     # 1e-5: trueskill's draw path uses its own approximations of the normal cdf and pdf
     assert a.sigma < SIGMA0 and a.sigma == pytest.approx(expected_draw_sigma(SIGMA0, SIGMA0), abs=1e-5)
@@ -90,9 +90,9 @@ def test_tie_keeps_equal_mus_equal_and_shrinks_sigmas():
 
 
 def test_three_players_are_ordered_by_rank():
-    reg = registry_with("first", "second", "third")
-    reg.update_ratings(["third", "first", "second"], [-1.0, 1.0, 0.0], env_id="g")
-    m = reg.get_all_models()
+    league = league_with("first", "second", "third")
+    league.update_ratings(["third", "first", "second"], [-1.0, 1.0, 0.0], env_id="g")
+    m = league.get_all_models()
     assert m["first"].mu > m["second"].mu > m["third"].mu
     # symmetric priors: the middle player stays at the prior mean, the others move by the same amount
     assert m["second"].mu == pytest.approx(25.0, abs=1e-3)
@@ -102,87 +102,87 @@ def test_three_players_are_ordered_by_rank():
 
 
 def test_one_player_game_is_rated_against_an_inactive_dummy_that_scored_zero():
-    reg = League(beta=BETA)
-    reg.add_checkpoint("ckpt-0", None, iteration=0)
-    reg.update_ratings(["ckpt-0"], [1.0], env_id="Sudoku-v0")
-    dummy = reg.get_model("fixed-env")
+    league = League(beta=BETA)
+    league.add_checkpoint("ckpt-0", None, iteration=0)
+    league.update_ratings(["ckpt-0"], [1.0], env_id="Sudoku-v0")
+    dummy = league.get_model("fixed-env")
     assert (dummy.kind, dummy.path_or_name, dummy.active) == ("fixed", "fixed-env", False)
     mu_w, s_w, mu_l, _ = expected_win(25.0, SIGMA0, 25.0, SIGMA0)
-    assert reg.get_model("ckpt-0").mu == pytest.approx(mu_w, abs=1e-6)
+    assert league.get_model("ckpt-0").mu == pytest.approx(mu_w, abs=1e-6)
     assert dummy.mu == pytest.approx(mu_l, abs=1e-6)
-    reg.update_ratings(["ckpt-0"], [0.0], env_id="Sudoku-v0")
-    reg.update_ratings(["ckpt-0"], [-0.5], env_id="Sudoku-v0", dummy_uid="other-dummy")
-    ck = reg.get_model("ckpt-0")
+    league.update_ratings(["ckpt-0"], [0.0], env_id="Sudoku-v0")
+    league.update_ratings(["ckpt-0"], [-0.5], env_id="Sudoku-v0", dummy_uid="other-dummy")
+    ck = league.get_model("ckpt-0")
     assert (ck.games, ck.wins, ck.draws, ck.losses) == (3, 1, 1, 1)
-    assert reg.get_model("other-dummy").wins == 1
-    assert reg.get_match_counts() == {("ckpt-0", "fixed-env"): 2, ("ckpt-0", "other-dummy"): 1}
+    assert league.get_model("other-dummy").wins == 1
+    assert league.get_match_counts() == {("ckpt-0", "fixed-env"): 2, ("ckpt-0", "other-dummy"): 1}
 
 
 def test_mirror_self_play_counts_the_game_but_leaves_the_rating():
-    reg = League(beta=BETA)
-    reg.add_checkpoint("ckpt-0", None, iteration=0)
-    before = reg.get_model("ckpt-0")
-    reg.update_ratings(["ckpt-0", "ckpt-0"], [1.0, -1.0], env_id="g")
-    after = reg.get_model("ckpt-0")
+    league = League(beta=BETA)
+    league.add_checkpoint("ckpt-0", None, iteration=0)
+    before = league.get_model("ckpt-0")
+    league.update_ratings(["ckpt-0", "ckpt-0"], [1.0, -1.0], env_id="g")
+    after = league.get_model("ckpt-0")
     assert (after.mu, after.sigma) == (before.mu, before.sigma)
     assert (after.games, after.wins, after.draws, after.losses) == (1, 0, 0, 0)
-    assert reg.get_match_counts() == {("ckpt-0", "ckpt-0"): 1}
-    assert "fixed-env" not in reg.get_all_models()
+    assert league.get_match_counts() == {("ckpt-0", "ckpt-0"): 1}
+    assert "fixed-env" not in league.get_all_models()
 
 
 def test_a_model_with_several_seats_is_rated_once_on_its_mean_score():
-    reg = registry_with("a", "b")
+    league = league_with("a", "b")
     # a: mean(1, 0) = 0.5 beats b's 0.2, so this is one 1v1 win of a over b
-    reg.update_ratings(["a", "b", "a"], [1.0, 0.2, 0.0], env_id="g")
+    league.update_ratings(["a", "b", "a"], [1.0, 0.2, 0.0], env_id="g")
     mu_w, _, mu_l, _ = expected_win(25.0, SIGMA0, 25.0, SIGMA0)
-    assert reg.get_model("a").mu == pytest.approx(mu_w, abs=1e-6)
-    assert reg.get_model("b").mu == pytest.approx(mu_l, abs=1e-6)
-    assert reg.get_model("a").games == 1
-    assert reg.get_match_counts() == {("a", "b"): 1}
+    assert league.get_model("a").mu == pytest.approx(mu_w, abs=1e-6)
+    assert league.get_model("b").mu == pytest.approx(mu_l, abs=1e-6)
+    assert league.get_model("a").games == 1
+    assert league.get_match_counts() == {("a", "b"): 1}
 
 
 def test_match_counts_are_per_unordered_pair():
-    reg = registry_with("a", "b", "c")
-    reg.update_ratings(["a", "b"], [1, 0], env_id="g1")
-    reg.update_ratings(["b", "a"], [1, 0], env_id="g1")
-    reg.update_ratings(["c", "a", "b"], [0, 1, 2], env_id="g2")
-    assert reg.get_match_counts() == {("a", "b"): 3, ("a", "c"): 1, ("b", "c"): 1}
-    assert reg.get_env_games() == {"g1": 2, "g2": 1}
+    league = league_with("a", "b", "c")
+    league.update_ratings(["a", "b"], [1, 0], env_id="g1")
+    league.update_ratings(["b", "a"], [1, 0], env_id="g1")
+    league.update_ratings(["c", "a", "b"], [0, 1, 2], env_id="g2")
+    assert league.get_match_counts() == {("a", "b"): 3, ("a", "c"): 1, ("b", "c"): 1}
+    assert league.get_env_games() == {"g1": 2, "g2": 1}
 
 
 def test_add_checkpoint_inherits_mu_and_doubles_sigma_capped_at_the_prior():
-    reg = League(beta=BETA)
-    reg.add_checkpoint("ckpt-0", None, iteration=0)
-    assert reg.get_current_ckpt() == "ckpt-0"
-    m0 = reg._models["ckpt-0"]
+    league = League(beta=BETA)
+    league.add_checkpoint("ckpt-0", None, iteration=0)
+    assert league.get_current_ckpt() == "ckpt-0"
+    m0 = league._models["ckpt-0"]
     m0.mu, m0.sigma = 30.0, 3.0
-    reg.add_checkpoint("ckpt-1", "/runs/x/checkpoints/step-1", iteration=1)
-    ck1 = reg.get_model("ckpt-1")
+    league.add_checkpoint("ckpt-1", "/runs/x/checkpoints/step-1", iteration=1)
+    ck1 = league.get_model("ckpt-1")
     assert (ck1.mu, ck1.sigma, ck1.iteration) == (30.0, 6.0, 1)
-    assert reg.get_current_ckpt() == "ckpt-1"
-    assert reg.get_name_or_lora_path("ckpt-1") == "/runs/x/checkpoints/step-1"
-    reg._models["ckpt-1"].sigma = 5.0  # 2 * 5 = 10 > 25/3: capped
-    reg.add_checkpoint("ckpt-2", "p2", iteration=2)
-    assert reg.get_model("ckpt-2").sigma == pytest.approx(SIGMA0)
-    assert reg.get_model("ckpt-2").mu == 30.0
-    reg.add_checkpoint("fresh", "p3", iteration=3, inherit=False)
-    assert (reg.get_model("fresh").mu, reg.get_model("fresh").sigma) == (25.0, SIGMA0)
+    assert league.get_current_ckpt() == "ckpt-1"
+    assert league.get_name_or_lora_path("ckpt-1") == "/runs/x/checkpoints/step-1"
+    league._models["ckpt-1"].sigma = 5.0  # 2 * 5 = 10 > 25/3: capped
+    league.add_checkpoint("ckpt-2", "p2", iteration=2)
+    assert league.get_model("ckpt-2").sigma == pytest.approx(SIGMA0)
+    assert league.get_model("ckpt-2").mu == 30.0
+    league.add_checkpoint("fresh", "p3", iteration=3, inherit=False)
+    assert (league.get_model("fresh").mu, league.get_model("fresh").sigma) == (25.0, SIGMA0)
 
 
 def test_checkpoint_uids_are_in_iteration_order_and_exclude_fixed_models():
-    reg = League()
-    reg.add_checkpoint("late", "p", iteration=5)
-    reg.add_fixed("opponent")
-    reg.add_checkpoint("early", "p", iteration=2)
-    assert reg.checkpoint_uids() == ["early", "late"]
-    assert reg.get_current_ckpt() == "early"  # the newest added, whatever its iteration
+    league = League()
+    league.add_checkpoint("late", "p", iteration=5)
+    league.add_fixed("opponent")
+    league.add_checkpoint("early", "p", iteration=2)
+    assert league.checkpoint_uids() == ["early", "late"]
+    assert league.get_current_ckpt() == "early"  # the newest added, whatever its iteration
 
 
 def test_add_fixed_sets_name_and_prior_and_is_idempotent():
-    reg = League()
-    reg.add_fixed("google/gemma-3-1b-it", prior_mu=20.0)
-    reg.add_fixed("google/gemma-3-1b-it", prior_mu=99.0)
-    m = reg.get_model("google/gemma-3-1b-it")
+    league = League()
+    league.add_fixed("google/gemma-3-1b-it", prior_mu=20.0)
+    league.add_fixed("google/gemma-3-1b-it", prior_mu=99.0)
+    m = league.get_model("google/gemma-3-1b-it")
     assert (m.kind, m.path_or_name, m.mu, m.sigma, m.active) == (
         "fixed",
         "google/gemma-3-1b-it",
@@ -190,62 +190,62 @@ def test_add_fixed_sets_name_and_prior_and_is_idempotent():
         SIGMA0,
         True,
     )
-    assert reg.get_current_ckpt() is None
+    assert league.get_current_ckpt() is None
 
 
 def test_quality_matches_the_1v1_formula():
-    reg = registry_with("a", "b")
-    reg._models["a"].mu, reg._models["a"].sigma = 30.0, 2.0
-    reg._models["b"].mu, reg._models["b"].sigma = 24.0, 3.0
+    league = league_with("a", "b")
+    league._models["a"].mu, league._models["a"].sigma = 30.0, 2.0
+    league._models["b"].mu, league._models["b"].sigma = 24.0, 3.0
     denom = 2 * BETA**2 + 2.0**2 + 3.0**2
     expected = math.sqrt(2 * BETA**2 / denom) * math.exp(-((30.0 - 24.0) ** 2) / (2 * denom))
-    assert reg.quality("a", "b") == pytest.approx(expected, rel=1e-9)
-    assert reg.quality("b", "a") == pytest.approx(expected, rel=1e-9)
+    assert league.quality("a", "b") == pytest.approx(expected, rel=1e-9)
+    assert league.quality("b", "a") == pytest.approx(expected, rel=1e-9)
 
 
 def test_get_all_models_is_a_deep_copy():
-    reg = registry_with("a")
-    reg.get_all_models()["a"].mu = 99.0
-    assert reg.get_model("a").mu == 25.0
+    league = league_with("a")
+    league.get_all_models()["a"].mu = 99.0
+    assert league.get_model("a").mu == 25.0
 
 
 def test_find_reads_one_model_without_a_copy_and_none_for_an_unknown_uid():
-    reg = registry_with("a")
-    assert reg.find("a") == reg.get_model("a") and reg.find("a") is reg.find("a")
-    assert reg.find("nobody") is None
+    league = league_with("a")
+    assert league.find("a") == league.get_model("a") and league.find("a") is league.find("a")
+    assert league.find("nobody") is None
 
 
 def test_json_round_trip_through_a_file(tmp_path):
-    reg = League(beta=BETA, draw_probability=0.2)
-    reg.add_checkpoint("ckpt-0", None, iteration=0)
-    reg.add_fixed("opp", prior_mu=22.0)
-    reg.update_ratings(["ckpt-0", "opp"], [1, 0], env_id="g")
-    reg.update_ratings(["ckpt-0"], [0], env_id="solo")
-    reg.add_checkpoint("ckpt-1", "ckpts/1", iteration=1)
-    path = tmp_path / "run" / "registry.json"
-    reg.save(path)
+    league = League(beta=BETA, draw_probability=0.2)
+    league.add_checkpoint("ckpt-0", None, iteration=0)
+    league.add_fixed("opp", prior_mu=22.0)
+    league.update_ratings(["ckpt-0", "opp"], [1, 0], env_id="g")
+    league.update_ratings(["ckpt-0"], [0], env_id="solo")
+    league.add_checkpoint("ckpt-1", "ckpts/1", iteration=1)
+    path = tmp_path / "run" / "league.json"
+    league.save(path)
     assert json.loads(path.read_text())["current"] == "ckpt-1"
-    assert [p.name for p in path.parent.iterdir()] == ["registry.json"]  # no temporary file left
+    assert [p.name for p in path.parent.iterdir()] == ["league.json"]  # no temporary file left
     loaded = League.load(path)
-    assert loaded == reg
-    assert loaded.get_all_models() == reg.get_all_models()
+    assert loaded == league
+    assert loaded.get_all_models() == league.get_all_models()
     assert loaded.get_match_counts() == {("ckpt-0", "opp"): 1, ("ckpt-0", "fixed-env"): 1}
     assert loaded.env.draw_probability == pytest.approx(0.2)
-    # the loaded registry rates exactly like the original
-    reg.update_ratings(["ckpt-1", "opp"], [0, 1], env_id="g")
+    # the loaded league rates exactly like the original
+    league.update_ratings(["ckpt-1", "opp"], [0, 1], env_id="g")
     loaded.update_ratings(["ckpt-1", "opp"], [0, 1], env_id="g")
-    assert loaded == reg
+    assert loaded == league
 
 
 def test_unknown_uid_names_it_and_the_known_ones():
-    reg = registry_with("a", "b")
-    with pytest.raises(UnstableError, match=r"unknown model uid 'zzz'; the registry knows: a, b"):
-        reg.update_ratings(["a", "zzz"], [1, 0], env_id="g")
+    league = league_with("a", "b")
+    with pytest.raises(UnstableError, match=r"unknown model uid 'zzz'; the league knows: a, b"):
+        league.update_ratings(["a", "zzz"], [1, 0], env_id="g")
     with pytest.raises(UnstableError, match="'zzz'"):
-        reg.get_name_or_lora_path("zzz")
+        league.get_name_or_lora_path("zzz")
     with pytest.raises(UnstableError, match="'zzz'"):
-        reg.quality("a", "zzz")
-    assert reg.get_model("a").games == 0  # nothing was counted
+        league.quality("a", "zzz")
+    assert league.get_model("a").games == 0  # nothing was counted
 
 
 @pytest.mark.parametrize(
@@ -260,21 +260,21 @@ def test_unknown_uid_names_it_and_the_known_ones():
     ],
 )
 def test_bad_games_are_rejected(uids, scores, env_id, match):
-    reg = registry_with("a", "b")
-    reg.add_fixed("fixed-env")
+    league = league_with("a", "b")
+    league.add_fixed("fixed-env")
     with pytest.raises(UnstableError, match=match):
-        reg.update_ratings(uids, scores, env_id=env_id)
+        league.update_ratings(uids, scores, env_id=env_id)
 
 
 def test_bad_models_and_config_are_rejected(tmp_path):
-    reg = League()
-    reg.add_checkpoint("c", None, iteration=0)
+    league = League()
+    league.add_checkpoint("c", None, iteration=0)
     with pytest.raises(UnstableError, match="already registered"):
-        reg.add_checkpoint("c", None, iteration=1)
+        league.add_checkpoint("c", None, iteration=1)
     with pytest.raises(UnstableError, match="already registered"):
-        reg.add_fixed("c")
+        league.add_fixed("c")
     with pytest.raises(UnstableError, match="iteration"):
-        reg.add_checkpoint("d", None, iteration=-1)
+        league.add_checkpoint("d", None, iteration=-1)
     with pytest.raises(ConfigError, match="draw_probability"):
         League(draw_probability=1.0)
     with pytest.raises(ConfigError, match="beta"):
@@ -290,9 +290,9 @@ def test_bad_models_and_config_are_rejected(tmp_path):
 
 
 def test_an_upset_trueskill_cannot_compute_keeps_ratings_and_counts_the_game():
-    reg = registry_with("a", "b")
-    reg._models["a"].mu, reg._models["a"].sigma = -500.0, 0.5
-    reg._models["b"].mu, reg._models["b"].sigma = 500.0, 0.5
-    reg.update_ratings(["a", "b"], [1, 0], env_id="g")
-    a = reg.get_model("a")
+    league = league_with("a", "b")
+    league._models["a"].mu, league._models["a"].sigma = -500.0, 0.5
+    league._models["b"].mu, league._models["b"].sigma = 500.0, 0.5
+    league.update_ratings(["a", "b"], [1, 0], env_id="g")
+    a = league.get_model("a")
     assert (a.mu, a.sigma, a.wins) == (-500.0, 0.5, 1)

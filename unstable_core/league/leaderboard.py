@@ -1,9 +1,10 @@
-"""`unstable leaderboard RUN_DIR`: every checkpoint and fixed opponent of a run with its TrueSkill rating,
-its results, and each checkpoint's win rate W / n and score (W + D/2) / n against each fixed opponent with
-Wilson 95% intervals.
+"""A run's leaderboard: every checkpoint and fixed opponent with its TrueSkill rating, its results, and
+each checkpoint's win rate W / n and score (W + D/2) / n against each fixed opponent with Wilson 95%
+intervals; as a table, JSON and a picture (`unstable leaderboard RUN_DIR`).
 
-Ratings and W/D/L come from `registry.json` (W/D/L count rated games; mirror self-play is in `games` but
-rates nobody); win rates and scores come from the games themselves (`checkpoint_rates`).
+Ratings and W/D/L come from the run's league file (`league_path`; W/D/L count rated games; mirror
+self-play is in `games` but rates nobody); win rates and scores come from the games themselves
+(`checkpoint_rates`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import click
 from unstable_core.envs.tasks import SOLO
 from unstable_core.errors import UnstableError
 from unstable_core.io import dumps_json
+from unstable_core.league.league import LEAGUE_FILE, league_path
 from unstable_core.report.checkpoint_rates import VersionRates, rates_from_games, run_games
 from unstable_core.report.labels import SELF_PLAY_CAPTION, results_text
 from unstable_core.report.stats import Rate
@@ -62,11 +64,12 @@ class Entry:
         }
 
 
-def load_registry(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "registry.json"
+def load_league(run_dir: Path) -> dict[str, Any]:
+    """A run's league as its file holds it (`League.to_dict`)."""
+    path = league_path(run_dir)
     if not path.is_file():
         raise UnstableError(
-            f"{run_dir} has no registry.json: give the directory of a run (runs/<name>), "
+            f"{run_dir} has no {LEAGUE_FILE}: give the directory of a run (runs/<name>), "
             "made by `unstable run` or `unstable play`"
         )
     try:
@@ -78,10 +81,10 @@ def load_registry(run_dir: Path) -> dict[str, Any]:
 def leaderboard(run_dir: str | Path) -> list[Entry]:
     """Every active model of the run, best conservative rating (mu - 3 sigma) first."""
     run_dir = Path(run_dir)
-    registry = load_registry(run_dir)
+    league = load_league(run_dir)
     rates: dict[int, VersionRates] = rates_from_games(run_games(run_dir))
     entries = []
-    for m in registry.get("models", []):
+    for m in league.get("models", []):
         if not m.get("active", True):
             continue  # the rating anchor of one-player games, never an opponent
         version = m["iteration"] if m["kind"] == "checkpoint" else None

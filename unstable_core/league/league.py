@@ -30,6 +30,17 @@ from unstable_core.types import ModelMeta
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+LEAGUE_FILE = "league.json"  # in the run directory
+_OLD_LEAGUE_FILE = "registry.json"  # its name until run directories were written with LEAGUE_FILE
+
+
+def league_path(run_dir: str | os.PathLike[str]) -> Path:
+    """The file of a run directory's league: `league.json`, or `registry.json` in a run directory written
+    before the file was renamed (this is the one place that knows the old name). A new run's is
+    `league.json`; a resumed old run goes on with its `registry.json`, so a run never holds two leagues."""
+    run_dir = Path(run_dir)
+    path, old = run_dir / LEAGUE_FILE, run_dir / _OLD_LEAGUE_FILE
+    return old if old.is_file() and not path.exists() else path
 
 
 def _pair(uid_a: str, uid_b: str) -> tuple[str, str]:
@@ -51,13 +62,13 @@ class League:
         tau = sigma / 100 if tau is None else tau
         for name, value in (("mu", mu), ("sigma", sigma), ("beta", beta), ("tau", tau)):
             if not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ConfigError(f"model registry: {name} must be a finite number, got {value!r}")
+                raise ConfigError(f"league: {name} must be a finite number, got {value!r}")
         if sigma <= 0 or beta <= 0 or tau < 0:
             raise ConfigError(
-                f"model registry: need sigma > 0, beta > 0 and tau >= 0, got sigma={sigma}, beta={beta}, tau={tau}"
+                f"league: need sigma > 0, beta > 0 and tau >= 0, got sigma={sigma}, beta={beta}, tau={tau}"
             )
         if not 0.0 <= draw_probability < 1.0:
-            raise ConfigError(f"model registry: draw_probability must be in [0, 1), got {draw_probability}")
+            raise ConfigError(f"league: draw_probability must be in [0, 1), got {draw_probability}")
         self.mu, self.sigma, self.beta, self.tau = float(mu), float(sigma), float(beta), float(tau)
         self.draw_probability = float(draw_probability)
         self.env = trueskill.TrueSkill(
@@ -203,7 +214,7 @@ class League:
         meta = self._models.get(uid) if isinstance(uid, str) else None
         if meta is None:
             known = ", ".join(self._models) or "none"
-            raise UnstableError(f"unknown model uid {uid!r}; the registry knows: {known}")
+            raise UnstableError(f"unknown model uid {uid!r}; the league knows: {known}")
         return meta
 
     def get_model(self, uid: str) -> ModelMeta:
@@ -249,7 +260,7 @@ class League:
     # ---- persistence ---------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready snapshot of the whole registry."""
+        """A JSON-ready snapshot of the whole league."""
         return {
             "format_version": FORMAT_VERSION,
             "config": {
@@ -267,43 +278,43 @@ class League:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> League:
-        """Rebuild a registry from `to_dict` output."""
+        """Rebuild a league from `to_dict` output."""
         try:
             if data.get("format_version") != FORMAT_VERSION:
                 raise UnstableError(
-                    f"model registry format_version {data.get('format_version')!r} is not {FORMAT_VERSION}; "
+                    f"league format_version {data.get('format_version')!r} is not {FORMAT_VERSION}; "
                     "it was written by another version of unstable"
                 )
-            registry = cls(**data["config"])
+            league = cls(**data["config"])
             for m in data["models"]:
-                registry._models[m["uid"]] = ModelMeta(**m)
+                league._models[m["uid"]] = ModelMeta(**m)
             current = data["current"]
-            if current is not None and current not in registry._models:
-                raise UnstableError(f"model registry: current checkpoint {current!r} is not among its models")
-            registry._current = current
-            registry._match_counts = {_pair(a, b): int(n) for a, b, n in data["match_counts"]}
-            registry._env_games = {str(k): int(v) for k, v in data.get("env_games", {}).items()}
+            if current is not None and current not in league._models:
+                raise UnstableError(f"league: current checkpoint {current!r} is not among its models")
+            league._current = current
+            league._match_counts = {_pair(a, b): int(n) for a, b, n in data["match_counts"]}
+            league._env_games = {str(k): int(v) for k, v in data.get("env_games", {}).items()}
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise UnstableError(f"not a model registry snapshot ({type(exc).__name__}: {exc})") from exc
-        return registry
+            raise UnstableError(f"not a league snapshot ({type(exc).__name__}: {exc})") from exc
+        return league
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the registry as JSON, atomically (temporary file in the same folder, then rename)."""
+        """Write the league as JSON, atomically (temporary file in the same folder, then rename)."""
         atomic_write_text(path, dumps_json(self.to_dict(), indent=1))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> League:
-        """Read a registry written by `save`."""
+        """Read a league written by `save`."""
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise UnstableError(
-                f"model registry file {str(path)!r} does not exist; check the run directory"
+                f"league file {str(path)!r} does not exist; check the run directory"
             ) from None
         except json.JSONDecodeError as exc:
-            raise UnstableError(f"model registry file {str(path)!r} is not valid JSON ({exc})") from None
+            raise UnstableError(f"league file {str(path)!r} is not valid JSON ({exc})") from None
         if not isinstance(data, dict):
-            raise UnstableError(f"model registry file {str(path)!r} does not hold a JSON object")
+            raise UnstableError(f"league file {str(path)!r} does not hold a JSON object")
         return cls.from_dict(data)
 
     def __eq__(self, other: object) -> bool:

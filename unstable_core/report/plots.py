@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from unstable_core.io import read_jsonl
+from unstable_core.league.league import league_path
 
 
 def plot_run(run_dir: str | Path) -> list[Path]:
@@ -18,9 +19,9 @@ def plot_run(run_dir: str | Path) -> list[Path]:
 
     run_dir = Path(run_dir)
     written = []
-    reg_path = run_dir / "registry.json"
-    if reg_path.exists():
-        models = json.loads(reg_path.read_text()).get("models", [])
+    league_file = league_path(run_dir)
+    if league_file.exists():
+        models = json.loads(league_file.read_text()).get("models", [])
         ckpts = sorted((m for m in models if m["kind"] == "checkpoint"), key=lambda m: m["iteration"])
         fixed = [m for m in models if m["kind"] == "fixed" and m.get("active", True)]
         if ckpts:
