@@ -73,8 +73,8 @@ def _add_core_commands() -> None:
     from unstable_core.cli.envs import envs
     from unstable_core.cli.eval import eval_command
     from unstable_core.cli.export import export_command
+    from unstable_core.cli.leaderboard import leaderboard_command
     from unstable_core.cli.run import play, run
-    from unstable_core.league.leaderboard import leaderboard_command
 
     for command in (run, play, envs, eval_command, leaderboard_command, export_command):
         cli.add_command(command)

@@ -1,6 +1,6 @@
 """A run's leaderboard: every checkpoint and fixed opponent with its TrueSkill rating, its results, and
 each checkpoint's win rate W / n and score (W + D/2) / n against each fixed opponent with Wilson 95%
-intervals; as a table, JSON and a picture (`unstable leaderboard RUN_DIR`).
+intervals; as a table, JSON and a picture (the command is `unstable leaderboard`, in `cli/leaderboard.py`).
 
 Ratings and W/D/L come from the run's league file (`league_path`; W/D/L count rated games; mirror
 self-play is in `games` but rates nobody); win rates and scores come from the games themselves
@@ -14,11 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import click
 
 from unstable_core.envs.tasks import SOLO
 from unstable_core.errors import UnstableError
-from unstable_core.io import dumps_json
 from unstable_core.league.league import LEAGUE_FILE, league_path
 from unstable_core.report.checkpoint_rates import VersionRates, rates_from_games, run_games
 from unstable_core.report.labels import SELF_PLAY_CAPTION, results_text
@@ -193,41 +191,3 @@ def plot_leaderboard(entries: list[Entry], path: Path, title: str) -> Path:
     fig.savefig(path, dpi=80)
     plt.close(fig)
     return path
-
-
-@click.command(name="leaderboard")
-@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Folder (or .png file) for the picture [default: RUN_DIR/leaderboard.png].",
-)
-def leaderboard_command(run_dir: Path, as_json: bool, out: Path | None) -> None:
-    """Every checkpoint and fixed opponent of a run: TrueSkill mu, sigma, mu - 3 sigma, games, W/D/L and win
-    rate against each fixed opponent with its 95% interval; writes leaderboard.png."""
-    if not run_dir.is_dir():
-        raise UnstableError(f"{run_dir} is not a directory: give the directory of a run (runs/<name>)")
-    entries = leaderboard(run_dir)
-    if out is None:
-        png = run_dir / "leaderboard.png"
-    else:
-        png = out if out.suffix == ".png" else out / "leaderboard.png"
-    title = f"leaderboard of {run_dir.resolve().name}"
-    plot_leaderboard(entries, png, title)
-    if as_json:
-        click.echo(
-            dumps_json(
-                {"run_dir": str(run_dir), "picture": str(png), "models": [e.to_dict() for e in entries]},
-                indent=1,
-            )
-        )
-        return
-    from rich.console import Console
-
-    console = Console()
-    if not console.is_terminal:
-        console.width = 160  # a file or a pipe: room for every column rather than 80 cut ones
-    console.print(leaderboard_table(entries, title))
-    console.print(f"picture: [cyan]{png}[/cyan]")
