@@ -8,12 +8,12 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from unstable_core.cli.export import prompt_messages
 from unstable_core.cli.main import cli
 from unstable_core.games import play_game
 from unstable_core.games.templates import gemma3_zs, llama_instruct_zs, qwen3_reasoning, qwen3_zs
 from unstable_core.inference.base import SamplingParams
 from unstable_core.inference.chat_prompt import MessagesTokenizer
+from unstable_core.report.export import prompt_messages
 from unstable_core.runtime.actors.recorder import Recorder
 from unstable_core.types import GameSpec, PlayerSpec
 

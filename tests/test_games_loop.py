@@ -481,7 +481,7 @@ def test_seats_of_different_models_use_their_own_generate_and_tokenizer(tokenize
 def test_the_move_template_opens_the_answer_and_the_action_is_read_from_prefix_and_completion(tokenizer):
     """`move` ends the prompt with `[` (the answer's start): the model writes `bet] ...`, the env gets `[bet]`;
     the step records the completion as sampled and the prefix in step_info; export gives the whole answer."""
-    from unstable_core.cli.export import _chat
+    from unstable_core.report.export import _chat
 
     players = two_seats(template="move")
     result, fake = play(tokenizer, ["bet] because", "fold]"], env_id="KuhnPoker-v0-train", players=players)

@@ -321,7 +321,7 @@ def test_unstable_run_against_an_api_opponent(tiny_model, tmp_path):
     assert lines and "step 0/1" in lines[0]
 
     # `unstable export --model openai:some-model`: the API's turns as the chat messages it was sent
-    from unstable_core.cli.export import ExportFilter, export_records
+    from unstable_core.report.export import ExportFilter, export_records
 
     records = list(export_records(games, ExportFilter(models=("openai:some-model",))))
     assert len(records) == api_turns
