@@ -112,7 +112,6 @@ def main() -> None:
             batch_size=args.batch_size,
             mini_batch_size=args.mini_batch_size,
             max_generation_len=args.completion_len * 2,
-            activation_checkpointing=not args.no_checkpointing,
             gradient_checkpointing=not args.no_checkpointing,
             device=args.device,
         )

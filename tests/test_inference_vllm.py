@@ -9,25 +9,9 @@ import json
 import pytest
 
 from unstable_core.errors import ConfigError, UnstableError
-from unstable_core.inference.base import SamplingParams
-from unstable_core.inference.vllm import VLLM_MISSING, VLLMBackend, map_vllm_config, vllm_platform
+from unstable_core.inference.vllm import VLLM_MISSING, VLLMBackend, vllm_platform
 from unstable_core.inference.vllm_memory import GIB, kv_bytes_per_token, plan_kv_cache
 from unstable_core.runtime.launch.placement import PlacementError, check_vllm_placement
-
-REFERENCE_CFG = {
-    "model_name": "Qwen/Qwen3-1.7B-Base",
-    "temperature": 0.6,
-    "max_tokens": 4096,
-    "max_parallel_seq": 128,
-    "max_loras": 8,
-    "lora_config": {
-        "lora_rank": 32,
-        "lora_alpha": 32,
-        "lora_dropout": 0.0,
-        "target_modules": ["q_proj", "v_proj"],
-    },
-    "max_model_len": 8192,
-}
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
@@ -110,25 +94,3 @@ def test_no_room_for_one_sequence_is_one_line_naming_the_fix(tmp_path):
     message = str(info.value)
     assert "\n" not in message and "6.0 GiB are free, 4.5 of them for the learner" in message
     assert "lower --max-model-len" in message and "vllm_config.kv_cache_memory_bytes" in message
-
-
-def test_reference_config_mapping():
-    mapped = map_vllm_config(REFERENCE_CFG)
-    assert mapped.backend_kwargs == {
-        "model": "Qwen/Qwen3-1.7B-Base",
-        "max_batch_size": 128,
-        "max_loras": 8,
-        "max_model_len": 8192,
-        "max_lora_rank": 32,
-    }
-    assert mapped.sampling == SamplingParams(temperature=0.6, max_tokens=4096)
-    no_limit = map_vllm_config({**REFERENCE_CFG, "max_tokens": None})
-    assert no_limit.sampling.max_tokens == 8192  # clamped per request to what the context leaves
-    with pytest.raises(UnstableError, match="max_parallel_seqs"):
-        map_vllm_config({**REFERENCE_CFG, "max_parallel_seqs": 4})
-    with pytest.raises(UnstableError, match="lora_rnk"):
-        map_vllm_config({**REFERENCE_CFG, "lora_config": {"lora_rnk": 8}})
-    with pytest.raises(UnstableError, match="model_name"):
-        map_vllm_config({"temperature": 0.5})
-    with pytest.raises(UnstableError, match="temperature"):
-        map_vllm_config({**REFERENCE_CFG, "temperature": -1})

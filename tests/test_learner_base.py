@@ -632,14 +632,13 @@ def test_saving_the_same_step_twice_replaces_the_folder(learner):
     assert sorted(p.name for p in second.parent.iterdir()) == ["step-0"]
 
 
-def test_checkpointing_switches_recompute_layers_without_changing_gradients(tiny_model, tmp_path):
+def test_gradient_checkpointing_recomputes_layers_without_changing_gradients(tiny_model, tmp_path):
     grads = {}
     for on in (True, False):
         lrn = SumLogprobLearner.create(
             tiny_model,
             device="cpu",
             run_dir=tmp_path,
-            activation_checkpointing=on,
             gradient_checkpointing=on,
             mini_batch_size=2,
             lora_config={"lora_rank": 4},

@@ -309,7 +309,8 @@ def test_mirror_self_play_keeps_two_adapters_loaded(tmp_path):
 
 
 def test_vllm_lora_rank_is_rounded_up_to_an_accepted_value():
-    from unstable_core.inference.vllm import map_vllm_config, vllm_max_lora_rank
+    from unstable_core.compat.unstable_baselines import map_vllm_config
+    from unstable_core.inference.vllm import vllm_max_lora_rank
 
     assert [vllm_max_lora_rank(r) for r in (1, 4, 8, 9, 32, 48, 300, 512)] == [1, 8, 8, 16, 32, 64, 320, 512]
     with pytest.raises(UnstableError, match="above vLLM's largest"):

@@ -16,11 +16,12 @@ from typing import Any
 
 import attrs
 
+from unstable_core.compat import unstable_baselines as ub
 from unstable_core.envs.catalogue import canonical_id, default_players, template_for
 from unstable_core.envs.sources import HF_PREFIX
-from unstable_core.errors import ConfigError, UnstableError
+from unstable_core.errors import ConfigError
 from unstable_core.learners.lora import DEFAULT_LORA_CFG, resolve_lora_config
-from unstable_core.models import API_PREFIX, DEFAULT_MODEL, is_api_model
+from unstable_core.models import DEFAULT_MODEL, is_api_model
 from unstable_core.types import EvalEnvSpec, TrainEnvSpec
 from unstable_core.validators import above, at_least_one, in_range, int64, non_negative
 
@@ -34,15 +35,6 @@ DEFAULT_ENV = "TicTacToe-v0-train"
 
 def _help(text: str, **extra: Any) -> dict[str, Any]:
     return {"help": text, **extra}
-
-
-def _none_is(factory: Any) -> Any:
-    """A converter: None (UnstableBaselines v0.2's "not given") becomes the field's default, `factory()`."""
-
-    def convert(value: Any) -> Any:
-        return factory() if value is None else value
-
-    return convert
 
 
 _TYPE_WORDS = {
@@ -121,14 +113,6 @@ def _check_types(cls: type, fields: list[attrs.Attribute]) -> list[attrs.Attribu
     return out
 
 
-def _sampler_name(value: Any) -> Any:
-    """UnstableBaselines v0.2's opponent_sampling_strategy "none" (its default) is self-play: our `mirror`."""
-    return "mirror" if value == "none" else value
-
-
-# Fixed opponents UnstableBaselines v0.2 played through OpenRouter; here they are `openai:NAME` with --base-url.
-API_ONLY_MODELS = ("google/gemini-", "anthropic/claude", "openai/gpt-4", "openai/gpt-3.5", "x-ai/grok")
-OPENROUTER_URL = "https://openrouter.ai/api/v1"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -222,7 +206,7 @@ class RunConfig:
         default=DEFAULT_MODEL, metadata=_help("base model: alias, hub id or local folder", cli="--model")
     )
     learner: str = attrs.field(
-        default="reinforce", metadata=_help("learning algorithm (a registered learner)", alias="algorithm")
+        default="reinforce", metadata=_help("learning algorithm (a registered learner)")
     )
     train_envs: list[Any] = attrs.field(
         factory=lambda: [DEFAULT_ENV],
@@ -230,38 +214,29 @@ class RunConfig:
     )
     eval_envs: list[Any] = attrs.field(
         factory=list,
-        converter=_none_is(list),
         metadata=_help("evaluation env ENV_ID[:PLAYERS[:OPPONENT]] (repeatable)", cli="--eval-env"),
     )
     eval_tasks: list[Any] = attrs.field(
         factory=list,
-        converter=_none_is(list),
         metadata=_help(
             "single-turn task to evaluate each checkpoint on (repeatable): a task id (`unstable envs --tasks`), "
             "a .jsonl file or hf:DATASET; --eval-games items each, with --eval-every",
             cli="--eval-task",
         ),
     )
-    env_sampler: str = attrs.field(
-        default="random", metadata=_help("env sampling strategy", alias="env_sampling_strategy")
-    )
+    env_sampler: str = attrs.field(default="random", metadata=_help("env sampling strategy"))
     env_sampler_config: dict[str, Any] = attrs.field(
         factory=dict, metadata=_help("env sampler kwargs as JSON")
     )
     sampler: str = attrs.field(
         default="mirror",
-        converter=_sampler_name,
-        metadata=_help(
-            "opponent sampling strategy (mirror, fixed, lagged, trueskill, ...)",
-            alias="opponent_sampling_strategy",
-        ),
+        metadata=_help("opponent sampling strategy (mirror, fixed, lagged, trueskill, ...)"),
     )
     sampler_config: dict[str, Any] = attrs.field(
         factory=dict, metadata=_help('opponent sampler kwargs as JSON, e.g. {"k": 3}')
     )
     fixed_opponents: list[str] = attrs.field(
         factory=list,
-        converter=_none_is(list),
         metadata=_help(
             "fixed opponent: 'base' (the untrained base model), 'random' (a random legal move), a LoRA folder, "
             "another model, or openai:MODEL on an OpenAI-compatible server (repeatable)",
@@ -296,14 +271,12 @@ class RunConfig:
     gradient_clipping: float = attrs.field(
         default=0.2, validator=above(0, 1e9), metadata=_help("global grad-norm clip (> 0)")
     )
-    activation_checkpointing: bool = attrs.field(
-        default=False, metadata=_help("checkpoint activations (less memory, slower)")
-    )
     gradient_checkpointing: bool = attrs.field(
-        default=False, metadata=_help("HF gradient checkpointing in transformer blocks")
-    )
-    use_trainer_cache: bool = attrs.field(
-        default=False, metadata=_help("accepted for compatibility with UnstableBaselines v0.2; unused")
+        default=False,
+        metadata=_help(
+            "recompute each decoder layer's activations in the backward pass instead of keeping them (HF "
+            "gradient checkpointing: less memory, slower)"
+        ),
     )
     max_train_len: int | None = attrs.field(
         default=None,
@@ -337,7 +310,6 @@ class RunConfig:
     )
     lora_config: dict[str, Any] = attrs.field(
         factory=lambda: dict(DEFAULT_LORA_CFG),
-        converter=_none_is(lambda: dict(DEFAULT_LORA_CFG)),
         metadata=_help("LoRA settings as JSON"),
     )
     algorithm_config: dict[str, Any] = attrs.field(
@@ -365,7 +337,7 @@ class RunConfig:
     num_train_workers: int = attrs.field(
         default=8,  # with 16 on a 2-core CPU, 57% of the steps went stale or were evicted before use
         validator=at_least_one,
-        metadata=_help("training games in flight", alias="num_collection_workers"),
+        metadata=_help("training games in flight"),
     )
     num_eval_workers: int = attrs.field(
         default=4,
@@ -425,10 +397,9 @@ class RunConfig:
     )
     vllm_config: dict[str, Any] = attrs.field(
         factory=dict,
-        converter=_none_is(dict),
         metadata=_help(
-            "UnstableBaselines v0.2's vllm_config (its keys set temperature, max_generation_len, ...) and options of "
-            "the vllm backend, as JSON. Set for you: max_lora_rank (lora_rank rounded up to a rank vLLM "
+            "options of the vllm backend, as JSON (and UnstableBaselines v0.2's vllm_config keys, which set "
+            "temperature, max_generation_len, ...: see unstable_core.compat). Set for you: max_lora_rank (lora_rank rounded up to a rank vLLM "
             "accepts), max_loras, max_model_len, max_num_seqs (max_batch_size), logprobs_mode "
             "(processed_logprobs: the tempered policy's) and gpu_memory_utilization (0.45 split over the "
             "engines on a GPU shared with the learner, 0.9 split over the engines on a GPU without it); a key "
@@ -540,12 +511,9 @@ class RunConfig:
                 "sampler 'fixed' needs at least one --fixed-opponent (e.g. --fixed-opponent base)"
             )
         for name in self.fixed_opponents:
-            if str(name).startswith(API_ONLY_MODELS):
-                raise ConfigError(
-                    f"fixed_opponents: {name!r} is an API model (UnstableBaselines v0.2 played it through OpenRouter): "
-                    f"use --fixed-opponent {API_PREFIX}{name} --base-url {OPENROUTER_URL} "
-                    "--api-key-env OPENROUTER_API_KEY"
-                )
+            problem = ub.api_model_problem(name)
+            if problem:
+                raise ConfigError(problem)
         self._check_api_settings()
         self._check_vllm_config()
         self.lora_config = resolve_lora_config(self.lora_config, "lora_config")  # as the learner checks it
@@ -604,24 +572,21 @@ class RunConfig:
         return list(dict.fromkeys(n for n in names if is_api_model(n)))
 
     def _check_vllm_config(self) -> None:
-        """What is left in vllm_config after UnstableBaselines v0.2's keys were mapped must be vllm backend options."""
+        """What is left in vllm_config once the compat keys were mapped must be vllm backend options."""
         if not isinstance(self.vllm_config, dict):
             raise ConfigError(f"vllm_config must be a table (a JSON object), got {self.vllm_config!r}")
         for key in self.vllm_config:
-            if key in VLLM_REFERENCE_FIELDS:
-                raise ConfigError(
-                    f"vllm_config.{key}: UnstableBaselines v0.2's vllm_config keys are read by load_config() and "
-                    f"build(); with RunConfig itself set {VLLM_REFERENCE_FIELDS[key]} instead"
-                )
+            problem = ub.misplaced_vllm_key(key)
+            if problem:
+                raise ConfigError(problem)
         if not self.vllm_config:
             return
         allowed = vllm_backend_options()
         for key in self.vllm_config:
             if key not in allowed:
                 raise ConfigError(
-                    f"vllm_config: unknown key {key!r}; allowed: UnstableBaselines v0.2's keys "
-                    f"({', '.join(VLLM_REFERENCE_FIELDS)}) and the vllm backend's options "
-                    f"({', '.join(sorted(allowed))})"
+                    f"vllm_config: unknown key {key!r}; allowed: {ub.VLLM_KEYS_TEXT} and the vllm backend's "
+                    f"options ({', '.join(sorted(allowed))})"
                 )
         if self.backend != "vllm":
             raise ConfigError(
@@ -674,18 +639,6 @@ API_FIELDS = (
     "api_max_tokens",
 )
 
-FIELD_ALIASES = {f.metadata["alias"]: f.name for f in attrs.fields(RunConfig) if "alias" in f.metadata}
-
-# UnstableBaselines v0.2's vllm_config keys (unstable_core.inference.vllm.VLLM_CONFIG_KEYS) -> the run field each sets
-VLLM_REFERENCE_FIELDS = {
-    "model_name": "model_name",
-    "temperature": "temperature",
-    "max_tokens": "max_generation_len",
-    "max_parallel_seq": "max_batch_size",
-    "max_loras": "max_loras",
-    "max_model_len": "max_model_len",
-    "lora_config": "lora_config",
-}
 # options of the vllm backend that the run sets from its own fields
 _RUN_SET_VLLM_OPTIONS = {"self", "model", "max_batch_size", "max_loras", "max_model_len", "device"}
 
@@ -699,94 +652,32 @@ def vllm_backend_options() -> set[str]:
     return set(inspect.signature(VLLMBackend.__init__).parameters) - _RUN_SET_VLLM_OPTIONS
 
 
-def _fields_set_by(layer: Mapping[str, Any]) -> set[str]:
-    """The run fields a config dict sets, directly or through UnstableBaselines v0.2's vllm_config keys."""
-    names = {FIELD_ALIASES.get(k, k) for k, v in layer.items() if v is not None}
-    vllm = layer.get("vllm_config")
-    if isinstance(vllm, Mapping):
-        names |= {VLLM_REFERENCE_FIELDS[k] for k in vllm if k in VLLM_REFERENCE_FIELDS}
-    return names
-
-
 def merge_layers(*layers: Mapping[str, Any]) -> dict[str, Any]:
-    """Config dicts merged, later ones winning (None: not given), also over a field that an earlier one set
-    through UnstableBaselines v0.2's vllm_config: `--temperature` beats a file's vllm_config.temperature."""
+    """Config dicts merged, later ones winning (None: not given), each first read by the compat module
+    (`unstable_core.compat.unstable_baselines`), so that an old name or a vllm_config key of an earlier
+    layer yields to a later layer's field: `--temperature` beats a file's vllm_config.temperature."""
     out: dict[str, Any] = {}
-    for layer in layers:
-        names = _fields_set_by(layer)
+    for layer in map(ub.translate, layers):
+        names = ub.fields_set_by(layer)
         earlier = out.get("vllm_config")
-        if isinstance(earlier, Mapping) and layer.get("vllm_config") is None:
-            out["vllm_config"] = {
-                k: v for k, v in earlier.items() if VLLM_REFERENCE_FIELDS.get(k) not in names
-            }
-        for key in [k for k in out if FIELD_ALIASES.get(k, k) in names]:
+        if isinstance(earlier, Mapping) and "vllm_config" not in layer:
+            out["vllm_config"] = ub.without_keys_for(earlier, names)
+        for key in [k for k in out if k in names]:
             del out[key]
-        out.update({k: v for k, v in layer.items() if v is not None})
+        out.update(layer)
     return out
 
 
-def _map_reference_vllm(clean: dict[str, Any]) -> dict[str, Any]:
-    """UnstableBaselines v0.2's vllm_config keys, translated by `map_vllm_config`, moved onto the run fields they set;
-    a field given beside its vllm_config key must agree with it. The rest of vllm_config stays."""
-    vllm = clean.get("vllm_config")
-    if not isinstance(vllm, Mapping):
-        return clean
-    vllm = dict(vllm)
-    given = {k: vllm.pop(k) for k in VLLM_REFERENCE_FIELDS if k in vllm}
-    clean = {**clean, "vllm_config": vllm}
-    if not given:
-        return clean
-    from unstable_core.inference.vllm import map_vllm_config
-
-    run = {f.name: f.default for f in attrs.fields(RunConfig) if not isinstance(f.default, attrs.Factory)}
-    context = {
-        k: clean.get(VLLM_REFERENCE_FIELDS[k], run[VLLM_REFERENCE_FIELDS[k]])
-        for k in ("model_name", "max_model_len")
-    }
-    try:
-        mapped = map_vllm_config({**context, **given})
-    except UnstableError as exc:
-        raise ConfigError(str(exc)) from exc
-    except (TypeError, ValueError) as exc:  # e.g. a temperature that is not a number
-        raise ConfigError(f"vllm_config: {exc}; give UnstableBaselines v0.2's keys numbers") from exc
-    values = {
-        "model_name": mapped.backend_kwargs["model"],
-        "temperature": mapped.sampling.temperature,
-        "max_tokens": mapped.sampling.max_tokens,  # None in UnstableBaselines v0.2: as long as the context allows
-        "max_parallel_seq": mapped.backend_kwargs["max_batch_size"],
-        "max_loras": mapped.backend_kwargs["max_loras"],
-        "max_model_len": mapped.backend_kwargs["max_model_len"],
-    }
-    lora = given.pop("lora_config", None)
-    if (
-        lora is not None
-    ):  # UnstableBaselines v0.2 handed vLLM the learner's LoRA settings: they must be the run's
-        values["lora_config"] = {**DEFAULT_LORA_CFG, **lora}
-        if clean.get("lora_config") is not None:
-            clean["lora_config"] = {**DEFAULT_LORA_CFG, **clean["lora_config"]}
-        given["lora_config"] = lora
-    for key in given:
-        field, value = VLLM_REFERENCE_FIELDS[key], values[key]
-        if clean.get(field) is not None and clean[field] != value:
-            raise ConfigError(
-                f"vllm_config.{key} = {given[key]!r} disagrees with {field} = {clean[field]!r}; give only one"
-            )
-        clean[field] = value
-    return clean
-
-
-def config_from_dict(data: dict[str, Any]) -> RunConfig:
-    """A RunConfig from a dict of field names or UnstableBaselines v0.2's build() names and values (None: the
-    default; strategy "none"; its vllm_config keys); unknown keys are errors."""
-    fields = {f.name for f in attrs.fields(RunConfig)}
-    clean: dict[str, Any] = {}
-    for key, value in data.items():
-        name = FIELD_ALIASES.get(key, key)
-        if name not in fields:
+def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
+    """A RunConfig from a dict of field names, or of the names and values that the compat module reads
+    (UnstableBaselines v0.2's build(); None: the default); unknown keys are errors."""
+    fields = attrs.fields_dict(RunConfig)
+    for key in data:
+        if ub.RENAMED.get(key, key) not in fields and key not in ub.IGNORED:
             raise ConfigError(f"unknown config key {key!r}; see `unstable run --help` for the keys")
-        if value is not None:
-            clean[name] = value
-    clean = _map_reference_vllm(clean)
+    clean = ub.translate(data)
+    defaults = {name: fields[name].default for name in ("model_name", "max_model_len")}
+    clean = ub.apply_vllm_config(clean, defaults)
     try:
         return RunConfig(**clean)
     except TypeError as exc:

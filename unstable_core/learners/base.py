@@ -52,7 +52,6 @@ class LearnerConfig:
     mini_batch_size: int
     learning_rate: float
     gradient_clipping: float
-    activation_checkpointing: bool
     gradient_checkpointing: bool
     max_train_len: int | None
     max_generation_len: int
@@ -71,12 +70,6 @@ class LearnerConfig:
         if fields["importance_cap"] == 0:
             fields["importance_cap"] = None
         return cls(**fields)
-
-    @property
-    def checkpointing(self) -> bool:
-        """Both switches map to HF gradient checkpointing: each decoder layer's activations are recomputed
-        in the backward pass instead of kept (torch.utils.checkpoint, non-reentrant)."""
-        return self.activation_checkpointing or self.gradient_checkpointing
 
 
 def algorithm_config(learner: str, config_cls: type | None, kwargs: dict[str, Any]) -> Any:
@@ -142,10 +135,10 @@ class BaseLearner:
     ) -> Any:
         """A learner outside a run (tests, scripts): `settings` are `RunConfig` keys (`learning_rate=1e-4`),
         checked and defaulted as a run's are."""
-        from unstable_core.config import RunConfig
+        from unstable_core.config import config_from_dict
 
         return cls(
-            LearnerConfig.from_run(RunConfig(model_name=model_name, **settings), cls),
+            LearnerConfig.from_run(config_from_dict({"model_name": model_name, **settings}), cls),
             run_dir=run_dir,
             device=device,
         )
@@ -166,7 +159,7 @@ class BaseLearner:
         base = load_causal_lm(model_name, device=str(self.device))
         self.target_modules = present_target_modules(base, self.config.lora_config["target_modules"])
         base.config.use_cache = False
-        if self.config.checkpointing:
+        if self.config.gradient_checkpointing:  # torch.utils.checkpoint per decoder layer, non-reentrant
             enable = getattr(base, "activation_checkpointing_enable", None)  # transformers >= 5.x name
             if enable is not None:
                 enable({"use_reentrant": False})
