@@ -510,6 +510,23 @@ def test_an_unset_importance_cap_is_the_learners_default():
     assert LearnerConfig.from_run(RunConfig(importance_cap=0), BaseLearner).importance_cap is None  # off
 
 
+def test_learner_config_is_declared_by_runconfig():
+    """LearnerConfig's settings are RunConfig's fields, with their types and checks (once declared)."""
+    import attrs
+
+    from unstable_core.config import RunConfig
+    from unstable_core.learners.base import LEARNER_SETTINGS, LearnerConfig
+
+    run = attrs.fields_dict(RunConfig)
+    assert [f.name for f in attrs.fields(LearnerConfig)] == list(LEARNER_SETTINGS)
+    assert all(f.type == run[f.name].type for f in attrs.fields(LearnerConfig))
+    settings = attrs.asdict(LearnerConfig.from_run(RunConfig()))
+    with pytest.raises(ConfigError, match="learning_rate must be > 0"):
+        LearnerConfig(**{**settings, "learning_rate": 0.0})
+    with pytest.raises(ConfigError, match="batch_size must be an integer"):
+        LearnerConfig(**{**settings, "batch_size": "4"})
+
+
 def test_too_long_steps_are_dropped_and_counted_never_cut(tiny_model, tmp_path):
     lrn = SumLogprobLearner.create(tiny_model, device="cpu", run_dir=tmp_path, max_train_len=6)
     lrn.initialize_algorithm()

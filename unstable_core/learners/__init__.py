@@ -1,16 +1,29 @@
-"""Learners: `BaseLearner` (LoRA model, micro-batching, clipping, checkpoints) and the helpers algorithms use."""
+"""Learners: `BaseLearner` (LoRA model, micro-batching, clipping, checkpoints) and the helpers algorithms use.
 
-from unstable_core.learners.base import POLICY_ADAPTER, BaseLearner, LearnerConfig
-from unstable_core.learners.batch import TokenBatch, collate, completion_logprobs, head_logprobs
-from unstable_core.learners.lora import DEFAULT_LORA_CFG
+The names below are imported on first use, so that importing one light module of this package (the LoRA
+settings that `unstable_core.config` reads) does not import `base`, which itself reads the config.
+"""
 
-__all__ = [
-    "DEFAULT_LORA_CFG",
-    "POLICY_ADAPTER",
-    "BaseLearner",
-    "LearnerConfig",
-    "TokenBatch",
-    "collate",
-    "completion_logprobs",
-    "head_logprobs",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {
+    "DEFAULT_LORA_CFG": "lora",
+    "POLICY_ADAPTER": "base",
+    "BaseLearner": "base",
+    "LearnerConfig": "base",
+    "TokenBatch": "batch",
+    "collate": "batch",
+    "completion_logprobs": "batch",
+    "head_logprobs": "batch",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)

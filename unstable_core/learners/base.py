@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from unstable_core.config import RunConfig
 from unstable_core.errors import ConfigError, UnstableError
 from unstable_core.learners.batch import (
     TokenBatch,
@@ -41,24 +42,37 @@ from unstable_core.types import Step
 POLICY_ADAPTER = "default"  # peft's name for the adapter saved at a checkpoint folder's root
 
 
-@attrs.frozen
-class LearnerConfig:
-    """The learner's settings, taken by name from a validated `RunConfig` (`from_run`), so that each is
-    declared, defaulted and checked in one place; stored in every checkpoint's learner_state.json."""
+#: the RunConfig fields a learner reads (batch_size: the steps the runtime pulls per update; temperature and
+#: top_p: the sampler's, so that the learner's log pi is that of the policy that sampled, 0 (greedy) read as 1;
+#: top_p 1: the whole vocabulary)
+LEARNER_SETTINGS = (
+    "model_name",
+    "lora_config",
+    "batch_size",
+    "mini_batch_size",
+    "learning_rate",
+    "gradient_clipping",
+    "gradient_checkpointing",
+    "max_train_len",
+    "max_generation_len",
+    "temperature",
+    "top_p",
+    "importance_cap",
+    "seed",
+)
+_RUN_FIELDS = attrs.fields_dict(RunConfig)
 
-    model_name: str
-    lora_config: dict[str, Any]
-    batch_size: int  # steps the runtime pulls per update
-    mini_batch_size: int
-    learning_rate: float
-    gradient_clipping: float
-    gradient_checkpointing: bool
-    max_train_len: int | None
-    max_generation_len: int
-    temperature: float  # the sampler's; 0 (greedy) -> 1
-    top_p: float  # the sampler's nucleus; 1: the whole vocabulary
-    importance_cap: float | None
-    seed: int
+
+@attrs.frozen(
+    these={
+        name: attrs.field(type=_RUN_FIELDS[name].type, validator=_RUN_FIELDS[name].validator)
+        for name in LEARNER_SETTINGS
+    }
+)
+class LearnerConfig:
+    """The learner's settings: the `LEARNER_SETTINGS` fields of RunConfig, with their types and checks (no
+    defaults: `from_run` takes them from a validated RunConfig), so that each is declared, defaulted and
+    checked in one place; stored in every checkpoint's learner_state.json."""
 
     @classmethod
     def from_run(cls, run_config: Any, learner: type | None = None) -> LearnerConfig:
