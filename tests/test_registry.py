@@ -206,3 +206,39 @@ def test_known_providers_are_what_our_installed_plugins_register(monkeypatch):
     finally:
         plugins.reset()
     assert registered == {kind: names for kind, names in KNOWN_PROVIDERS.items() if names}
+
+
+def test_known_providers_are_what_the_repositorys_plugins_register(monkeypatch):
+    """The same lists against the source of plugins/ itself, installed or not: each folder's distribution
+    (its pyproject.toml) is in _LOCAL_PLUGIN_DIRS, and its entry points' hooks register exactly the names
+    KNOWN_PROVIDERS gives it."""
+    import importlib
+    from pathlib import Path
+
+    import pluggy
+
+    from unstable_core import hookspecs
+    from unstable_core.config import tomllib  # the standard library's, or tomli before Python 3.11
+
+    root = Path(__file__).resolve().parents[1]
+    state = plugins.PluginState(
+        manager=pluggy.PluginManager(hookspecs.PROJECT_NAME), registry=Registry(), plugins=[]
+    )
+    state.manager.add_hookspecs(hookspecs)
+    dirs = {}
+    for pyproject in sorted(root.glob("plugins/*/pyproject.toml")):
+        project = tomllib.loads(pyproject.read_text())["project"]
+        folder = pyproject.parent
+        dirs[project["name"]] = folder.relative_to(root).as_posix()
+        monkeypatch.syspath_prepend(str(folder))
+        info = plugins.PluginInfo(name=project["name"], version=project["version"])
+        for name, target in project["entry-points"]["unstable"].items():
+            module = importlib.import_module(target)
+            assert Path(module.__file__).resolve().is_relative_to(folder), f"{target} is not {folder}'s"
+            plugins._add_plugin(state, info, name, module)
+        assert info.error is None, info.error
+    assert dirs == _LOCAL_PLUGIN_DIRS
+    registered: dict[str, dict[str, str]] = {}
+    for component in state.registry:
+        registered.setdefault(component.kind, {})[component.name] = component.dist
+    assert registered == {kind: names for kind, names in KNOWN_PROVIDERS.items() if names}
