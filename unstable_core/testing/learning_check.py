@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -198,41 +199,135 @@ def succeeded(result: GameResult) -> bool:
     return result.info.final_rewards.get(0, -1.0) >= 1.0
 
 
-async def _play(
-    backend: Any,
-    lora_path: str | None,
-    version: int,
-    games: int,
-    first_idx: int,
-    seed_repeat: int = 1,
-    rounds: int = 1,
-    game: str = "letter",
-) -> list[GameResult]:
-    """`games` games with the policy at `lora_path`, concurrently through the backend; each game seed is
-    played `seed_repeat` times in a row (groups for `group-relative`)."""
-    from unstable_core.games.loop import play_game
-    from unstable_core.inference.base import SamplingParams
+@attrs.define
+class _Games:
+    """How the check plays the games of one update: the game and its settings, through the backend."""
 
-    params = SamplingParams(temperature=1.0, max_tokens=1)
-    bare = game != "letter" or rounds > 1  # the prompt's last word is the state the policy must read
-    generate: dict[int, Any] = {0: backend.generate}
-    if game == "card":
-        generate[1] = Caller()
+    backend: Any
+    game: str
+    rounds: int
+    seed_repeat: int
+    per_update: int
 
-    def play(i: int) -> Any:
-        spec = _game_spec(game, version, first_idx + i, seed_repeat)
-        return play_game(
-            spec,
-            {pid: generate[pid] for pid in range(spec.num_players)},
-            backend.tokenizer,
-            lora_paths={0: lora_path, 1: None},
-            policy_versions={0: version, 1: -1},
-            params=params,
-            env_factory=_env_factory(game, rounds),
-            templates={"default": _bare} if bare else None,
+    @property
+    def steps_per_update(self) -> int:
+        """Training steps of one update's games (one per turn of seat 0)."""
+        steps_per_game = (
+            self.rounds if self.game == "letter" else WinOrStallEnv().max_turns if self.game == "stall" else 1
         )
+        return self.per_update * steps_per_game
 
-    return await asyncio.gather(*(play(i) for i in range(games)))
+    async def play(self, update: int, policy_version: int, lora_path: str | None) -> list[GameResult]:
+        """The games of `update` (the same seeds whichever policy plays them) with the policy of
+        `policy_version` at `lora_path`, concurrently; each game seed is played `seed_repeat` times in a
+        row (groups for `group-relative`)."""
+        from unstable_core.games.loop import play_game
+        from unstable_core.inference.base import SamplingParams
+
+        params = SamplingParams(temperature=1.0, max_tokens=1)
+        # the prompt's last word is the state the policy must read
+        bare = self.game != "letter" or self.rounds > 1
+        generate: dict[int, Any] = {0: self.backend.generate}
+        if self.game == "card":
+            generate[1] = Caller()
+
+        def play(i: int) -> Any:
+            spec = _game_spec(self.game, policy_version, update * self.per_update + i, self.seed_repeat)
+            return play_game(
+                spec,
+                {pid: generate[pid] for pid in range(spec.num_players)},
+                self.backend.tokenizer,
+                lora_paths={0: lora_path, 1: None},
+                policy_versions={0: policy_version, 1: -1},
+                params=params,
+                env_factory=_env_factory(self.game, self.rounds),
+                templates={"default": _bare} if bare else None,
+            )
+
+        return await asyncio.gather(*(play(i) for i in range(self.per_update)))
+
+
+@attrs.define
+class _Trainer:
+    """The learner under test and its buffer; `mu_shift` moves each behaviour log-prob by +-mu_shift."""
+
+    learner: Any
+    buffer: Any
+    mu_shift: float
+    coins: random.Random  # a seeded coin per token for the shift
+
+    @classmethod
+    def create(
+        cls,
+        learner_cls: type,
+        model: str,
+        work_dir: Path,
+        steps: int,
+        *,
+        learning_rate: float,
+        seed: int,
+        algorithm_kwargs: dict[str, Any] | None,
+        transforms: dict[str, list[Any]],
+        mu_shift: float,
+    ) -> _Trainer:
+        """A learner of `learner_cls` on `model` (LoRA rank 8) whose every update takes `steps` steps, and a
+        buffer of its kind for ten updates' steps with the reward `transforms` of each stage."""
+        from unstable_core.runtime.actors.buffer import BUFFERS
+
+        learner = learner_cls.create(
+            model,
+            device="cpu",
+            run_dir=work_dir / "run",
+            lora_config={"lora_rank": 8, "lora_alpha": 16},
+            learning_rate=learning_rate,
+            batch_size=steps,
+            mini_batch_size=steps,
+            max_generation_len=1,
+            temperature=1.0,
+            seed=seed,
+        )
+        learner.initialize_algorithm(**(algorithm_kwargs or {}))
+        buffer = BUFFERS[getattr(learner, "buffer_kind", "step")](10 * steps, **transforms)
+        return cls(learner, buffer, mu_shift, random.Random(seed))
+
+    def update(self, games: list[GameResult], version: int) -> str:
+        """One update on `games` as the data of policy `version`; returns the new adapter's path."""
+        added = 0
+        for r in games:
+            for step in (s for t in r.training_trajectories for s in t.steps):
+                step.logprobs = [
+                    lp + self.coins.choice((-self.mu_shift, self.mu_shift)) for lp in step.logprobs
+                ]
+            added += self.buffer.add_result(r)
+        self.buffer.set_policy_version(version)
+        self.learner.update(self.buffer.get_batch(added))
+        return str(self.learner.save_checkpoint())
+
+
+async def _train_until_goal(
+    games: _Games, trainer: _Trainer, result: LearningResult, max_updates: int, lag: int
+) -> None:
+    """Each version plays its games (their success rate goes into `result`) until one past the first reaches
+    the goal or `max_updates` pass; update v trains on the same seeds played by version max(0, v - lag)."""
+    paths: list[str | None] = [None]  # each version's adapter
+    for version in range(max_updates + 1):
+        played = await games.play(version, version, paths[version])
+        behind = max(0, version - lag)
+        train = played if behind == version else await games.play(version, behind, paths[behind])
+        failed = [r.info.error for r in (played if train is played else played + train) if r.info.failed]
+        if failed:
+            raise RuntimeError(f"{len(failed)} learning-check games failed, e.g.: {failed[0]}")
+        result.rates.append(sum(succeeded(r) for r in played) / len(played))
+        result.games.append(len(played))
+        if version > 0 and result.rates[-1] >= GOAL or version == max_updates:
+            return
+        paths.append(trainer.update(train, version))
+
+
+def _stage_transforms(sampling: list[Any] | None, final: list[Any], step: list[Any]) -> dict[str, list[Any]]:
+    """The buffer's reward transforms of each stage; `sampling` None: the default (`_transforms`)."""
+    transforms = _transforms() if sampling is None else {"sampling_transforms": sampling}
+    return transforms | {"final_transforms": list(final), "step_transforms": list(step)}
 
 
 def check_learner_learns(
@@ -263,12 +358,9 @@ def check_learner_learns(
     max(0, v - lag) (the rates stay those of each version's own games, played beside them, never trained on);
     `mu_shift` moves each recorded behaviour log-prob by +-mu_shift (a seeded coin per token), as a sampler
     whose numerics differ from the learner's."""
-    import random
-
     import torch
 
     from unstable_core.inference.hf import TransformersBackend
-    from unstable_core.runtime.actors.buffer import BUFFERS
 
     if game not in GAMES:
         raise ValueError(f"game must be one of {', '.join(GAMES)}, got {game!r}")
@@ -277,64 +369,21 @@ def check_learner_learns(
     started = time.perf_counter()
     torch.manual_seed(seed)
     backend = TransformersBackend(model, device="cpu", seed=seed, gather_ms=5.0)
-    steps_per_game = rounds if game == "letter" else WinOrStallEnv().max_turns if game == "stall" else 1
-    learner = learner_cls.create(
+    games = _Games(backend, game=game, rounds=rounds, seed_repeat=seed_repeat, per_update=games_per_update)
+    trainer = _Trainer.create(
+        learner_cls,
         model,
-        device="cpu",
-        run_dir=work_dir / "run",
-        lora_config={"lora_rank": 8, "lora_alpha": 16},
+        work_dir,
+        games.steps_per_update,
         learning_rate=learning_rate,
-        batch_size=games_per_update * steps_per_game,
-        mini_batch_size=games_per_update * steps_per_game,
-        max_generation_len=1,
-        temperature=1.0,
         seed=seed,
-    )
-    learner.initialize_algorithm(**(algorithm_kwargs or {}))
-    transforms = (
-        _transforms() if sampling_transforms is None else {"sampling_transforms": sampling_transforms}
-    )
-    transforms |= {"final_transforms": list(final_transforms), "step_transforms": list(step_transforms)}
-    buffer = BUFFERS[getattr(learner, "buffer_kind", "step")](
-        10 * games_per_update * steps_per_game, **transforms
+        algorithm_kwargs=algorithm_kwargs,
+        transforms=_stage_transforms(sampling_transforms, final_transforms, step_transforms),
+        mu_shift=mu_shift,
     )
     result = LearningResult(learner=learner_cls.__name__)
-    lora_path: str | None = None
-    paths: list[str | None] = [None]  # each version's adapter
-    coins = random.Random(seed)
-
-    async def loop() -> None:
-        nonlocal lora_path
-        for version in range(max_updates + 1):
-            first = version * games_per_update
-            played = await _play(
-                backend, lora_path, version, games_per_update, first, seed_repeat, rounds, game
-            )
-            behind = max(0, version - lag)
-            train = played
-            if behind != version:
-                train = await _play(
-                    backend, paths[behind], behind, games_per_update, first, seed_repeat, rounds, game
-                )
-            failed = [r.info.error for r in (played if train is played else played + train) if r.info.failed]
-            if failed:
-                raise RuntimeError(f"{len(failed)} learning-check games failed, e.g.: {failed[0]}")
-            result.rates.append(sum(succeeded(r) for r in played) / len(played))
-            result.games.append(len(played))
-            if version > 0 and result.rates[-1] >= GOAL or version == max_updates:
-                return
-            added = 0
-            for r in train:
-                for step in (s for t in r.training_trajectories for s in t.steps):
-                    step.logprobs = [lp + coins.choice((-mu_shift, mu_shift)) for lp in step.logprobs]
-                added += buffer.add_result(r)
-            buffer.set_policy_version(version)
-            learner.update(buffer.get_batch(added))
-            lora_path = str(learner.save_checkpoint())
-            paths.append(lora_path)
-
     try:
-        asyncio.run(loop())
+        asyncio.run(_train_until_goal(games, trainer, result, max_updates, lag))
     finally:
         asyncio.run(backend.close())
     result.seconds = time.perf_counter() - started
