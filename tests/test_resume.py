@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from unstable_core.io import read_jsonl
+from unstable_core.league.league import league_path
 from unstable_core.run_lock import lock_is_free
 from unstable_core.runtime.recovery.resume import is_learner_record
 from unstable_core.testing import TINY_RUN_ARGS
@@ -136,18 +137,18 @@ def test_resume_after_sigkill_during_collection_an_update_and_a_checkpoint_write
 
     for resumed in resumes[1:]:  # what the resumed actors hold is what the checkpoint saved
         saved = run_state(run_dir, resumed["resumed_from_step"])
-        # ratings: every model's mu, sigma and games, read back from the live registry
+        # ratings: every model's mu, sigma and games, read back from the live league
         for m in saved["registry"]["models"]:
             assert resumed["ratings_loaded"][m["uid"]] == {k: m[k] for k in ("mu", "sigma", "games")}
         # reward baselines, read back from the live buffer
         assert resumed["rewards_loaded"] == saved["rewards"]
     assert run_state(run_dir, 2)["rewards"]["final"][0]["baselines"]  # non-empty: something was carried
 
-    registry = json.loads((run_dir / "registry.json").read_text())
-    final = {m["uid"]: m for m in registry["models"]}
+    league = json.loads(league_path(run_dir).read_text())
+    final = {m["uid"]: m for m in league["models"]}
     for m in run_state(run_dir, 5)["registry"]["models"]:
         assert final[m["uid"]]["games"] >= m["games"]
-    assert registry["current"] == "ckpt-5"
+    assert league["current"] == "ckpt-5"
     assert sorted(u for u in final if u.startswith("ckpt-")) == [f"ckpt-{k}" for k in range(6)]
 
     idx = [g["info"]["game_idx"] for g in read_jsonl(games)]
@@ -211,7 +212,8 @@ def test_a_killed_driver_leaves_no_process_and_nothing_writes_after_its_lock_is_
 
 def test_resume_of_a_finished_run_says_so_at_once_and_progress_shows_the_resumed_step(tiny_model, tmp_path):
     """Before: --resume of a finished run started Ray and loaded the model, then did nothing (summary
-    'learner step 0 / 2'); a resumed run's progress showed step 0 until its first update."""
+    'learner step 0 / 2'); a resumed run's progress showed step 0 until its first update. Resumed, a run
+    directory whose league is in registry.json (its name until league.json) keeps it there."""
     run_dir = tmp_path / "r"
     out, err = start(tiny_model, tmp_path, "--run-name", "r").communicate(timeout=300)  # 2 steps
     assert steps_of(run_dir) == [1, 2], err[-3000:]
@@ -223,11 +225,15 @@ def test_resume_of_a_finished_run_says_so_at_once_and_progress_shows_the_resumed
         f"steps, e.g. `unstable run --resume {run_dir} --learning-steps 4`"
     )
     assert "Ray" not in again.stdout + again.stderr
+    # as a run directory written before league.json: its league in registry.json, which the run goes on with
+    league_path(run_dir).rename(run_dir / "registry.json")
     more = resume(run_dir, "--learning-steps", "3")
     assert more.returncode == 0, more.stderr[-3000:]
     progress = [line for line in more.stdout.splitlines() if "| step " in line]  # plain lines: not a terminal
     assert progress and all(re.search(r"\| step [23]/3 \|", line) for line in progress), progress
     assert steps_of(run_dir) == [1, 2, 3]
+    assert not (run_dir / "league.json").exists()
+    assert json.loads((run_dir / "registry.json").read_text())["current"] == "ckpt-3"
 
 
 def test_resume_refuses_an_option_that_changes_what_the_run_learns(tmp_path):
@@ -295,25 +301,25 @@ def test_scheduler_state_round_trip_continues_the_samplers_streams():
     model_sampler = get_registry().load("model_sampler", "fixed")
 
     envs = [TrainEnvSpec(e, 2, 1) for e in ("TicTacToe-v0-train", "KuhnPoker-v0-train", "Nim-v0-train")]
-    registry = League()
-    registry.add_checkpoint("ckpt-0", None, 0)
+    league = League()
+    league.add_checkpoint("ckpt-0", None, 0)
     for name in ("a", "b", "c"):
-        registry.add_fixed(name)
+        league.add_fixed(name)
 
     def scheduler(index_base: int = 0) -> GameScheduler:
         return GameScheduler(env_sampler(envs, seed=1), model_sampler(seed=1), index_base=index_base)
 
     first = scheduler()
     for _ in range(7):
-        first.next_train(registry)
+        first.next_train(league)
     state = json.loads(json.dumps(first.state_dict()))
     second = scheduler(index_base=100)
     second.load_state_dict(state)
-    ahead = [first.next_train(registry) for _ in range(20)]
-    again = [second.next_train(registry) for _ in range(20)]
+    ahead = [first.next_train(league) for _ in range(20)]
+    again = [second.next_train(league) for _ in range(20)]
     assert [(g.env_id, sorted(p.model_uid for p in g.players)) for g in ahead] == [
         (g.env_id, sorted(p.model_uid for p in g.players)) for g in again
     ]
     assert [g.game_idx for g in again] == list(range(100, 120))
     fresh = scheduler(index_base=100)
-    assert [fresh.next_train(registry).env_id for _ in range(20)] != [g.env_id for g in again]
+    assert [fresh.next_train(league).env_id for _ in range(20)] != [g.env_id for g in again]

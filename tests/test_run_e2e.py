@@ -13,6 +13,7 @@ import tomllib
 from safetensors import safe_open
 
 from unstable_core.io import read_jsonl
+from unstable_core.league.league import league_path
 from unstable_core.runtime.recovery.resume import is_learner_record
 from unstable_core.testing import TINY_RUN_ARGS
 
@@ -35,7 +36,7 @@ def is_eval_record(record: dict) -> bool:
 
 
 def check_run_dir(run_dir: Path, tiny_model: str, learner: str) -> tuple[list[dict], dict]:
-    """What every learning run leaves behind; returns (games.jsonl records, registry.json)."""
+    """What every learning run leaves behind; returns (games.jsonl records, the league file)."""
     cfg = tomllib.loads((run_dir / "config.toml").read_text())
     assert (cfg["model_name"], cfg["learner"], cfg["learning_steps"], cfg["batch_size"]) == (
         tiny_model,
@@ -64,15 +65,15 @@ def check_run_dir(run_dir: Path, tiny_model: str, learner: str) -> tuple[list[di
         for s in (s for t in g["trajectories"] for s in t["steps"]):
             assert s["prompt_ids"] and 1 <= len(s["completion_ids"]) == len(s["logprobs"]) <= 8
 
-    registry = json.loads((run_dir / "registry.json").read_text())
-    ckpts = {m["uid"]: m for m in registry["models"] if m["kind"] == "checkpoint"}
+    league = json.loads(league_path(run_dir).read_text())
+    ckpts = {m["uid"]: m for m in league["models"] if m["kind"] == "checkpoint"}
     assert sorted(ckpts) == ["ckpt-0", "ckpt-1", "ckpt-2"]
-    assert registry["current"] == "ckpt-2"
+    assert league["current"] == "ckpt-2"
     for step in (1, 2):
         assert Path(ckpts[f"ckpt-{step}"]["path_or_name"]) == run_dir / "checkpoints" / f"step-{step}"
-    for m in registry["models"]:
+    for m in league["models"]:
         assert math.isfinite(m["mu"]) and 0 < m["sigma"] <= 25 / 3 + 1e-9
-    return finished, registry
+    return finished, league
 
 
 def check_printed_output(stdout: str, run_dir: Path) -> None:
@@ -96,7 +97,7 @@ def test_unstable_run_reinforce_mirror_self_play(tiny_model, tmp_path):
         "--progress-every-s", "1",
     )  # fmt: skip
     check_printed_output(proc.stdout, tmp_path / "reinforce")
-    finished, registry = check_run_dir(tmp_path / "reinforce", tiny_model, "reinforce")
+    finished, league = check_run_dir(tmp_path / "reinforce", tiny_model, "reinforce")
     # scheduled evaluation: 4 games of checkpoint 1 and of checkpoint 2 against base, seats alternated,
     # logged against the checkpoint with their counts and interval; no trickle of other eval games
     evals = {m["step"]: m for m in read_jsonl(tmp_path / "reinforce" / "metrics.jsonl") if is_eval_record(m)}
@@ -118,7 +119,7 @@ def test_unstable_run_reinforce_mirror_self_play(tiny_model, tmp_path):
     for g in finished:
         if g["info"]["eval"]:  # the default evaluation game: the current checkpoint against the base model
             assert sorted(g["info"]["models"].values())[0] == "base" and len(g["info"]["learner_pids"]) == 1
-    models = {m["uid"]: m for m in registry["models"]}
+    models = {m["uid"]: m for m in league["models"]}
     assert {m["kind"] for m in models.values()} == {"checkpoint", "fixed"} and models["base"][
         "kind"
     ] == "fixed"
@@ -138,7 +139,7 @@ def test_unstable_run_a2c_against_fixed_base(tiny_model, tmp_path):
         "base",
     )
     run_dir = tmp_path / "a2c"
-    finished, registry = check_run_dir(run_dir, tiny_model, "a2c")
+    finished, league = check_run_dir(run_dir, tiny_model, "a2c")
     assert (run_dir / "checkpoints" / "step-2" / "critic" / "value_head.safetensors").is_file()
     learner_records = [m for m in read_jsonl(run_dir / "metrics.jsonl") if is_learner_record(m)]
     assert learner_records and all(math.isfinite(m["learner/value_loss"]) for m in learner_records)
@@ -147,7 +148,7 @@ def test_unstable_run_a2c_against_fixed_base(tiny_model, tmp_path):
         assert sorted(models.values())[0] == "base" and sorted(models.values())[1].startswith("ckpt-")
         assert models[str(g["info"]["learner_pids"][0])].startswith("ckpt-")
     # every rated game is one checkpoint against base, so base's game count is the checkpoints' sum
-    models = {m["uid"]: m for m in registry["models"]}
+    models = {m["uid"]: m for m in league["models"]}
     assert models["base"]["kind"] == "fixed"
     assert (
         models["base"]["games"] == sum(m["games"] for m in models.values() if m["kind"] == "checkpoint") >= 1

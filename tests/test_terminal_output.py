@@ -102,7 +102,7 @@ def test_no_table_cuts_a_label_off(width):
     for label in ("train TicTacToe invalid", "eval Nim score", "train Nim turns", "learner grad_norm"):
         assert re.search(rf"│ {label} +│", progress), (label, progress)
     assert "eval ckpt-4 TicTacToe vs base" in progress
-    registry = {
+    league = {
         "models": [
             {
                 "uid": uid,
@@ -130,7 +130,7 @@ def test_no_table_cuts_a_label_off(width):
     }
     tables = [
         render(evals_table(snap["evals"]), width),
-        render(ratings_table(registry), width),
+        render(ratings_table(league), width),
         render(rates_table(rates), width),
     ]
     for text in [progress, *tables]:

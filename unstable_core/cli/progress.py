@@ -56,7 +56,7 @@ def _progress_table(snap: dict[str, Any], learning_steps: int | None, title: str
     return table
 
 
-def ratings_table(registry: dict[str, Any]) -> Any:
+def ratings_table(league: dict[str, Any]) -> Any:
     """TrueSkill ratings of every model, best first; its games beside W/D/L counted in `games` too."""
     from rich.table import Table
 
@@ -65,7 +65,7 @@ def ratings_table(registry: dict[str, Any]) -> Any:
     table = Table(title="TrueSkill ratings", caption=SELF_PLAY_CAPTION)
     for col in ("model", "kind", "mu", "sigma", "mu - 3 sigma", "games", "W/D/L"):
         table.add_column(col, overflow="fold")
-    models = sorted((m for m in registry.get("models", []) if m.get("active", True)), key=lambda m: -m["mu"])
+    models = sorted((m for m in league.get("models", []) if m.get("active", True)), key=lambda m: -m["mu"])
     for m in models:
         table.add_row(
             m["uid"],
