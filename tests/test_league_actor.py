@@ -10,7 +10,7 @@ def games_in(path) -> int:
 
 
 def test_rating_updates_are_saved_throttled_and_flushed(tmp_path):
-    path = tmp_path / "registry.json"
+    path = tmp_path / "league.json"
     host = LeagueActor(path, save_every_s=3600)
     host.add_checkpoint("ckpt-0", None, 0, inherit=False)
     host.add_fixed("base")
@@ -19,11 +19,11 @@ def test_rating_updates_are_saved_throttled_and_flushed(tmp_path):
     assert games_in(path) == 0  # within the hour: not yet written
     host.flush()
     assert games_in(path) == 2
-    assert LeagueActor(path).to_dict() == host.to_dict()  # a restarted host reads the same registry
+    assert LeagueActor(path).to_dict() == host.to_dict()  # a restarted host reads the same league
 
 
 def test_every_update_is_saved_when_the_interval_is_zero(tmp_path):
-    path = tmp_path / "registry.json"
+    path = tmp_path / "league.json"
     host = LeagueActor(path, save_every_s=0)
     host.add_checkpoint("ckpt-0", None, 0, inherit=False)
     host.add_fixed("base")

@@ -76,19 +76,19 @@ def test_a_cancelled_game_does_not_break_the_others():
     assert actor.calls == [1]  # cancelled before the pass ended: its request was never sent
 
 
-def test_games_starting_together_share_one_registry_snapshot():
+def test_games_starting_together_share_one_league_snapshot():
     from unstable_core.inference.base import SamplingParams
     from unstable_core.runtime.actors.collector import Collector
 
-    class Registry:
+    class FakeLeague:
         calls = 0
 
         def __init__(self):
             self.to_dict = self
 
         def remote(self):
-            Registry.calls += 1
-            n = Registry.calls
+            FakeLeague.calls += 1
+            n = FakeLeague.calls
 
             async def state():
                 await asyncio.sleep(0)
@@ -100,7 +100,7 @@ def test_games_starting_together_share_one_registry_snapshot():
         engines={},
         tokenizers={},
         buffer=None,
-        league=Registry(),
+        league=FakeLeague(),
         recorder=None,
         scheduler=None,
         params=SamplingParams(),
@@ -112,4 +112,4 @@ def test_games_starting_together_share_one_registry_snapshot():
         return together, later
 
     together, later = asyncio.run(starts())
-    assert together == [{"fetch": 1}] * 5 and later == {"fetch": 2} and Registry.calls == 2
+    assert together == [{"fetch": 1}] * 5 and later == {"fetch": 2} and FakeLeague.calls == 2
