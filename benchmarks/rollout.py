@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import random
 import resource
 import statistics
@@ -187,39 +188,30 @@ class Engine:
         game_timeout_s: float = 600.0,
         backend_options: dict[str, Any] | None = None,
     ) -> Engine:
-        """Start the actors (Ray must be initialised) and wait until the backend is loaded."""
+        """Start the actors as `unstable play` does, through the launch path's `build_graph` (Ray must be
+        initialised; one inference actor, the collector measured), and wait until the backend is loaded."""
         import ray
 
-        from unstable_core import plugins
-        from unstable_core.runtime.actors.inference import create_inference_actor
-        from unstable_core.runtime.actors.league import LeagueActor
-        from unstable_core.runtime.actors.recorder import Recorder
-        from unstable_core.runtime.actors.scheduler import GameScheduler
-        from unstable_core.types import TrainEnvSpec
+        from unstable_core.config import RunConfig
+        from unstable_core.runtime.launch.build import build_graph
+        from unstable_core.runtime.launch.plan import RunPlan
 
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-        remote = lambda c, **opts: ray.remote(c).options(num_cpus=0, **opts)  # noqa: E731
-        recorder = remote(Recorder).remote(run_dir, [])
-        registry = remote(LeagueActor).remote(f"{run_dir}/registry.json")
-        ray.get(registry.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
-        inference = create_inference_actor(backend, backend_kwargs(model, backend_options))
-        scheduler = GameScheduler(
-            plugins.load("env_sampler", "random")([TrainEnvSpec(ENV_ID, 2, 2)], [], seed=seed),
-            plugins.load("model_sampler", "mirror")(seed=seed),
-            seed=seed,
+        cfg = RunConfig(
+            model_name=model, backend=backend, train_envs=[f"{ENV_ID}:2:2"], sampler="mirror",
+            env_sampler="random", prompt_template="default", temperature=TEMPERATURE,
+            max_generation_len=max_tokens, max_turns=60, game_timeout_s=game_timeout_s, seed=seed,
+            max_loras=8, max_model_len=MAX_MODEL_LEN, num_inference_actors=1, num_eval_workers=0, trackers=[],
+            runs_dir=str(Path(run_dir).parent),
+        )  # fmt: skip
+        plan = RunPlan.resolve(cfg, learn=False, backend_options=backend_options or {})
+        placement = plan.placement()
+        threads = plan.cpu_threads(placement, os.cpu_count() or 1)
+        graph = build_graph(
+            plan, Path(run_dir), placement, threads, num_eval=0, collector_cls=MeasuredCollector
         )
-        # as run.py: stop() and snapshot_after() run beside collect()
-        collector = remote(MeasuredCollector, max_concurrency=4).remote(
-            engines={"main": [inference]},
-            tokenizers={"main": model},
-            buffer=None,
-            league=registry,
-            recorder=recorder,
-            scheduler=scheduler,
-            params=SamplingParams(temperature=TEMPERATURE, max_tokens=max_tokens),
-            max_turns=60,
-            game_timeout_s=game_timeout_s,
-        )
+        inference, registry, recorder = graph.engines["main"][0], graph.league, graph.recorder
+        (collector,) = graph.collectors
         ray.get([inference.ping.remote(), collector.snapshot.remote()])
         return cls(inference, registry, recorder, collector)
 

@@ -18,11 +18,11 @@ from click.testing import CliRunner
 
 from unstable_core.cli.main import cli
 from unstable_core.errors import ConfigError
-from unstable_core.eval.session import PlannedGame, Triple, plan_games
+from unstable_core.eval.session import plan_games
 from unstable_core.eval.targets import EvalTarget, resolve_argument, resolve_players, run_setting
 from unstable_core.io import read_jsonl
 from unstable_core.report.evaluation import aggregate, plain_table
-from unstable_core.types import GameInformation, GameResult, GameSpec, Step, Trajectory
+from unstable_core.types import GameInformation, GameResult, GameSpec, PlannedGame, Step, Trajectory, Triple
 
 ENV = "TicTacToe-v0-train"
 

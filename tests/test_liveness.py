@@ -16,6 +16,7 @@ from unstable_core.errors import RunStopped, UnstableError
 from unstable_core.io import read_jsonl
 from unstable_core.runtime.actors.buffer import StepBuffer
 from unstable_core.runtime.actors.collector import Collector
+from unstable_core.runtime.actors.graph import ActorGraph
 from unstable_core.runtime.actors.league import LeagueActor
 from unstable_core.runtime.actors.recorder import Recorder, RecorderActor
 from unstable_core.runtime.recovery.liveness import ActorDied, ActorHung, InferenceWatch, check_answers
@@ -60,23 +61,23 @@ def started_run(tiny_model: str, tmp_path) -> Run:
     cfg = RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), run_name="r", trackers=[])
     run = Run.open(cfg, learn=False)
     remote = lambda cls: ray.remote(cls).options(num_cpus=0)  # noqa: E731
-    run.actors["recorder"] = remote(RecorderActor).remote(str(run.run_dir), [])
-    league = remote(LeagueActor).remote(str(run.run_dir / "registry.json"), save_every_s=3600)
-    run.actors["league"] = league
+    recorder = remote(RecorderActor).remote(str(run.run_dir), [])
+    league = remote(LeagueActor).remote(str(run.run_dir / "league.json"), save_every_s=3600)
+    run.actors = ActorGraph(recorder, league, {})
     ray.get(league.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
     ray.get(league.add_fixed.remote("base"))
     # rated in memory only: save_every_s keeps it off the disk until a flush
     ray.get(league.update_ratings.remote(["ckpt-0", "base"], [1.0, -1.0], "E"))
-    ray.get(run.actors["recorder"].add_game.remote(game(0)))
+    ray.get(run.actors.recorder.add_game.remote(game(0)))
     return run
 
 
-def test_stop_flushes_the_registry_when_the_tracker_is_dead(ray_session, tiny_model, tmp_path):
+def test_stop_flushes_the_league_when_the_tracker_is_dead(ray_session, tiny_model, tmp_path):
     """Before: the recorder's dead snapshot raised first, so the league's last ratings never reached disk."""
     run = started_run(tiny_model, tmp_path)
-    ray.kill(run.actors["recorder"], no_restart=True)
+    ray.kill(run.actors.recorder, no_restart=True)
     summary = run.stop()
-    saved = {m["uid"]: m for m in json.loads((run.run_dir / "registry.json").read_text())["models"]}
+    saved = {m["uid"]: m for m in json.loads((run.run_dir / "league.json").read_text())["models"]}
     assert saved["ckpt-0"]["games"] == 1 and saved["ckpt-0"]["wins"] == 1
     assert summary["registry"]["current"] == "ckpt-0"
     assert any(e.startswith("recorder.close: ") for e in summary["stop_errors"])
@@ -84,9 +85,9 @@ def test_stop_flushes_the_registry_when_the_tracker_is_dead(ray_session, tiny_mo
     assert len(stopped) == 1 and stopped[0]["games_recorded"] is None  # the recorder did not answer
 
 
-def test_stop_closes_the_tracker_when_the_registry_is_dead(ray_session, tiny_model, tmp_path):
+def test_stop_closes_the_tracker_when_the_league_is_dead(ray_session, tiny_model, tmp_path):
     run = started_run(tiny_model, tmp_path)
-    ray.kill(run.actors["league"], no_restart=True)
+    ray.kill(run.actors.league, no_restart=True)
     summary = run.stop()
     assert summary["counts"]["train_games"] == 1  # the recorder still answered
     assert len(read_jsonl(run.run_dir / "games" / "games.jsonl")) == 1
@@ -229,7 +230,7 @@ def recording_collector(tmp_path, buffer_cls) -> tuple[Collector, object, object
     remote = lambda cls: ray.remote(cls).options(num_cpus=0)  # noqa: E731
     buffer = remote(buffer_cls).remote(100)
     recorder = remote(RecorderActor).remote(str(tmp_path), [])
-    league = remote(LeagueActor).remote(str(tmp_path / "registry.json"), save_every_s=3600)
+    league = remote(LeagueActor).remote(str(tmp_path / "league.json"), save_every_s=3600)
     ray.get(league.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
     ray.get(league.add_fixed.remote("base"))
     collector = Collector(

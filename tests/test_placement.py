@@ -192,8 +192,8 @@ def _placed_actors(tiny_model: str, tmp_path: Path) -> tuple[dict, dict]:
     )
     run = Run.open(cfg).start()
     try:
-        learner = ray.get(run.actors["learner"].devices.remote(), timeout=300)
-        inference = ray.get(run.actors["engines"]["main"][0].devices.remote(), timeout=300)
+        learner = ray.get(run.actors.learner.devices.remote(), timeout=300)
+        inference = ray.get(run.actors.engines["main"][0].devices.remote(), timeout=300)
     finally:
         run.stop(timeout_s=120)
     return learner, inference

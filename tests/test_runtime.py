@@ -70,7 +70,7 @@ def start_collector(
 ):
     """A collector actor with a real league, buffer and recorder (all Ray actors), sampling `specs`."""
     reg = get_registry()
-    league = ray.remote(LeagueActor).options(num_cpus=0).remote(str(run_dir / "registry.json"))
+    league = ray.remote(LeagueActor).options(num_cpus=0).remote(str(run_dir / "league.json"))
     ray.get(league.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
     buffer = ray.remote(StepBuffer).options(num_cpus=0).remote(10_000)
     recorder = ray.remote(tracker_cls).options(num_cpus=0).remote(str(run_dir))
@@ -222,8 +222,8 @@ def test_killed_inference_actor_restarts_and_no_game_is_counted_twice(ray_sessio
         trackers=[],
     )
     run = Run.open(cfg, learn=False).start()
-    recorder, collector = run.actors["recorder"], run.actors["collectors"][0]
-    engine = run.actors["engines"]["main"][0]
+    recorder, collector = run.actors.recorder, run.actors.collectors[0]
+    engine = run.actors.engines["main"][0]
     played = lambda: ray.get(recorder.snapshot.remote())["counts"].get("train_games", 0)  # noqa: E731
     wait_until(lambda: played() >= 3, what="3 games before the kill")
 

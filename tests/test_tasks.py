@@ -21,14 +21,13 @@ from unstable_core.envs.catalogue import (
 from unstable_core.envs.sources import ArithmeticTask, hf_task, jsonl_task, parse_hf_id
 from unstable_core.envs.tasks import SOLO
 from unstable_core.errors import ConfigError
-from unstable_core.eval.session import PlannedGame, Triple
 from unstable_core.games import play_game
 from unstable_core.inference.base import GenerationOutput, SamplingParams
 from unstable_core.report.checkpoint_rates import compare_quarters, rates_from_games
 from unstable_core.report.evaluation import aggregate, plain_table
 from unstable_core.report.learning_verdict import rate_label
 from unstable_core.runtime.actors.scheduled_eval import eval_panels, last_eval_lines, summarise
-from unstable_core.types import GameSpec, PlayerSpec, to_dict
+from unstable_core.types import GameSpec, PlannedGame, PlayerSpec, Triple, to_dict
 
 
 @pytest.fixture

@@ -200,3 +200,21 @@ def game_result_from_dict(data: dict[str, Any]) -> GameResult:
         t["steps"] = [Step(**s) for s in t.get("steps", [])]
         trajs.append(Trajectory(**t))
     return GameResult(info=GameInformation(**info), trajectories=trajs)
+
+
+@attrs.frozen
+class Triple:
+    """What one group of games measures: `model` against `opponent` on `env`."""
+
+    model: str
+    opponent: str
+    env: str
+
+
+@attrs.frozen
+class PlannedGame:
+    """One game of the evaluation: its spec and where the evaluated model sits."""
+
+    triple: Triple
+    spec: GameSpec
+    model_seat: int

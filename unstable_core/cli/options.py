@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -54,19 +55,23 @@ def _option_for(field: attrs.Attribute) -> Any:
     return click.option(flag, field.name, type=types.get(str(field.type), str), default=None, help=help_text)
 
 
-def run_options(fn: Any) -> Any:
-    for field in reversed(attrs.fields(RunConfig)):
-        fn = _option_for(field)(fn)
-    return fn
-
-
-def api_options(fn: Any) -> Any:
-    """`unstable run`'s options of openai:MODEL players (--base-url, --api-key-env, --api-*), for the other
-    commands that play API models; each is None when not given (RunConfig's default then)."""
+def config_options(*names: str) -> Callable[[Any], Any]:
+    """Options for these RunConfig fields (all of them when none is named), written once in RunConfig: its
+    help and default; each is None when not given, so that RunConfig's default applies."""
     fields = attrs.fields_dict(RunConfig)
-    for name in reversed(API_FIELDS):
-        fn = _option_for(fields[name])(fn)
-    return fn
+
+    def decorate(fn: Any) -> Any:
+        for name in reversed(names or tuple(fields)):
+            fn = _option_for(fields[name])(fn)
+        return fn
+
+    return decorate
+
+
+run_options = config_options()
+#: `unstable run`'s options of openai:MODEL players (--base-url, --api-key-env, --api-*), for the other
+#: commands that play API models
+api_options = config_options(*API_FIELDS)
 
 
 def overrides_from(options: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""Playing the games of `unstable eval` on the runtime a run uses: inference actors (one engine per base
-model, checkpoints as LoRA adapters on it), a collector keeping many games in flight, the league and the
-recorder (which writes every game to `<out>/games/games.jsonl`). No buffer and no learner exist here.
+"""Playing the games of `unstable eval` as a run that does not learn: a `RunPlan` with a fixed schedule,
+started by the same `build_graph` as every run (one engine per base model, checkpoints as LoRA adapters on
+it, a collector keeping many games in flight, the league and the recorder, which writes every game to
+`<out>/games/games.jsonl`). No buffer and no learner exist here.
 
 A task's item k is answered once by every model (a one-player game: no opponent, no seat to alternate).
 Game k of a (model, opponent, env) triple seats the model at seat k mod 2 and has a seed that depends on
@@ -15,39 +16,21 @@ import os
 import random
 import signal
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from unstable_core.config import API_FIELDS, RunConfig
+from unstable_core.config import API_FIELDS, DEFAULT_ENV, RunConfig
 from unstable_core.envs.tasks import SOLO
-from unstable_core.errors import UnstableError
+from unstable_core.errors import ConfigError
 from unstable_core.eval.targets import EvalTarget, main_model
-from unstable_core.types import GameResult, GameSpec, PlayerSpec, game_result_from_dict
+from unstable_core.runtime.launch.plan import FixedSchedule, LeagueEntry, RunPlan
+from unstable_core.types import GameResult, GameSpec, PlannedGame, PlayerSpec, Triple, game_result_from_dict
 
 MAIN = "main"
 _RUN = attrs.fields(RunConfig)
-
-
-@attrs.frozen
-class Triple:
-    """What one group of games measures: `model` against `opponent` on `env`."""
-
-    model: str
-    opponent: str
-    env: str
-
-
-@attrs.frozen
-class PlannedGame:
-    """One game of the evaluation: its spec and where the evaluated model sits."""
-
-    triple: Triple
-    spec: GameSpec
-    model_seat: int
 
 
 def plan_games(
@@ -98,49 +81,6 @@ def plan_task_items(
     return planned
 
 
-class EvalScheduler:
-    """Hands the collector the planned games in order (a GameScheduler's place; no training games)."""
-
-    class _Static:
-        def update(self, info: Any) -> None:
-            """Nothing to learn from a game: the plan is fixed."""
-
-    def __init__(self, specs: list[GameSpec]) -> None:
-        self.specs = deque(specs)
-        self.env_sampler = self.model_sampler = self._Static()
-        self.shard, self.num_shards = 0, 1
-
-    def next_eval(self, league: Any) -> GameSpec:
-        return self.specs.popleft()
-
-    def next_train(self, league: Any) -> GameSpec:
-        raise UnstableError("an evaluation plays no training games")
-
-
-@attrs.define
-class EvalSettings:
-    """How the games are played (the run's defaults where a run has the same setting)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_generation_len: int = attrs.field(default=_RUN.max_generation_len.default)
-    max_turns: int = 60
-    error_allowance: int = 0
-    concurrency: int = 16
-    seed: int = 0
-    device: str | None = None
-    backend: str = attrs.field(default=_RUN.backend.default)
-    max_batch_size: int = 32
-    max_model_len: int = 4096
-    game_timeout_s: float = 600.0
-    base_url: str | None = None
-    api_key_env: str = attrs.field(default=_RUN.api_key_env.default)
-    api_concurrency: int = attrs.field(default=_RUN.api_concurrency.default)
-    api_timeout_s: float = attrs.field(default=_RUN.api_timeout_s.default)
-    api_max_retries: int = attrs.field(default=_RUN.api_max_retries.default)
-    api_max_tokens: int | None = None  # None: max_generation_len, as in a run
-
-
 def engines_of(targets: list[EvalTarget]) -> dict[str, str]:
     """Engine name -> model: `main` for the checkpoints' base model (and that model named itself), one
     engine per other whole model or API model; `random` needs none."""
@@ -154,84 +94,159 @@ def engines_of(targets: list[EvalTarget]) -> dict[str, str]:
     return engines
 
 
-def run_config(targets: list[EvalTarget], settings: EvalSettings) -> Any:
-    """A RunConfig carrying the settings that engine_spec and the API check read."""
+#: the RunConfig settings `unstable eval` takes (as options, each written once in RunConfig)
+EVAL_SETTINGS = (
+    "seed", "temperature", "top_p", "max_generation_len", "max_turns", "error_allowance", "device", "backend",
+    "max_model_len", "max_batch_size", "game_timeout_s",
+)  # fmt: skip
+
+
+@attrs.frozen
+class Evaluation:
+    """What `unstable eval` was asked for, resolved: its players, games and settings."""
+
+    models: list[EvalTarget]
+    opponents: list[EvalTarget]
+    envs: list[str]
+    tasks: list[str]
+    games: int
+    template: str
+    cfg: RunConfig
+    planned: list[PlannedGame]
+
+    @property
+    def targets(self) -> list[EvalTarget]:
+        """Every player, once (the opponents only where there are games)."""
+        return list(dict.fromkeys(self.models + (self.opponents if self.envs else [])))
+
+    def summary(self) -> dict[str, Any]:
+        """The evaluation's part of summary.json."""
+        settings = {name: getattr(self.cfg, name) for name in (*EVAL_SETTINGS, *API_FIELDS)}
+        return {
+            "models": [attrs.asdict(t) for t in self.models],
+            "opponents": [attrs.asdict(t) for t in self.opponents] if self.envs else [],
+            "envs": self.envs,
+            "tasks": self.tasks,
+            "games_per_pair": self.games,
+            "settings": {**settings, "template": self.template},
+        }
+
+
+def check_envs(envs: list[str], tasks: list[str] = ()) -> None:
+    """Every --env is a two-player game, every --task a task (a file is read here: a bad line stops now)."""
+    from unstable_core.envs.catalogue import check_env_id, check_task_id, is_task
+
+    for env in envs:
+        if is_task(env):
+            raise ConfigError(f"--env {env!r} is a task: give it as --task {env}")
+        check_env_id(env, 2, "--env")
+    for task in tasks:
+        check_task_id(task, "--task")
+
+
+def plan_evaluation(
+    models: Sequence[str],
+    opponents: Sequence[str],
+    envs: Sequence[str],
+    tasks: Sequence[str],
+    games: int,
+    all_checkpoints: bool,
+    template: str | None,
+    options: dict[str, Any],
+) -> Evaluation:
+    """The command's arguments checked and resolved (no model loaded): players, envs, tasks, the games of
+    each, and the RunConfig they play with (`options` given; a checkpoint's run's template and answer
+    length unless given)."""
+    from unstable_core.envs.catalogue import canonical_id
+    from unstable_core.eval.targets import resolve_players, run_setting
+    from unstable_core.games.random_player import RANDOM, check_random_supported
+    from unstable_core.games.templates import get_template
+
+    tasks = [canonical_id(t) for t in tasks]
+    if tasks and opponents and not envs:
+        raise ConfigError("--opponent plays games (--env); a --task has no opponent: leave --opponent out")
+    envs = list(envs) or ([] if tasks else [DEFAULT_ENV])
+    check_envs(envs, tasks)
+    if template is not None:
+        get_template(template)
+    mine, theirs = resolve_players(list(models), list(opponents) or ["base"], all_checkpoints)
+    template = template or run_setting(mine, "prompt_template", _RUN.prompt_template.default, "--template")
+    get_template(template)
+    options = {k: v for k, v in options.items() if v is not None}
+    options.setdefault(
+        "max_generation_len",
+        run_setting(mine, "max_generation_len", _RUN.max_generation_len.default, "--max-generation-len"),
+    )
+    if any(t.kind == RANDOM for t in mine + theirs):
+        check_random_supported(envs)
+    if tasks and any(t.kind == RANDOM for t in mine):
+        raise ConfigError("`random` plays games only; it cannot answer a --task")
+    players = list(dict.fromkeys(mine + (theirs if envs else [])))
+    cfg = eval_config(players, **options)
+    planned = plan_games(mine, theirs, envs, games, cfg.seed, template)
+    planned += plan_task_items(mine, tasks, games, cfg.seed, template, first=len(planned))
+    return Evaluation(mine, theirs, envs, tasks, games, template, cfg, planned)
+
+
+def eval_config(targets: list[EvalTarget], **options: Any) -> RunConfig:
+    """The RunConfig an evaluation plays with: the run's defaults, then `options` (the command's); its main
+    model is the evaluated models' base, its fixed opponents the API models (for their checks)."""
     from unstable_core.models import DEFAULT_MODEL
 
     return RunConfig(
         model_name=main_model(targets) or DEFAULT_MODEL,
         fixed_opponents=[t.label for t in targets if t.kind == "api"],
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        max_generation_len=settings.max_generation_len,
-        max_model_len=settings.max_model_len,
-        max_batch_size=settings.max_batch_size,
-        device=settings.device,
-        backend=settings.backend,
-        **{name: getattr(settings, name) for name in API_FIELDS},
+        trackers=[],
+        **options,
     )
 
 
-def vllm_cpu_kwargs(cfg: RunConfig, engine_models: dict[str, str]) -> dict[str, Any]:
-    """The vllm backend's CPU options (device, KV cache fitted to free memory; no learner beside it), or
-    none for another backend or vLLM's CUDA build."""
-    from unstable_core.inference.vllm import vllm_platform
-
-    if cfg.backend != "vllm" or vllm_platform() != "cpu":
-        return {}
-    from unstable_core.inference.vllm_memory import model_kv_cache
-    from unstable_core.models import is_api_model
-
-    kv = model_kv_cache(
-        cfg.model_name,
-        max_batch_size=cfg.max_batch_size,
-        max_model_len=cfg.max_model_len,
-        engines=sum(not is_api_model(m) for m in engine_models.values()),
-        learner_on_cpu=False,
-    )
-    return {"device": "cpu", "kv_cache_memory_bytes": kv.kv_cache_bytes}
+def evaluation_plan(targets: list[EvalTarget], planned: list[PlannedGame], cfg: RunConfig) -> RunPlan:
+    """The plan of an evaluation: no learner, exactly the `planned` games, a league of `targets` (a checkpoint
+    keeps its uid and step; the base model is served by the main engine; any other model is fixed)."""
+    main = main_model(targets)
+    league = []
+    for t in targets:
+        if t.kind == "adapter":
+            league.append(LeagueEntry(t.label, t.adapter, t.step))
+        else:
+            league.append(LeagueEntry(t.label, fixed=not (t.kind == "model" and t.model == main)))
+    schedule = FixedSchedule(tuple(g.spec for g in planned), tuple(league), engines_of(targets))
+    return RunPlan.fixed(cfg, schedule)
 
 
-def check_before_start(targets: list[EvalTarget], settings: EvalSettings, api: bool = True) -> Any:
-    """What can be checked before Ray starts: the settings (as a RunConfig checks them) and, with `api`, that
-    the API models answer (one line otherwise); returns that RunConfig."""
-    cfg = run_config(targets, settings)
-    if settings.backend != _RUN.backend.default:
-        from unstable_core.runtime.launch.placement import check_backend_available
+def check_before_start(plan: RunPlan, api: bool = True) -> None:
+    """What can be checked before Ray starts: the backend (for vLLM on the CPU, its model folder and
+    memory) and, with `api`, that the API models answer (one line otherwise)."""
+    from unstable_core.runtime.launch.placement import check_backend_available
 
-        check_backend_available(settings.backend, settings.device, None)
-        vllm_cpu_kwargs(cfg, engines_of(targets))  # vLLM on the CPU: its model folder and memory, checked now
+    cfg = plan.cfg
+    if cfg.backend != _RUN.backend.default:
+        check_backend_available(cfg.backend, cfg.device, None)
+        plan.vllm_kv_cache()
     if api and cfg.api_models():
         from unstable_core.inference.engines import check_api_models
 
         check_api_models(cfg)
-    return cfg
 
 
 def play_all(
-    targets: list[EvalTarget],
-    planned: list[PlannedGame],
-    settings: EvalSettings,
+    plan: RunPlan,
     out_dir: Path,
+    concurrency: int,
     on_progress: Callable[[dict[str, int]], None] | None = None,
     on_event: Callable[[str], None] | None = None,
 ) -> list[GameResult]:
-    """Play every planned game; returns their results (failed ones included), as written to
-    `<out_dir>/games/games.jsonl`. The first game of each distinct error is passed to `on_event` as it is
-    recorded (`eval game 3 failed: ...`, as `unstable run` shows them)."""
+    """Play every game of the plan's schedule, `concurrency` at once, on the actors `build_graph` starts for
+    any run; returns their results (failed ones included), as written to `<out_dir>/games/games.jsonl`.
+    The first game of each distinct error is passed to `on_event` as it is recorded."""
     import ray
 
-    from unstable_core.inference.base import SamplingParams
-    from unstable_core.inference.engines import engine_spec
-    from unstable_core.models import default_device
-    from unstable_core.runtime.actors.collector import Collector
-    from unstable_core.runtime.actors.inference import create_engines
-    from unstable_core.runtime.actors.league import LeagueActor
-    from unstable_core.runtime.actors.recorder import RecorderActor
+    from unstable_core.io import read_jsonl
+    from unstable_core.runtime.launch.build import build_graph, start_collection
     from unstable_core.runtime.launch.cluster import raise_interrupt, start_ray, stop_ray
-    from unstable_core.runtime.launch.graph import remote
 
-    cfg = check_before_start(targets, settings, api=False)  # `unstable eval` checked the API models
+    games = len(plan.schedule.games)
     owns_ray = not ray.is_initialized()
     previous = signal.getsignal(signal.SIGTERM)
     if owns_ray:
@@ -239,64 +254,24 @@ def play_all(
         start_ray(None, include_dashboard=False, log_to_driver=False, namespace="unstable")
     try:
         signal.signal(signal.SIGTERM, raise_interrupt)  # after ray.init, which sets its own
-        recorder = remote(RecorderActor).remote(str(out_dir), [])
-        league = remote(LeagueActor).remote(str(out_dir / "registry.json"))
-        for t in targets:
-            if t.kind == "adapter":
-                ray.get(league.add_checkpoint.remote(t.label, t.adapter, t.step, inherit=False))
-            elif t.kind == "model" and t.model == main_model(targets):  # served by the main engine
-                ray.get(league.add_checkpoint.remote(t.label, None, 0, inherit=False))
-            else:
-                ray.get(league.add_fixed.remote(t.label))
-        engine_models = engines_of(targets)
-        device = settings.device or default_device()
-        local = [k for k, m in engine_models.items() if not engine_spec(m, cfg, {}).remote]
-        gpu = 1 / max(1, len(local)) if device.startswith("cuda") else 0
-        threads = max(1, os.cpu_count() or 1)
-        local_kwargs = {
-            "max_batch_size": settings.max_batch_size,
-            "max_loras": max(1, sum(t.kind == "adapter" for t in targets)),
-            "max_model_len": settings.max_model_len,
-            "device": settings.device,
-        }
-        local_kwargs.update(vllm_cpu_kwargs(cfg, engine_models))
-        engines = create_engines(engine_models, cfg, local_kwargs, gpu=gpu, threads=threads)
-        params = SamplingParams(
-            temperature=settings.temperature,
-            top_p=settings.top_p,
-            max_tokens=settings.max_generation_len,
-            seed=settings.seed,
-        )
-        collector = remote(Collector, max_concurrency=4).remote(
-            engines=engines,
-            tokenizers=engine_models,
-            buffer=None,
-            league=league,
-            recorder=recorder,
-            scheduler=EvalScheduler([g.spec for g in planned]),
-            params=params,
-            max_turns=settings.max_turns,
-            game_timeout_s=settings.game_timeout_s,
-            error_allowance=settings.error_allowance,
-        )
-        done = collector.collect.remote(0, settings.concurrency, len(planned))
-        errors = _ErrorLines(recorder, on_event)
+        placement = plan.placement()
+        graph = build_graph(plan, out_dir, placement, plan.cpu_threads(placement, os.cpu_count() or 1))
+        (done,) = start_collection(graph.collectors, 0, concurrency, games)
+        errors = _ErrorLines(graph.recorder, on_event)
         while not ray.wait([done], timeout=1.0)[0]:
             if on_progress:
-                on_progress(ray.get(collector.stats.remote()))
+                on_progress(ray.get(graph.collectors[0].stats.remote()))
             errors.poll()
         counts = ray.get(done)
         if on_progress:
             on_progress(counts)
-        _wait_for_records(recorder, len(planned))
+        _wait_for_records(graph.recorder, games)
         errors.poll()
-        ray.get([recorder.close.remote(), league.flush.remote()])
+        ray.get([graph.recorder.close.remote(), graph.league.flush.remote()])
     finally:
         signal.signal(signal.SIGTERM, previous)
         if owns_ray:
             stop_ray()
-    from unstable_core.io import read_jsonl
-
     return [game_result_from_dict(r) for r in read_jsonl(out_dir / "games" / "games.jsonl")]
 
 

@@ -13,9 +13,8 @@ from typing import Any
 import attrs
 
 from unstable_core.envs.tasks import SOLO
-from unstable_core.eval.session import PlannedGame, Triple
 from unstable_core.report.stats import Rate
-from unstable_core.types import GameResult, Step
+from unstable_core.types import GameResult, PlannedGame, Step, Triple
 
 
 @attrs.define

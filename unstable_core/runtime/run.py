@@ -19,24 +19,15 @@ from typing import Any
 from unstable_core.config import RunConfig, config_from_dict, merge_layers
 from unstable_core.errors import ConfigError, RunFailed, RunStopped, debug_enabled, describe, root_cause
 from unstable_core.run_lock import LOCK_NAME, RunLock
+from unstable_core.runtime.actors.graph import ActorGraph
+from unstable_core.runtime.launch.build import build_graph, record_resumed_state, start_collection
 from unstable_core.runtime.launch.cluster import end_watchdog, start_ray, stop_ray
-from unstable_core.runtime.launch.graph import (
-    record_resumed_state,
-    start_buffer,
-    start_collection,
-    start_collectors,
-    start_engines,
-    start_league,
-    start_learner,
-    start_recorder,
-)
 from unstable_core.runtime.launch.plan import RunPlan
-from unstable_core.runtime.launch.preflight import check_run, claim_run_dir
+from unstable_core.runtime.launch.preflight import claim_run_dir
 from unstable_core.runtime.recovery.liveness import (
     FAILED_TO_START,
     ActorDied,
     InferenceWatch,
-    actor_names,
     check_alive,
     death_reason,
     oom_reason,
@@ -64,14 +55,14 @@ class Run:
         resume: str | os.PathLike | None = None,
         resume_changes: dict[str, Any] | None = None,
     ) -> Run:
-        """Resolve the run's plan, check it (`check_run`: every check before start, in one place), then claim
+        """Resolve the run's plan, check it (`RunPlan.check`: every check before start, in one place), then claim
         its folder and lock it. `resume`: the folder of the run to continue (its config is `cfg`, see
         `resume_config`). A refused run leaves no folder, and an existing one is never touched (but the one
         --resume continues); the lock makes one process per run directory (a second --resume, or a resume
         of a run that is still going, is refused naming the process)."""
         plan = RunPlan.resolve(cfg, learn)
         resume_dir = Path(resume).resolve() if resume is not None else None
-        check_run(plan, resume=resume_dir is not None)
+        plan.check(resume=resume_dir is not None)
         run_dir = resume_dir or claim_run_dir(cfg.runs_dir, cfg.run_name)
         return cls(
             plan,
@@ -97,7 +88,7 @@ class Run:
         self.resume_point: ResumePoint | None = None
         for _cls, kwargs in self.components.trackers:
             kwargs.update(run_dir=str(self.run_dir), run_name=self.run_dir.name)
-        self.actors: dict[str, Any] = {}
+        self.actors: ActorGraph | None = None
         self._collect_refs: list[Any] = []
         self._train_ref: Any = None
         self._owns_ray = False
@@ -126,22 +117,17 @@ class Run:
         point = self.resume_point
         self.started_at = time.time()
         threads = self.plan.cpu_threads(placement, os.cpu_count() or 1)
-        plan, actors = self.plan, self.actors
-        actors["recorder"] = start_recorder(plan, self.run_dir, point)
-        actors["league"] = start_league(plan, self.run_dir, point, resumed=self.resume_dir is not None)
-        if self.learn:
-            actors["buffer"] = start_buffer(plan, point)
+        num_eval = cfg.num_eval_workers if num_eval_workers is None else num_eval_workers
+        self.actors = actors = build_graph(
+            self.plan, self.run_dir, placement, threads, point, self.index_base, num_eval
+        )
         if resume_record is not None:
             record_resumed_state(self.run_dir, resume_record, actors)
-        actors["engines"] = start_engines(plan, placement, threads.inference)
-        num_eval = cfg.num_eval_workers if num_eval_workers is None else num_eval_workers
-        actors["collectors"] = start_collectors(plan, actors, self.index_base, point, num_eval)
         self._collect_refs = start_collection(
-            actors["collectors"], num_collection_workers or cfg.num_train_workers, num_eval, max_games
+            actors.collectors, num_collection_workers or cfg.num_train_workers, num_eval, max_games
         )
         if self.learn:
-            actors["learner"] = start_learner(plan, self.run_dir, actors, placement, threads.learner, point)
-            self._train_ref = actors["learner"].train.remote(learning_steps or cfg.learning_steps)
+            self._train_ref = actors.learner.train.remote(learning_steps or cfg.learning_steps)
         return self
 
     def _init_ray(self) -> None:
@@ -188,12 +174,12 @@ class Run:
         """Recorder snapshot plus the league's ratings (for a progress display)."""
         import ray
 
-        snap = ray.get(self.actors["recorder"].snapshot.remote())
-        snap["registry"] = ray.get(self.actors["league"].to_dict.remote())
+        snap = ray.get(self.actors.recorder.snapshot.remote())
+        snap["registry"] = ray.get(self.actors.league.to_dict.remote())
         try:
-            engine = self.actors["engines"]["main"][0]
+            engine = self.actors.inference_actors()[0]
             stats = ray.get(engine.stats.remote(), timeout=5)
-            self.actors["recorder"].set_inference_stats.remote(stats)
+            self.actors.recorder.set_inference_stats.remote(stats)
             snap["inference"] = stats
         except Exception:  # a restarting inference actor must not stop the display
             pass
@@ -217,9 +203,9 @@ class Run:
         watched = list(self._collect_refs) if self._train_ref is not None else []
         shown: set[str] = set()
         who = "an actor"
-        names = actor_names(self.actors)
+        names = self.actors.names()
         self._watch = inference = InferenceWatch(
-            {names[a._actor_id.hex()]: a for a in self._inference_actors()}
+            {names[a._actor_id.hex()]: a for a in self.actors.inference_actors()}
         )
         try:
             while waiting:
@@ -272,24 +258,22 @@ class Run:
 
         plan = self.plan.eval_plan()
         per_ckpt = len(plan.specs) * plan.games
-        rounds = -(-per_ckpt // max(1, self.cfg.num_eval_workers // len(self.actors["collectors"])))
+        rounds = -(-per_ckpt // max(1, self.cfg.num_eval_workers // len(self.actors.collectors)))
         timeout_s = (rounds + 1) * self.cfg.game_timeout_s
-        waiting = [c.drain_evals.remote(timeout_s) for c in self.actors["collectors"]]
+        waiting = [c.drain_evals.remote(timeout_s) for c in self.actors.collectors]
         while waiting:
             done, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=poll_s)
             ray.get(done)
             if on_progress:
                 on_progress(self.progress())
 
-    def _inference_actors(self) -> list[Any]:
-        return [a for pool in self.actors.get("engines", {}).values() for a in pool]
-
     def _stop_after_death(self, exc: BaseException) -> RunStopped:
         """An actor of the run died or hung: stop the others (the last checkpoint stays complete), record it
         in metrics.jsonl and return the one-line error that says how to continue."""
         if not isinstance(exc, ActorDied):  # a Ray error of the run's own calls (the learner's train, ...)
             actor_id = getattr(exc, "actor_id", None)
-            who = actor_names(self.actors).get(actor_id or "", "an actor")
+            names = self.actors.names() if self.actors is not None else {}
+            who = names.get(actor_id or "", "an actor")
             exc = ActorDied(who, death_reason(exc) if actor_id else type(exc).__name__)
         who, what, event, why = exc.who, exc.what, exc.event, exc.why
         try:
@@ -321,22 +305,22 @@ class Run:
     def _stop(self, timeout_s: float) -> dict[str, Any]:
         import ray
 
-        if not ray.is_initialized() or not self.actors:
+        actors = self.actors
+        if not ray.is_initialized() or actors is None:
             return self.summary
-        learner = self.actors.get("learner")
-        if learner is not None:  # the update in progress finishes, its checkpoint complete
-            learner.stop.remote()
+        if actors.learner is not None:  # the update in progress finishes, its checkpoint complete
+            actors.learner.stop.remote()
             if self._train_ref is not None:
                 ray.wait([self._train_ref], timeout=timeout_s)
-        if "buffer" in self.actors:
-            self.actors["buffer"].stop.remote()
-        for c in self.actors.get("collectors", []):
+        if actors.buffer is not None:
+            actors.buffer.stop.remote()
+        for c in actors.collectors:
             c.stop.remote()
         ray.wait(self._collect_refs, num_returns=len(self._collect_refs), timeout=60)
         restarts = self._watch.restarts if self._watch is not None else 0
-        snap = close_files(self.actors, self.run_dir, self.index_base, restarts)
+        snap = close_files(actors, self.run_dir, self.index_base, restarts)
         self.summary = {"run_dir": str(self.run_dir), "elapsed_s": time.time() - self.started_at, **snap}
-        self.actors.clear()
+        self.actors = None
         if self._owns_ray:
             stop_ray()
         return write_summary(self.run_dir, self.summary, self.learn)
@@ -344,7 +328,7 @@ class Run:
     def abort(self, release: bool = True) -> dict[str, Any]:
         """Stop at once: shut the local Ray cluster down without waiting for the update in progress
         (checkpoints are written atomically, so the last complete one stays usable)."""
-        self.actors.clear()
+        self.actors = None
         if self._owns_ray:
             stop_ray()
         if release:

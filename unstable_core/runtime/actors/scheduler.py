@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import deque
 from typing import Any
 
 from unstable_core.errors import UnstableError
@@ -114,3 +115,22 @@ class GameScheduler:
 def _rng_state(rng: random.Random) -> list[Any]:
     version, internal, gauss = rng.getstate()
     return [version, list(internal), gauss]
+
+
+class FixedScheduler:
+    """Hands a collector the games of a fixed schedule in order (an evaluation's; no training games)."""
+
+    class _Static:
+        def update(self, info: Any) -> None:
+            """Nothing to learn from a game: the schedule is fixed."""
+
+    def __init__(self, specs: list[GameSpec] | tuple[GameSpec, ...]) -> None:
+        self.specs = deque(specs)
+        self.env_sampler = self.model_sampler = self._Static()
+        self.shard, self.num_shards = 0, 1
+
+    def next_eval(self, league: Any) -> GameSpec:
+        return self.specs.popleft()
+
+    def next_train(self, league: Any) -> GameSpec:
+        raise UnstableError("a fixed schedule plays no training games")

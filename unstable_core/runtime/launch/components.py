@@ -38,6 +38,11 @@ class Components:
     trackers: list[Any]
 
     @classmethod
+    def none(cls) -> Components:
+        """No components: a plan that plays a fixed schedule samples nothing and learns nothing."""
+        return cls(None, None, None, [], [], [], [])
+
+    @classmethod
     def resolve(cls, cfg: RunConfig, run_dir: Path, learner: bool = True) -> Components:
         reg = get_registry()
         reg.get("backend", cfg.backend)

@@ -1,9 +1,12 @@
 """The run's plan, read from its config alone: which engines (base models) serve the games, which fixed
 opponents and evaluations there are, how many adapters an inference actor keeps, and where each actor
-goes on the cluster. `Run` starts what the plan says; the preflight checks read it before anything starts."""
+goes on the cluster. `launch.graph` starts what the plan says, for `run`, `play`, `eval` and the
+benchmarks alike; the preflight checks read it before anything starts. An evaluation is a plan that does
+not learn and plays a `FixedSchedule`: exactly its games, between the models its league lists."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,8 @@ from unstable_core.games.random_player import RANDOM
 from unstable_core.inference.vllm import vllm_max_lora_rank, vllm_platform
 from unstable_core.inference.vllm_memory import KvCachePlan, model_kv_cache
 from unstable_core.models import is_api_model
+from unstable_core.plugins import get_registry
+from unstable_core.runtime.launch import preflight as pre
 from unstable_core.runtime.launch.components import Components
 from unstable_core.runtime.launch.placement import (
     CpuThreads,
@@ -24,7 +29,7 @@ from unstable_core.runtime.launch.placement import (
     plan_placement,
     split_cpu_threads,
 )
-from unstable_core.types import EvalEnvSpec
+from unstable_core.types import EvalEnvSpec, GameSpec
 
 DEFAULT_MAX_LORAS = (
     8  # adapters per inference actor when the opponent sampler cannot say how many are in play
@@ -33,6 +38,13 @@ DEFAULT_MAX_LORAS = (
 
 def is_adapter_dir(name: str) -> bool:
     return (Path(name) / "adapter_config.json").is_file()
+
+
+def adapter_rank(folder: str) -> int:
+    """The LoRA rank of a peft adapter folder (its adapter_config.json's `r`)."""
+    import json
+
+    return int(json.loads((Path(folder) / "adapter_config.json").read_text())["r"])
 
 
 def eval_like(spec: Any, opponent: str) -> EvalEnvSpec:
@@ -51,21 +63,55 @@ def _with_tasks(specs: list[EvalEnvSpec], cfg: RunConfig) -> list[EvalEnvSpec]:
     return [s for s in specs if s.env_id not in {t.env_id for t in tasks}] + tasks
 
 
+@attrs.frozen
+class LeagueEntry:
+    """A model the league of a fixed schedule rates: a checkpoint (its adapter folder; None for the base
+    model, served by the main engine) or a fixed opponent (`fixed`: served by its own engine)."""
+
+    uid: str
+    adapter: str | None = None
+    step: int = 0
+    fixed: bool = False
+
+
+@attrs.frozen
+class FixedSchedule:
+    """Exactly these games, between the models of `league`, served by `engines` (name -> model): what an
+    evaluation plays instead of sampling games from the run's samplers."""
+
+    games: tuple[GameSpec, ...]
+    league: tuple[LeagueEntry, ...]
+    engines: Mapping[str, str]
+
+
 @attrs.define
 class RunPlan:
-    """A run's config with its resolved components, and what follows from them."""
+    """A run's config with its resolved components, and what follows from them. `schedule`: the fixed
+    games of a plan that does not learn (an evaluation); `backend_options` override the inference backend's
+    constructor options (a benchmark's)."""
 
     cfg: RunConfig
     components: Components
     learn: bool = True
+    schedule: FixedSchedule | None = None
+    backend_options: Mapping[str, Any] = attrs.field(factory=dict)
     _kv_cache: KvCachePlan | None = attrs.field(default=None, init=False)
 
     @classmethod
-    def resolve(cls, cfg: RunConfig, learn: bool = True) -> RunPlan:
-        return cls(cfg, Components.resolve(cfg, Path(cfg.runs_dir), learner=learn), learn)
+    def resolve(cls, cfg: RunConfig, learn: bool = True, **options: Any) -> RunPlan:
+        """The plan of `cfg`, its components resolved through the plugin registry (unknown names fail here)."""
+        return cls(cfg, Components.resolve(cfg, Path(cfg.runs_dir), learner=learn), learn, **options)
+
+    @classmethod
+    def fixed(cls, cfg: RunConfig, schedule: FixedSchedule) -> RunPlan:
+        """A plan that plays `schedule` and does not learn: no learner, samplers or reward transforms."""
+        get_registry().get("backend", cfg.backend)
+        return cls(cfg, Components.none(), learn=False, schedule=schedule)
 
     def engines(self) -> dict[str, str]:
         """Engine name -> base model: the main model, plus any fixed opponent that is another model."""
+        if self.schedule is not None:
+            return dict(self.schedule.engines)
         engines = {"main": self.cfg.model_name}
         for name in self.fixed_opponents():
             if name not in ("base", RANDOM) and not is_adapter_dir(name):
@@ -121,7 +167,7 @@ class RunPlan:
         use_gpu = self.cfg.device.startswith("cuda") if self.cfg.device else gpus >= 1
         if self.cfg.backend == "vllm":
             check_vllm_placement(vllm_platform(), use_gpu, self.cfg.device, gpus)
-        others = sum(not is_api_model(m) for m in self.engines().values()) - 1  # API engines need no GPU
+        others = sum(not is_api_model(m) for k, m in self.engines().items() if k != "main")  # API: no GPU
         plan = plan_placement(
             gpus,
             use_gpu=use_gpu,
@@ -140,7 +186,8 @@ class RunPlan:
         shared between them when both compute on the CPU (API engines take none)."""
         engines = self.engines()
         local = sum(not is_api_model(m) for k, m in engines.items() if k != "main")
-        local += placement.num_inference_actors * (not is_api_model(engines["main"]))
+        if "main" in engines:
+            local += placement.num_inference_actors * (not is_api_model(engines["main"]))
         return split_cpu_threads(
             cores,
             learner_on_cpu=self.learn and placement.learner_gpus == 0,
@@ -152,6 +199,8 @@ class RunPlan:
         fixed opponents that are adapter folders, and one more for the version change; `--max-loras` wins."""
         if self.cfg.max_loras is not None:
             return self.cfg.max_loras
+        if self.schedule is not None:
+            return max(1, sum(e.adapter is not None for e in self.schedule.league))
         in_play = self.components.model_sampler(seed=0, **self.cfg.sampler_config).adapters_in_play()
         if in_play is None:
             return DEFAULT_MAX_LORAS
@@ -165,26 +214,33 @@ class RunPlan:
             "max_model_len": self.cfg.max_model_len,
         }
         if self.cfg.backend != "vllm":
-            return {**kwargs, "device": self.cfg.device}
-        kwargs["max_lora_rank"] = vllm_max_lora_rank(self.cfg.lora_config["lora_rank"])
+            return {**kwargs, "device": self.cfg.device, **self.backend_options}
+        kwargs["max_lora_rank"] = vllm_max_lora_rank(max(self.lora_ranks(), default=1))
         if placement.gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = placement.gpu_memory_utilization
         elif self.vllm_kv_cache() is not None:
             kwargs["device"] = "cpu"
             kwargs["kv_cache_memory_bytes"] = self.vllm_kv_cache().kv_cache_bytes
-        return {**kwargs, **self.cfg.vllm_config}  # what the user set in vllm_config wins
+        return {**kwargs, **self.cfg.vllm_config, **self.backend_options}  # what the user set wins
+
+    def lora_ranks(self) -> list[int]:
+        """The LoRA ranks the engines must load: the run's, or each adapter's of a fixed schedule."""
+        if self.schedule is None:
+            return [int(self.cfg.lora_config["lora_rank"])]
+        return [adapter_rank(e.adapter) for e in self.schedule.league if e.adapter is not None]
 
     def vllm_kv_cache(self) -> KvCachePlan | None:
         """The KV cache of each vLLM engine on the CPU, from free memory and the learner's share; None
         unless the run's vLLM is the CPU build and vllm_config sets neither kv_cache_memory_bytes nor
         gpu_memory_utilization (the user's choice wins)."""
         cfg = self.cfg
-        chosen = {"kv_cache_memory_bytes", "gpu_memory_utilization"} & set(cfg.vllm_config)
+        given = {*cfg.vllm_config, *self.backend_options}
+        chosen = {"kv_cache_memory_bytes", "gpu_memory_utilization"} & given
         if cfg.backend != "vllm" or chosen or vllm_platform() != "cpu":
             return None
         if self._kv_cache is None:
-            engines = cfg.num_inference_actors or 1
-            engines += sum(not is_api_model(m) for k, m in self.engines().items() if k != "main")
+            engines = sum(not is_api_model(m) for k, m in self.engines().items() if k != "main")
+            engines += (cfg.num_inference_actors or 1) * ("main" in self.engines())
             self._kv_cache = model_kv_cache(
                 cfg.model_name,
                 dtype=cfg.vllm_config.get("dtype") or "float32",
@@ -194,3 +250,39 @@ class RunPlan:
                 learner_on_cpu=self.learn,
             )
         return self._kv_cache
+
+    def check(self, resume: bool = False) -> None:
+        """Every check of a run before anything starts (no Ray, no folder): what can fail inside an actor is
+        found here, as one ConfigError line. A resumed run keeps its folder's name."""
+        from unstable_core.games.random_player import check_random_supported
+        from unstable_core.learners.lora import DEFAULT_LORA_CFG
+        from unstable_core.models import is_api_model
+        from unstable_core.runtime.launch.placement import check_backend_available
+
+        cfg, comp, plan = self.cfg, self.components, self
+        if cfg.run_name is not None and not resume:
+            pre.check_run_name(cfg.run_name)
+        train, evals = cfg.train_specs(), plan.eval_specs()
+        pre.check_env_ids([s.env_id for s in train], "--env")
+        tasks = [s for s in evals if s in cfg.task_specs()]
+        evals_only = [s for s in evals if s not in tasks]
+        pre.check_env_ids([s.env_id for s in evals_only], "--eval-env")
+        pre.check_env_ids([s.env_id for s in tasks], "--eval-task")
+        pre.check_env_players(train, "--env")
+        pre.check_env_players(evals_only, "--eval-env")
+        pre.check_env_players(tasks, "--eval-task")
+        pre.check_templates(sorted({s.prompt_template for s in [*train, *evals]}))
+        for key, model in plan.engines().items():
+            if not is_api_model(model):  # an API model is checked by check_api_models
+                pre.check_model(model, "--model" if key == "main" else "fixed opponent")
+        pre.check_device(cfg.device, cfg.ray_address)
+        pre.check_components(cfg, comp.env_sampler, comp.model_sampler, comp.learner, evals)
+        if plan.learn:
+            pre.check_lora_targets(cfg.model_name, cfg.lora_config, DEFAULT_LORA_CFG["target_modules"])
+        check_backend_available(cfg.backend, cfg.device, cfg.ray_address)
+        plan.vllm_kv_cache()  # vLLM on the CPU: its model folder made once, its memory fitted beside the learner
+        if cfg.api_models():
+            from unstable_core.inference.engines import check_api_models
+
+            check_api_models(cfg)  # a bad key, URL or model name stops the run before Ray starts
+        check_random_supported(plan.random_envs())

@@ -9,6 +9,8 @@ import re
 import time
 from typing import Any
 
+from unstable_core.runtime.actors.graph import ActorGraph
+
 # how long an actor may take to answer before it counts as hung: on a loaded 2-core machine a busy
 # collector took over a minute; an inference actor restarting must load its model within it
 ANSWER_TIMEOUT_S = 300.0
@@ -138,28 +140,13 @@ class InferenceWatch:
         return lines
 
 
-def actor_names(actors: dict[str, Any]) -> dict[str, str]:
-    """Actor id (hex) -> name as the run's messages give it ('the learner', 'the inference-main-0')."""
-    names = {}
-    for key in ("recorder", "league", "buffer", "learner"):
-        if key in actors:
-            names[actors[key]._actor_id.hex()] = f"the {key}"
-    for i, c in enumerate(actors.get("collectors", [])):
-        names[c._actor_id.hex()] = f"the collector-{i}"
-    for engine, pool in actors.get("engines", {}).items():
-        for i, a in enumerate(pool):
-            names[a._actor_id.hex()] = f"the inference-{engine}-{i}"
-    return names
-
-
-def check_alive(actors: dict[str, Any]) -> None:
-    """Ask every stateful actor a cheap question: a dead one raises ActorDied at once, one that does
-    not answer within ANSWER_TIMEOUT_S raises ActorHung (both name the actor)."""
-    names = actor_names(actors)
+def check_alive(graph: ActorGraph) -> None:
+    """Ask every stateful actor of `graph` (an `ActorGraph`) a cheap question: a dead one raises ActorDied at
+    once, one that does not answer within ANSWER_TIMEOUT_S raises ActorHung (both name the actor)."""
+    methods = {"the recorder": "snapshot", "the league": "get_current_ckpt", "the buffer": "size"}
     asked = {
-        names[a._actor_id.hex()]: getattr(a, method).remote()
-        for key, method in (("recorder", "snapshot"), ("league", "get_current_ckpt"), ("buffer", "size"))
-        if (a := actors.get(key)) is not None
+        name: getattr(a, methods.get(name, "stats")).remote()
+        for name, a in graph.stateful().items()
+        if name != "the learner"  # busy updating for minutes: its train() call is watched instead
     }
-    asked.update({names[c._actor_id.hex()]: c.stats.remote() for c in actors.get("collectors", [])})
     check_answers(asked)

@@ -9,11 +9,12 @@ from typing import Any
 
 from unstable_core.errors import describe
 from unstable_core.io import atomic_write_json
+from unstable_core.runtime.actors.graph import ActorGraph
 from unstable_core.runtime.recovery.resume import record_event
 
 
 def close_files(
-    actors: dict[str, Any], run_dir: Path, index_base: int, restarts: int, timeout_s: float = 30.0
+    graph: ActorGraph, run_dir: Path, index_base: int, restarts: int, timeout_s: float = 30.0
 ) -> dict[str, Any]:
     """Flush the recorder's and the league's files, each on its own with a time limit (a dead or hung
     actor must not keep the other's data from the disk); then their last numbers, as far as they
@@ -29,14 +30,14 @@ def close_files(
             errors.append(f"{name}.{method}: {describe(exc)}")
             return None
 
-    recorder, league = actors["recorder"], actors["league"]
+    recorder, league = graph.recorder, graph.league
     ask("recorder", recorder, "close")
     ask("league", league, "flush")
     snap = ask("recorder", recorder, "snapshot") or {}
     models = ask("league", league, "to_dict")
     if models is not None:
         snap["registry"] = models
-    collected = [ask(f"collector-{i}", c, "stats") for i, c in enumerate(actors.get("collectors", []))]
+    collected = [ask(f"collector-{i}", c, "stats") for i, c in enumerate(graph.collectors)]
     try:
         record_stop(run_dir, index_base, restarts, snap.get("counts"), collected)
     except OSError as exc:  # a run folder that cannot be written: the stop goes on, the cause is shown

@@ -1,6 +1,7 @@
-"""The run's actors, one function per phase of `Run.start`: recorder, league, buffer, engines, collectors,
-collection, learner. Each builds its actor from the run's plan and, in a resumed run, from its checkpoint's
-state."""
+"""The ONE builder of a run's actors, for `run`, `play`, `eval` and the benchmarks: `build_graph` starts
+them from a `RunPlan`, one function per phase (recorder, league, buffer, engines, collectors, learner), and
+returns them as an `ActorGraph`. A resumed run's actors start from its checkpoint's state. Nothing plays
+until `start_collection`, nothing learns until the learner's `train` is called (`Run.start` does both)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,34 @@ from pathlib import Path
 from typing import Any
 
 from unstable_core.learners.base import LearnerConfig
-from unstable_core.runtime.launch.placement import Placement
+from unstable_core.runtime.actors.graph import ActorGraph
+from unstable_core.runtime.launch.placement import CpuThreads, Placement
 from unstable_core.runtime.launch.plan import RunPlan
 from unstable_core.runtime.recovery.resume import ResumePoint, record_resume
+
+
+def build_graph(
+    plan: RunPlan,
+    run_dir: Path,
+    placement: Placement,
+    threads: CpuThreads,
+    point: ResumePoint | None = None,
+    index_base: int = 0,
+    num_eval: int | None = None,
+    collector_cls: type | None = None,
+) -> ActorGraph:
+    """Every actor of `plan`, phase by phase, in `run_dir`; from `point`'s state in a resumed run.
+    `num_eval`: the evaluation games in flight (default the config's); `collector_cls`: a Collector
+    subclass (a benchmark's, which measures)."""
+    recorder = start_recorder(plan, run_dir, point)
+    league = start_league(plan, run_dir, point)
+    graph = ActorGraph(recorder, league, {}, buffer=start_buffer(plan, point) if plan.learn else None)
+    graph.engines = start_engines(plan, placement, threads.inference)
+    num_eval = plan.cfg.num_eval_workers if num_eval is None else num_eval
+    graph.collectors = start_collectors(plan, graph, index_base, point, num_eval, collector_cls)
+    if plan.learn:
+        graph.learner = start_learner(plan, run_dir, graph, placement, threads.learner, point)
+    return graph
 
 
 def remote(cls: type, **options: Any) -> Any:
@@ -34,15 +60,24 @@ def start_recorder(plan: RunPlan, run_dir: Path, point: ResumePoint | None) -> A
     )
 
 
-def start_league(plan: RunPlan, run_dir: Path, point: ResumePoint | None, resumed: bool) -> Any:
-    """The league of rated models (registry.json): the current checkpoint and every fixed opponent."""
+def start_league(plan: RunPlan, run_dir: Path, point: ResumePoint | None) -> Any:
+    """The league of rated models (registry.json): the current checkpoint and every fixed opponent, or the
+    models of a fixed schedule."""
     import ray
 
     from unstable_core.runtime.actors.league import LeagueActor
 
+    # a run's league starts from its checkpoint's state or empty (a resume before the first checkpoint
+    # starts over); an evaluation's adds to the file of an earlier one in the same folder
+    fresh = plan.schedule is None
     league = remote(LeagueActor).remote(
-        str(run_dir / "registry.json"), state=point.league if point else None, fresh=resumed
+        str(run_dir / "registry.json"), state=point.league if point else None, fresh=fresh
     )
+    if plan.schedule is not None:
+        for e in plan.schedule.league:
+            add = league.add_fixed.remote(e.uid) if e.fixed else None
+            ray.get(add or league.add_checkpoint.remote(e.uid, e.adapter, e.step, inherit=False))
+        return league
     if point is None:
         ray.get(league.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
     else:  # the league as it was when the checkpoint was saved, then the checkpoint itself
@@ -67,14 +102,14 @@ def start_buffer(plan: RunPlan, point: ResumePoint | None) -> Any:
     return buffer
 
 
-def record_resumed_state(run_dir: Path, record: dict[str, Any], actors: dict[str, Any]) -> None:
+def record_resumed_state(run_dir: Path, record: dict[str, Any], graph: ActorGraph) -> None:
     """The resume record of metrics.jsonl, with the ratings and reward state read back from the live actors."""
     import ray
 
-    models = ray.get(actors["league"].to_dict.remote())["models"]
+    models = ray.get(graph.league.to_dict.remote())["models"]
     record["ratings_loaded"] = {m["uid"]: {k: m[k] for k in ("mu", "sigma", "games")} for m in models}
-    if "buffer" in actors:
-        record["rewards_loaded"] = ray.get(actors["buffer"].state_dict.remote())
+    if graph.buffer is not None:
+        record["rewards_loaded"] = ray.get(graph.buffer.state_dict.remote())
     record_resume(run_dir, record)
 
 
@@ -93,38 +128,33 @@ def start_engines(plan: RunPlan, placement: Placement, threads: int) -> dict[str
 
 
 def start_collectors(
-    plan: RunPlan, actors: dict[str, Any], index_base: int, point: ResumePoint | None, num_eval: int
+    plan: RunPlan,
+    graph: ActorGraph,
+    index_base: int,
+    point: ResumePoint | None,
+    num_eval: int,
+    collector_cls: type | None = None,
 ) -> list[Any]:
     """The collectors, each with its shard of the game schedule (`Run` starts their collection)."""
     from unstable_core.inference.base import SamplingParams
     from unstable_core.runtime.actors.collector import Collector
-    from unstable_core.runtime.actors.scheduler import GameScheduler
 
-    cfg, comp = plan.cfg, plan.components
-    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_generation_len)
-    eval_specs = plan.eval_specs(num_eval)
+    cfg = plan.cfg
+    seed = cfg.seed if plan.schedule is not None else None  # an evaluation's games repeat with its seed
+    params = SamplingParams(
+        temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_generation_len, seed=seed
+    )
     collectors = []
     for shard in range(cfg.num_collectors):
-        scheduler = GameScheduler(
-            comp.env_sampler(cfg.train_specs(), eval_specs, seed=cfg.seed + shard, **cfg.env_sampler_config),
-            comp.model_sampler(seed=cfg.seed + shard, **cfg.sampler_config),
-            seed=cfg.seed,
-            shard=shard,
-            num_shards=cfg.num_collectors,
-            index_base=index_base,
-        )
-        saved = point.collector_state(shard) if point is not None else None
-        if saved:
-            scheduler.load_state_dict(saved)
         collectors.append(
             # collect() runs for the whole run: stop() and stats() need room beside it
-            remote(Collector, max_concurrency=4).remote(
-                engines=actors["engines"],
+            remote(collector_cls or Collector, max_concurrency=4).remote(
+                engines=graph.engines,
                 tokenizers=plan.engines(),
-                buffer=actors.get("buffer"),
-                league=actors["league"],
-                recorder=actors["recorder"],
-                scheduler=scheduler,
+                buffer=graph.buffer,
+                league=graph.league,
+                recorder=graph.recorder,
+                scheduler=scheduler_of(plan, shard, index_base, point, num_eval),
                 params=params,
                 max_turns=cfg.max_turns,
                 game_timeout_s=cfg.game_timeout_s,
@@ -133,6 +163,29 @@ def start_collectors(
             )
         )
     return collectors
+
+
+def scheduler_of(plan: RunPlan, shard: int, index_base: int, point: ResumePoint | None, num_eval: int) -> Any:
+    """Collector `shard`'s games: its share of a fixed schedule, or its samplers' (from its saved state)."""
+    from unstable_core.runtime.actors.scheduler import FixedScheduler, GameScheduler
+
+    cfg, comp, shards = plan.cfg, plan.components, plan.cfg.num_collectors
+    if plan.schedule is not None:
+        return FixedScheduler(plan.schedule.games[shard::shards])
+    scheduler = GameScheduler(
+        comp.env_sampler(
+            cfg.train_specs(), plan.eval_specs(num_eval), seed=cfg.seed + shard, **cfg.env_sampler_config
+        ),
+        comp.model_sampler(seed=cfg.seed + shard, **cfg.sampler_config),
+        seed=cfg.seed,
+        shard=shard,
+        num_shards=shards,
+        index_base=index_base,
+    )
+    saved = point.collector_state(shard) if point is not None else None
+    if saved:
+        scheduler.load_state_dict(saved)
+    return scheduler
 
 
 def start_collection(
@@ -154,7 +207,7 @@ def start_collection(
 def start_learner(
     plan: RunPlan,
     run_dir: Path,
-    actors: dict[str, Any],
+    graph: ActorGraph,
     placement: Placement,
     threads: int,
     point: ResumePoint | None,
@@ -170,11 +223,11 @@ def start_learner(
         cfg.algorithm_config,
         run_dir=str(run_dir),
         device=cfg.device,
-        buffer=actors["buffer"],
-        league=actors["league"],
-        recorder=actors["recorder"],
+        buffer=graph.buffer,
+        league=graph.league,
+        recorder=graph.recorder,
         torch_threads=threads,
-        collectors=actors["collectors"],
+        collectors=graph.collectors,
         resume_from=str(point.checkpoint) if point is not None else None,
         max_nonfinite_updates=cfg.max_nonfinite_updates,
     )

@@ -1,0 +1,92 @@
+"""The one launch path: every command's actors come from a `RunPlan` through `build_graph`, as an
+`ActorGraph`; an evaluation is a plan that does not learn and plays a fixed schedule."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from unstable_core.eval.session import eval_config, evaluation_plan, plan_games
+from unstable_core.eval.targets import EvalTarget
+from unstable_core.runtime.actors.graph import ActorGraph
+from unstable_core.runtime.launch.placement import Placement
+from unstable_core.runtime.launch.plan import LeagueEntry
+
+ENV = "TicTacToe-v0-train"
+
+
+def handle(name: str) -> SimpleNamespace:
+    """A stand-in for a Ray actor handle: only its id is read (naming needs no Ray)."""
+    return SimpleNamespace(_actor_id=SimpleNamespace(hex=lambda: name))
+
+
+def test_an_actor_graph_names_every_actor_and_watches_only_the_stateful_ones():
+    graph = ActorGraph(
+        handle("r"), handle("l"), {"main": [handle("i0"), handle("i1")], "other": [handle("o0")]},
+        collectors=[handle("c0")], buffer=handle("b"),
+    )  # fmt: skip
+    assert graph.names() == {
+        "r": "the recorder", "l": "the league", "b": "the buffer", "c0": "the collector-0",
+        "i0": "the inference-main-0", "i1": "the inference-main-1", "o0": "the inference-other-0",
+    }  # fmt: skip
+    assert set(graph.stateful()) == {"the recorder", "the league", "the buffer", "the collector-0"}
+    assert [a._actor_id.hex() for a in graph.inference_actors()] == ["i0", "i1", "o0"]
+
+
+def test_an_evaluation_is_a_plan_that_does_not_learn_and_plays_its_fixed_games(tiny_model, tmp_path):
+    adapter = tmp_path / "step-3"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"r": 48}')
+    ckpt = EvalTarget("ckpt-3", "adapter", model=tiny_model, adapter=str(adapter), step=3)
+    base = EvalTarget("base", "model", model=tiny_model)
+    rand = EvalTarget("random", "random")
+    targets = [ckpt, base, rand]
+    planned = plan_games([ckpt, base], [rand], [ENV], games=3, seed=7)
+    cfg = eval_config(targets, seed=7, backend="transformers")
+    plan = evaluation_plan(targets, planned, cfg)
+
+    assert not plan.learn and plan.components.learner is None
+    assert plan.schedule.games == tuple(g.spec for g in planned) and len(plan.schedule.games) == 6
+    assert plan.schedule.league == (
+        LeagueEntry("ckpt-3", str(adapter), 3),  # a checkpoint keeps its uid and step
+        LeagueEntry("base"),  # served by the main engine
+        LeagueEntry("random", fixed=True),
+    )
+    assert plan.engines() == {"main": tiny_model}  # `random` needs no engine
+    assert plan.max_loras() == 1 and plan.eval_plan() is None
+    kwargs = plan.backend_kwargs(Placement("cpu", 0.0, 0.0, 1, None))
+    assert kwargs["max_loras"] == 1 and "max_lora_rank" not in kwargs
+    vllm = evaluation_plan(
+        targets, planned, eval_config(targets, backend="vllm", vllm_config={"dtype": "float32"})
+    )
+    kw = vllm.backend_kwargs(Placement("cpu", 0.0, 0.0, 1, None))
+    assert kw["max_lora_rank"] == 64  # the checkpoint's rank 48, as vLLM accepts it (the run's own was 32)
+
+
+def test_the_run_defaults_are_the_evaluations_unless_given(tiny_model):
+    """Before: EvalSettings retyped 7 of RunConfig's defaults; now an evaluation plays with RunConfig's."""
+    from unstable_core.config import RunConfig
+
+    cfg = eval_config([EvalTarget("m", "model", model=tiny_model)], temperature=0.5)
+    run = RunConfig()
+    for name in (
+        "top_p",
+        "max_turns",
+        "error_allowance",
+        "max_batch_size",
+        "max_model_len",
+        "game_timeout_s",
+    ):
+        assert getattr(cfg, name) == getattr(run, name), name
+    assert cfg.temperature == 0.5 and cfg.trackers == []
+
+
+@pytest.mark.parametrize("module", ["unstable_core/eval/session.py", "benchmarks/rollout.py"])
+def test_no_command_or_benchmark_builds_actors_of_its_own(module):
+    """The actor classes are started in runtime/launch/build.py alone (play_all and the rollout benchmark
+    each had their own copy of the wiring)."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / module).read_text()
+    for name in ("RecorderActor", "LeagueActor", "create_engines", "create_inference_actor"):
+        assert name not in text, f"{module} starts {name} itself"
+    assert "build_graph" in text

@@ -1,0 +1,35 @@
+"""The typed set of a run's Ray actors, as `runtime.launch.build` starts them and the run watches them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+
+@attrs.define
+class ActorGraph:
+    """The Ray actors of one run: `buffer` and `learner` only where the plan learns."""
+
+    recorder: Any
+    league: Any
+    engines: dict[str, list[Any]]  # engine name -> its inference actors
+    collectors: list[Any] = attrs.field(factory=list)
+    buffer: Any = None
+    learner: Any = None
+
+    def inference_actors(self) -> list[Any]:
+        return [a for pool in self.engines.values() for a in pool]
+
+    def stateful(self) -> dict[str, Any]:
+        """Name -> actor of those whose state a run cannot lose (Ray restarts only the inference actors)."""
+        named = {f"the {k}": getattr(self, k) for k in ("recorder", "league", "buffer", "learner")}
+        named.update({f"the collector-{i}": c for i, c in enumerate(self.collectors)})
+        return {name: a for name, a in named.items() if a is not None}
+
+    def names(self) -> dict[str, str]:
+        """Actor id (hex) -> name as the run's messages give it ('the learner', 'the inference-main-0')."""
+        names = {a._actor_id.hex(): name for name, a in self.stateful().items()}
+        for engine, pool in self.engines.items():
+            names.update({a._actor_id.hex(): f"the inference-{engine}-{i}" for i, a in enumerate(pool)})
+        return names
