@@ -34,6 +34,8 @@ DEFAULT_ENV = "TicTacToe-v0-train"
 
 
 def _help(text: str, **extra: Any) -> dict[str, Any]:
+    """A field's metadata: its help (the option's and the reference TOML's), `cli` (its option's name when
+    not --field-name) and `section` (on the first field of each group, the group's title)."""
     return {"help": text, **extra}
 
 
@@ -201,9 +203,9 @@ def parse_transform(value: str | dict) -> tuple[str, dict[str, Any]]:
 class RunConfig:
     """Every parameter of a run. Defaults train the embedded default on a laptop CPU in minutes."""
 
-    # what to train
     model_name: str = attrs.field(
-        default=DEFAULT_MODEL, metadata=_help("base model: alias, hub id or local folder", cli="--model")
+        default=DEFAULT_MODEL,
+        metadata=_help("base model: alias, hub id or local folder", cli="--model", section="what to train"),
     )
     learner: str = attrs.field(
         default="reinforce", metadata=_help("learning algorithm (a registered learner)")
@@ -249,13 +251,12 @@ class RunConfig:
         default="move",
         metadata=_help("prompt template of every env", cli="--template"),
     )
-    # learning
     learning_steps: int = attrs.field(
         # 12 updates (4.4-5.2 min since the packed CPU kernels) reached p < 0.01 in 2 of 3 seeds; 16 fit
         # in the 10 minutes with room to spare (README)
         default=16,
         validator=at_least_one,
-        metadata=_help("learner updates to run"),
+        metadata=_help("learner updates to run", section="learning"),
     )
     batch_size: int = attrs.field(
         default=16, validator=at_least_one, metadata=_help("steps per learner update")
@@ -315,10 +316,13 @@ class RunConfig:
     algorithm_config: dict[str, Any] = attrs.field(
         factory=dict, metadata=_help("learner initialize_algorithm kwargs as JSON")
     )
-    # reward shaping
     final_transforms: list[Any] = attrs.field(
         factory=lambda: ["role-advantage-by-env"],
-        metadata=_help("final reward transform name[:k=v,...] (repeatable)", cli="--final-transform"),
+        metadata=_help(
+            "final reward transform name[:k=v,...] (repeatable)",
+            cli="--final-transform",
+            section="reward shaping",
+        ),
     )
     step_transforms: list[Any] = attrs.field(
         factory=lambda: [  # UnstableBaselines v0.2's build(): RewardForFormat(1.5), PenaltyForInvalidMove(1.0, -1.0)
@@ -333,11 +337,10 @@ class RunConfig:
         ],  # UnstableBaselines v0.2's NormalizeRewardsByEnv(True)
         metadata=_help("sampling reward transform name[:k=v,...] (repeatable)", cli="--sampling-transform"),
     )
-    # collection and inference
     num_train_workers: int = attrs.field(
         default=8,  # with 16 on a 2-core CPU, 57% of the steps went stale or were evicted before use
         validator=at_least_one,
-        metadata=_help("training games in flight"),
+        metadata=_help("training games in flight", section="collection and inference"),
     )
     num_eval_workers: int = attrs.field(
         default=4,
@@ -419,13 +422,13 @@ class RunConfig:
             "invalid moves a player may retry before losing (UnstableBaselines v0.2: 0, the first one loses)"
         ),
     )
-    # when to give up
     failure_window: int = attrs.field(
         default=20,
         validator=at_least_one,
         metadata=_help(
             "games watched for failures: the run stops when every one of the first N fails, or more than "
-            "--max-failure-rate of the last N"
+            "--max-failure-rate of the last N",
+            section="when to give up",
         ),
     )
     max_failure_rate: float = attrs.field(
@@ -438,9 +441,8 @@ class RunConfig:
         validator=at_least_one,
         metadata=_help("learner updates in a row with a non-finite loss or gradient that stop the run"),
     )
-    # bookkeeping
     run_name: str | None = attrs.field(
-        default=None, metadata=_help("run directory name (default: time-stamped)")
+        default=None, metadata=_help("run directory name (default: time-stamped)", section="bookkeeping")
     )
     runs_dir: str = attrs.field(default="runs", metadata=_help("where run directories are made"))
     trackers: list[str] = attrs.field(
@@ -461,12 +463,12 @@ class RunConfig:
         validator=in_range(0.1, 1e6),
         metadata=_help("seconds between plain progress lines when the output is not a terminal"),
     )
-    # API opponents (openai:MODEL): never trained; the key stays in the environment
     base_url: str | None = attrs.field(
         default=None,
         metadata=_help(
             "OpenAI-compatible server of openai:MODEL players (default: $OPENAI_BASE_URL, else "
-            "https://api.openai.com/v1)"
+            "https://api.openai.com/v1)",
+            section="API opponents (openai:MODEL): never trained; the key stays in the environment",
         ),
     )
     api_key_env: str = attrs.field(

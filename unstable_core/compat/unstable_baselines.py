@@ -10,7 +10,8 @@ unstable dropped those spellings still hold (a `config.toml` of 7a23685 has `act
 - `apply_vllm_config` moves the reference's vllm_config keys onto the run fields they set once they have;
 - `api_model_problem` says how to play the reference's OpenRouter opponents here.
 
-Everything translated is in four tables: `RENAMED`, `IGNORED`, `VALUES` and `VLLM_CONFIG_FIELDS`.
+Everything translated is in four tables: `RENAMED`, `IGNORED`, `VALUES` and `VLLM_CONFIG_FIELDS`; the
+reference's own run, in our names, is `REFERENCE_RUN`.
 """
 
 from __future__ import annotations
@@ -59,6 +60,57 @@ VLLM_KEYS_TEXT = f"UnstableBaselines v0.2's vllm_config keys ({', '.join(VLLM_CO
 #: fixed opponents the reference played through OpenRouter (its default: google/gemini-2.0-flash-lite-001)
 API_ONLY_MODELS = ("google/gemini-", "anthropic/claude", "openai/gpt-4", "openai/gpt-3.5", "x-ai/grok")
 OPENROUTER_URL = "https://openrouter.ai/api/v1"
+
+#: the reference's run in RunConfig's names: build()'s defaults, its minimal script (Qwen3-1.7B-Base on
+#: SimpleTak by mirror self-play) and run.start()'s sizes, each with where it comes from; the values of
+#: examples/reference.toml (`unstable_core.config_reference`), for a GPU
+REFERENCE_RUN: dict[str, tuple[Any, str]] = {
+    "model_name": ("Qwen/Qwen3-1.7B-Base", "the minimal script's model"),
+    "learner": ("reinforce", 'build(algorithm="reinforce")'),
+    "train_envs": (
+        [{"env_id": "SimpleTak-v0-train", "num_players": 2, "num_actors": 2}],
+        "the minimal script's env, mirror self-play",
+    ),
+    "eval_envs": (
+        [
+            {"env_id": "SimpleTak-v0-train", "num_players": 2, "fixed_opponent": "base"},
+            {"env_id": "KuhnPoker-v0-train", "num_players": 2, "fixed_opponent": "base"},
+        ],
+        "the reference played its evaluation games against google/gemini-2.0-flash-lite-001 through "
+        "OpenRouter; unstable plays API models too (openai:MODEL, unstable_core/inference/openai_api.py): "
+        f'fixed_opponent = "{API_PREFIX}google/gemini-2.0-flash-lite-001" with base_url = "{OPENROUTER_URL}" '
+        'and api_key_env = "OPENROUTER_API_KEY" play that one; "base", the untrained base model, needs no key',
+    ),
+    "env_sampler": ("random", "build()'s default (UniformRandomEnvSampler)"),
+    "sampler": ("mirror", 'build()\'s default opponent_sampling_strategy "none": self-play'),
+    "prompt_template": ("qwen3-zs", "the minimal script's template"),
+    "learning_steps": (200, "run.start(learning_steps=200)"),
+    "batch_size": (384, "build()'s default"),
+    "mini_batch_size": (1, "build()'s default"),
+    "learning_rate": (1e-5, "build()'s default"),
+    "gradient_clipping": (0.2, "build()'s default"),
+    "gradient_checkpointing": (True, "build(activation_checkpointing=True, gradient_checkpointing=True)"),
+    "max_train_len": (None, "build()'s None; an over-long step is dropped here, never cut"),
+    "max_generation_len": (4096, "_default_vllm_cfg()'s max_tokens"),
+    "buffer_size": (None, "2 x batch_size, as the reference's"),
+    "max_staleness": (1, "ours: the reference had no bound on off-policy data"),
+    "lora_config": (dict(DEFAULT_LORA_CFG), "_DEFAULT_LORA_CFG"),
+    "final_transforms": (["role-advantage-by-env"], "build(): RoleAdvantageByEnvFormatter(), tau 0.001"),
+    "step_transforms": (
+        ["reward-for-format:reward=1.5,penalty=0.0", "penalty-for-invalid-move:reward=1.0,penalty=-1.0"],
+        "build(): RewardForFormat(1.5), PenaltyForInvalidMove(1.0, -1.0)",
+    ),
+    "sampling_transforms": (["normalize-by-env:z_score=true"], "build(): NormalizeRewardsByEnv(True)"),
+    "num_train_workers": (256, "run.start(num_collection_workers=256)"),
+    "num_eval_workers": (16, "run.start(num_eval_workers=16)"),
+    "backend": ("vllm", "the reference's only engine"),
+    "temperature": (0.6, "_default_vllm_cfg()'s temperature"),
+    "max_model_len": (8192, "_default_vllm_cfg()'s max_model_len"),
+    "max_batch_size": (128, "_default_vllm_cfg()'s max_parallel_seq"),
+    "max_loras": (8, "_default_vllm_cfg()'s max_loras"),
+    "error_allowance": (0, "env.state.error_allowance = 0: an invalid move loses"),
+    "wandb_project": ("UnstableBaselines", "build()'s default (with --tracker wandb)"),
+}
 
 
 def translate(layer: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,22 +28,44 @@ def _positive(instance: Any, attribute: attrs.Attribute, value: float) -> None:
 
 @attrs.frozen
 class A2CConfig:
-    """A2C's options.
+    """A2C's options (`--algorithm-config`); each one's `help` says what it does and why its default."""
 
-    - gamma = 1: a game is a short episode whose only delayed reward is its outcome; discounting over a
-      handful of turns would only shrink the outcome for early moves.
-    - gae_lambda = 0.95: GAE's usual bias/variance trade-off (lambda = 1 is Monte-Carlo returns minus V,
-      unbiased but noisy; lower leans on the young critic). UnstableBaselines v0.2 hard-coded gamma = lambda = 1.
-    - critic_learning_rate = 5e-5, as in UnstableBaselines v0.2.
-    - normalize_adv = True: advantages are z-scored per env id after GAE, as UnstableBaselines v0.2 did, so envs
-      with different reward scales weigh alike in a batch.
-    """
-
-    gamma: float = attrs.field(default=1.0, validator=_in_unit_interval)
-    gae_lambda: float = attrs.field(default=0.95, validator=_in_unit_interval)
-    critic_learning_rate: float = attrs.field(default=5e-5, validator=_positive)
-    normalize_adv: bool = True
-    infer_mini_batch_size: int = attrs.field(default=16, validator=_positive)
+    gamma: float = attrs.field(
+        default=1.0,
+        validator=_in_unit_interval,
+        metadata={
+            "help": "discount per turn; 1: a game is a short episode whose only delayed reward is its "
+            "outcome, which discounting would only shrink for early moves (UnstableBaselines v0.2 "
+            "hard-coded gamma = lambda = 1)"
+        },
+    )
+    gae_lambda: float = attrs.field(
+        default=0.95,
+        validator=_in_unit_interval,
+        metadata={
+            "help": "GAE's bias/variance trade-off: 1 is Monte-Carlo returns minus V, unbiased but noisy; "
+            "lower leans on the young critic"
+        },
+    )
+    critic_learning_rate: float = attrs.field(
+        default=5e-5,
+        validator=_positive,
+        metadata={
+            "help": "AdamW learning rate of the critic's adapter and value head, as in UnstableBaselines v0.2"
+        },
+    )
+    normalize_adv: bool = attrs.field(
+        default=True,
+        metadata={
+            "help": "z-score advantages per env id after GAE, as UnstableBaselines v0.2 did, so that envs "
+            "with different reward scales weigh alike in a batch"
+        },
+    )
+    infer_mini_batch_size: int = attrs.field(
+        default=16,
+        validator=_positive,
+        metadata={"help": "steps per forward pass when the critic estimates V for a batch (no gradients)"},
+    )
 
 
 @attrs.frozen

@@ -78,30 +78,62 @@ def _check_no_importance_cap(importance_cap: float | None) -> None:
 
 @attrs.frozen
 class PPOConfig:
-    """PPO's options (`--algorithm-config`).
+    """PPO's options (`--algorithm-config`); each one's `help` says what it does and why its default."""
 
-    - clip_low / clip_high = 0.2: r = pi / pi_old is clipped to [1 - clip_low, 1 + clip_high] (PPO's 0.2 on
-      both sides; DAPO's "clip higher" raises clip_high, e.g. 0.28, to keep exploring rare tokens).
-    - dual_clip = 3: for A < 0 a token's loss is capped at dual_clip |A| (verl's clip_ratio_c); null: none.
-    - behaviour_weight_cap = 2: w = min(pi_old / mu, cap) corrects for the sampler (oat truncates at 2).
-    - epochs = 2, mini_batches = 1: passes over each batch and optimizer steps per pass (SPIRAL: 2 and 1).
-    - kl_coef = 0: weight of the KL to the base model (the backbone with the adapter disabled); SPIRAL
-      uses none. kl_estimator = "k2": k2 and k1-reward follow KL(pi || base), k3 KL(base || pi) (see `loss`).
-    - entropy_coef = 0: weight of the entropy bonus.
-    - filter_zero_advantage = False: drop steps whose advantage is exactly 0 before training (SPIRAL):
-      they carry no policy gradient but would dilute the batch mean.
-    """
-
-    clip_low: float = attrs.field(default=0.2, validator=_unit_open)
-    clip_high: float = attrs.field(default=0.2, validator=_positive)
-    dual_clip: float | None = attrs.field(default=3.0, validator=_dual_clip)
-    behaviour_weight_cap: float = attrs.field(default=2.0, validator=_at_least_one)
-    epochs: int = attrs.field(default=2, validator=_positive_int)
-    mini_batches: int = attrs.field(default=1, validator=_positive_int)
-    kl_coef: float = attrs.field(default=0.0, validator=_non_negative)
-    kl_estimator: str = attrs.field(default="k2", validator=_kl_estimator)
-    entropy_coef: float = attrs.field(default=0.0, validator=_non_negative)
-    filter_zero_advantage: bool = False
+    clip_low: float = attrs.field(
+        default=0.2,
+        validator=_unit_open,
+        metadata={
+            "help": "r = pi / pi_old is clipped to [1 - clip_low, 1 + clip_high] (PPO's 0.2 on both sides)"
+        },
+    )
+    clip_high: float = attrs.field(
+        default=0.2,
+        validator=_positive,
+        metadata={
+            "help": 'the upper clip; DAPO\'s "clip higher" raises it (e.g. 0.28) to keep exploring rare tokens'
+        },
+    )
+    dual_clip: float | None = attrs.field(
+        default=3.0,
+        validator=_dual_clip,
+        metadata={
+            "help": "for A < 0 a token's loss is capped at dual_clip |A| (verl's clip_ratio_c); null: none"
+        },
+    )
+    behaviour_weight_cap: float = attrs.field(
+        default=2.0,
+        validator=_at_least_one,
+        metadata={"help": "w = min(pi_old / mu, cap) corrects for the sampler (oat truncates at 2)"},
+    )
+    epochs: int = attrs.field(
+        default=2, validator=_positive_int, metadata={"help": "passes over each batch (SPIRAL: 2)"}
+    )
+    mini_batches: int = attrs.field(
+        default=1, validator=_positive_int, metadata={"help": "optimizer steps per pass (SPIRAL: 1)"}
+    )
+    kl_coef: float = attrs.field(
+        default=0.0,
+        validator=_non_negative,
+        metadata={
+            "help": "weight of the KL to the base model (the backbone with the adapter disabled); SPIRAL uses none"
+        },
+    )
+    kl_estimator: str = attrs.field(
+        default="k2",
+        validator=_kl_estimator,
+        metadata={"help": "k2 and k1-reward follow KL(pi || base), k3 KL(base || pi) (see `loss`)"},
+    )
+    entropy_coef: float = attrs.field(
+        default=0.0, validator=_non_negative, metadata={"help": "weight of the entropy bonus"}
+    )
+    filter_zero_advantage: bool = attrs.field(
+        default=False,
+        metadata={
+            "help": "drop steps whose advantage is exactly 0 before training (SPIRAL): they carry no policy "
+            "gradient but would dilute the batch mean"
+        },
+    )
 
 
 @attrs.define
