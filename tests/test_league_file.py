@@ -3,6 +3,8 @@
 `league_path` is the one place that knows the old name."""
 
 import json
+import shutil
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -14,6 +16,7 @@ from unstable_core.runtime.actors.recorder import Recorder
 from unstable_core.types import GameInformation, GameResult, Step, Trajectory
 
 TTT = "TicTacToe-v0-train"
+OLD_RUN = Path(__file__).parent / "fixtures" / "run-7a23685"  # written by unstable at 7a23685
 PROMPT = "<|im_start|>user\nYou are X. Your move?<|im_end|>\n<|im_start|>assistant\n"
 
 
@@ -76,3 +79,19 @@ def test_a_run_dir_with_only_registry_json_has_its_leaderboard_export_and_pictur
 
     assert "ratings.png" in [p.name for p in plot_run(tmp_path)]
     assert not (tmp_path / "league.json").exists()
+
+
+def test_the_run_directory_written_at_7a23685_has_its_leaderboard_export_and_pictures(tmp_path):
+    run_dir = shutil.copytree(OLD_RUN, tmp_path / "old")
+    assert league_path(run_dir) == run_dir / "registry.json"
+    saved = json.loads((run_dir / "registry.json").read_text())
+    board = CliRunner().invoke(cli, ["leaderboard", str(run_dir), "--json"])
+    assert board.exit_code == 0, board.output
+    models = {m["uid"]: m for m in json.loads(board.output)["models"]}
+    assert set(models) == {m["uid"] for m in saved["models"] if m.get("active", True)}
+    assert all(models[m["uid"]]["mu"] == m["mu"] for m in saved["models"] if m["uid"] in models)
+    export = CliRunner().invoke(cli, ["export", str(run_dir)])
+    assert export.exit_code == 0, export.output
+    records = [json.loads(line) for line in export.stdout.splitlines()]
+    assert records and all(r["messages"][-1]["role"] == "assistant" for r in records)
+    assert "ratings.png" in [p.name for p in plot_run(run_dir)]
