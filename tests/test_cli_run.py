@@ -116,6 +116,48 @@ def test_run_errors_are_one_line_without_traceback(tiny_model, tmp_path, args, e
     assert list(Path(tmp_path).iterdir()) == []  # nothing started, no empty run directory left behind
 
 
+def test_play_options_are_runconfigs_own(monkeypatch):
+    """play's run options are generated from RunConfig (help and default written once, None when not given),
+    and what it asks of the run is one RunConfig: --players fills in the seats an --env leaves out."""
+    import attrs
+    from click.testing import CliRunner
+
+    from unstable_core.cli import run as run_cli
+    from unstable_core.config import RunConfig
+    from unstable_core.runtime.run import Run
+
+    fields = attrs.fields_dict(RunConfig)
+    params = {p.name: p for p in run_cli.play.params}
+    for name in run_cli.PLAY_FIELDS:
+        assert params[name].default is None and params[name].help.startswith(fields[name].metadata["help"])
+    seen = []
+    monkeypatch.setattr(Run, "open", classmethod(lambda cls, cfg, **kw: seen.append(cfg) or cfg))
+    monkeypatch.setattr(run_cli, "execute", lambda run, steps, title, max_games: {"title": title})
+    args = [
+        "--env",
+        "TicTacToe-v0-train",
+        "--env",
+        "KuhnPoker-v0-train:2:2",
+        "--players",
+        "2",
+        "--games",
+        "3",
+    ]
+    out = CliRunner().invoke(run_cli.play, [*args, "--opponent", "base", "--runs-dir", "elsewhere"])
+    assert out.exit_code == 0, out.output
+    (cfg,) = seen
+    specs = [(s.env_id, s.num_players, s.num_actors) for s in cfg.train_specs()]
+    assert specs == [("TicTacToe-v0-train", 2, 1), ("KuhnPoker-v0-train", 2, 2)]
+    assert (cfg.sampler, cfg.fixed_opponents, cfg.num_train_workers, cfg.runs_dir) == (
+        "fixed",
+        ["base"],
+        3,
+        "elsewhere",
+    )
+    assert (cfg.final_transforms, cfg.step_transforms, cfg.num_eval_workers) == ([], [], 0)
+    assert (cfg.model_name, cfg.temperature) == (fields["model_name"].default, fields["temperature"].default)
+
+
 def test_play_with_an_unknown_env_is_one_line_before_any_game(tiny_model, tmp_path):
     """Before: 2 failing games, 'failed 2' with no cause and exit status 0."""
     proc = unstable("play", "--env", "Bogus-v0", "--games", "2", "--model", tiny_model, "--runs-dir", str(tmp_path),

