@@ -93,7 +93,7 @@ class MeasuredCollector(Collector):
         return counted
 
     async def _run(self, kind: str) -> Any:
-        # the whole life of a game task, registry snapshot included (counts leave out cancelled games)
+        # the whole life of a game task, league snapshot included (counts leave out cancelled games)
         self.active += 1
         self.peak_active = max(self.peak_active, self.active)
         self._fill_waiters = _resolve(self._fill_waiters, self.active, self.snapshot)
@@ -169,10 +169,10 @@ class Window:
 
 @attrs.define
 class Engine:
-    """One inference actor, a registry host, a recorder and a measured collector, wired as run.py does."""
+    """One inference actor, the league, a recorder and a measured collector, wired as run.py does."""
 
     inference: Any
-    registry: Any
+    league: Any
     recorder: Any
     collector: Any
     collecting: Any = None
@@ -210,10 +210,10 @@ class Engine:
         graph = build_graph(
             plan, Path(run_dir), placement, threads, num_eval=0, collector_cls=MeasuredCollector
         )
-        inference, registry, recorder = graph.engines["main"][0], graph.league, graph.recorder
+        inference, league, recorder = graph.engines["main"][0], graph.league, graph.recorder
         (collector,) = graph.collectors
         ray.get([inference.ping.remote(), collector.snapshot.remote()])
-        return cls(inference, registry, recorder, collector)
+        return cls(inference, league, recorder, collector)
 
     def collect(self, games_in_flight: int) -> None:
         """Start keeping `games_in_flight` games in flight (stopping the previous collection first)."""
@@ -282,7 +282,7 @@ class Engine:
         import ray
 
         self.stop_collecting()
-        for actor in (self.collector, self.inference, self.registry, self.recorder):
+        for actor in (self.collector, self.inference, self.league, self.recorder):
             ray.kill(actor)
 
     def torch_threads(self) -> int:

@@ -52,7 +52,7 @@ def test_play_records_the_exact_tokens_of_every_turn(tiny_model, tmp_path):
         # the backend's text is the completion decoded without special tokens (an <|im_end|> that ends it)
         assert tok.decode(s["completion_ids"], skip_special_tokens=True) == s["act"]
         assert 1 <= len(s["completion_ids"]) <= 8 and s["policy_version"] == 0
-    assert (run_dir / "config.toml").is_file() and (run_dir / "registry.json").is_file()
+    assert (run_dir / "config.toml").is_file() and (run_dir / "league.json").is_file()
     assert not (run_dir / "checkpoints").exists()  # play does not learn
     assert "result:" not in proc.stdout and "learning" not in json.loads(
         (run_dir / "summary.json").read_text()

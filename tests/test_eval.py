@@ -449,7 +449,7 @@ def test_an_api_server_that_serves_under_v1_gets_the_hint_to_add_it(tmp_path):
 
 def test_an_evaluation_that_fails_to_start_leaves_no_folder_and_says_why_in_one_line(tmp_path):
     """A model folder that exists but cannot be loaded: before, a ValueError traceback and an empty
-    `runs/eval-*` folder (with registry.json only) stayed behind."""
+    `runs/eval-*` folder (with the league file only) stayed behind."""
     broken = tmp_path / "broken-model"
     broken.mkdir()
     (broken / "config.json").write_text('{"model_type": "llama"}')

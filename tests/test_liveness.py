@@ -79,7 +79,7 @@ def test_stop_flushes_the_league_when_the_tracker_is_dead(ray_session, tiny_mode
     summary = run.stop()
     saved = {m["uid"]: m for m in json.loads((run.run_dir / "league.json").read_text())["models"]}
     assert saved["ckpt-0"]["games"] == 1 and saved["ckpt-0"]["wins"] == 1
-    assert summary["registry"]["current"] == "ckpt-0"
+    assert summary["league"]["current"] == "ckpt-0"
     assert any(e.startswith("recorder.close: ") for e in summary["stop_errors"])
     stopped = [r for r in read_jsonl(run.run_dir / "metrics.jsonl") if r.get("event") == "stopped"]
     assert len(stopped) == 1 and stopped[0]["games_recorded"] is None  # the recorder did not answer
@@ -91,7 +91,7 @@ def test_stop_closes_the_tracker_when_the_league_is_dead(ray_session, tiny_model
     summary = run.stop()
     assert summary["counts"]["train_games"] == 1  # the recorder still answered
     assert len(read_jsonl(run.run_dir / "games" / "games.jsonl")) == 1
-    assert "registry" not in summary and any(e.startswith("league.flush: ") for e in summary["stop_errors"])
+    assert "league" not in summary and any(e.startswith("league.flush: ") for e in summary["stop_errors"])
     (stopped,) = [r for r in read_jsonl(run.run_dir / "metrics.jsonl") if r.get("event") == "stopped"]
     assert (stopped["index_base"], stopped["games_sent"], stopped["games_recorded"]) == (0, [], 1)
 

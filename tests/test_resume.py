@@ -138,7 +138,7 @@ def test_resume_after_sigkill_during_collection_an_update_and_a_checkpoint_write
     for resumed in resumes[1:]:  # what the resumed actors hold is what the checkpoint saved
         saved = run_state(run_dir, resumed["resumed_from_step"])
         # ratings: every model's mu, sigma and games, read back from the live league
-        for m in saved["registry"]["models"]:
+        for m in saved["league"]["models"]:
             assert resumed["ratings_loaded"][m["uid"]] == {k: m[k] for k in ("mu", "sigma", "games")}
         # reward baselines, read back from the live buffer
         assert resumed["rewards_loaded"] == saved["rewards"]
@@ -146,7 +146,7 @@ def test_resume_after_sigkill_during_collection_an_update_and_a_checkpoint_write
 
     league = json.loads(league_path(run_dir).read_text())
     final = {m["uid"]: m for m in league["models"]}
-    for m in run_state(run_dir, 5)["registry"]["models"]:
+    for m in run_state(run_dir, 5)["league"]["models"]:
         assert final[m["uid"]]["games"] >= m["games"]
     assert league["current"] == "ckpt-5"
     assert sorted(u for u in final if u.startswith("ckpt-")) == [f"ckpt-{k}" for k in range(6)]

@@ -241,7 +241,7 @@ def test_killed_inference_actor_restarts_and_no_game_is_counted_twice(ray_sessio
     idx = [g["info"]["game_idx"] for g in games]
     assert len(idx) == len(set(idx)) == summary["counts"]["train_games"] >= at_kill + 4
     assert not any(g["info"]["failed"] for g in games)
-    assert summary["registry"]["env_games"][TTT] == len(games)  # each game rated once
+    assert summary["league"]["env_games"][TTT] == len(games)  # each game rated once
     assert summary["counts"]["inference_retries"] >= 1  # the replay is counted (counts/ in metrics.jsonl)
 
 

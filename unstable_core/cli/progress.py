@@ -202,8 +202,8 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
     if verdict is not None:  # one line however wide (soft_wrap): a log's grep finds it whole
         console.print(f"[bold]result:[/bold] {escape(verdict.sentence)}", soft_wrap=True)
     console.print(_progress_table(summary, learning_steps, f"{title}: summary"))
-    if summary.get("registry"):
-        console.print(ratings_table(summary["registry"]))
+    if summary.get("league"):
+        console.print(ratings_table(summary["league"]))
     if summary.get("evals"):
         console.print(evals_table(summary["evals"]))
     if rates:

@@ -12,6 +12,7 @@ import attrs
 
 from unstable_core.config import RunConfig
 from unstable_core.errors import ConfigError
+from unstable_core.league.league import league_path
 
 
 def default_out_dir(models: list[Any], now: float | None = None) -> Path:
@@ -41,13 +42,13 @@ def prepare_out_dir(out: Path) -> tuple[Path, list[Path]]:
 
 
 def discard_unplayed(out: Path, made: list[Path]) -> bool:
-    """After an evaluation that stopped before recording any game: remove what it wrote (the registry, an
+    """After an evaluation that stopped before recording any game: remove what it wrote (the league, an
     empty games folder) and the folders made for it, so that no empty `runs/eval-*` stays behind. True
     when nothing was left."""
     games = out / "games" / "games.jsonl"
     if games.is_file() and games.stat().st_size:
         return False
-    for path in (games, out / "registry.json"):
+    for path in (games, league_path(out)):
         path.unlink(missing_ok=True)
     for folder in (out / "games", *made):
         with contextlib.suppress(OSError):  # not empty (someone else's files): kept

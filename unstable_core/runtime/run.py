@@ -175,7 +175,7 @@ class Run:
         import ray
 
         snap = ray.get(self.actors.recorder.snapshot.remote())
-        snap["registry"] = ray.get(self.actors.league.to_dict.remote())
+        snap["league"] = ray.get(self.actors.league.to_dict.remote())
         try:
             engine = self.actors.inference_actors()[0]
             stats = ray.get(engine.stats.remote(), timeout=5)

@@ -48,7 +48,7 @@ def route_of(league: League, uid: str, engines: set[str]) -> Route:
     engine (a RandomPlayer in the collector); any other fixed model on the engine named after it."""
     meta = league.find(uid)
     if meta is None:
-        raise KeyError(f"model {uid!r} is not in the registry")
+        raise KeyError(f"model {uid!r} is not in the league")
     if meta.kind == "checkpoint":
         return Route(MAIN_ENGINE, meta.path_or_name, meta.iteration)
     name = meta.path_or_name

@@ -1,4 +1,4 @@
-"""The league as the run's single source of truth, saved to `registry.json`: at once when a model
+"""The league as the run's single source of truth, saved to its file (`league_path`): at once when a model
 is added, at most every `save_every_s` seconds for rating updates (one rewrite per game would make a
 thousand short games a thousand file writes), and on `flush()`."""
 

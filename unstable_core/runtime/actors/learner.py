@@ -93,7 +93,7 @@ class LearnerActor:
         # as long as the run's liveness check waits: a busy collector on a loaded machine is slow to answer
         collectors = ray.get([c.state_dict.remote() for c in self.collectors], timeout=ANSWER_TIMEOUT_S)
         return {
-            "registry": league,
+            "league": league,
             "rewards": rewards,
             "collectors": collectors,
             "metrics": {f"learner/{k}": v for k, v in metrics.items()},

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from unstable_core.league.league import league_path
 from unstable_core.learners.base import LearnerConfig
 from unstable_core.runtime.actors.graph import ActorGraph
 from unstable_core.runtime.launch.placement import CpuThreads, Placement
@@ -61,7 +62,7 @@ def start_recorder(plan: RunPlan, run_dir: Path, point: ResumePoint | None) -> A
 
 
 def start_league(plan: RunPlan, run_dir: Path, point: ResumePoint | None) -> Any:
-    """The league of rated models (registry.json): the current checkpoint and every fixed opponent, or the
+    """The league of rated models (its file: `league_path`): the current checkpoint and every fixed opponent, or the
     models of a fixed schedule."""
     import ray
 
@@ -71,7 +72,7 @@ def start_league(plan: RunPlan, run_dir: Path, point: ResumePoint | None) -> Any
     # starts over); an evaluation's adds to the file of an earlier one in the same folder
     fresh = plan.schedule is None
     league = remote(LeagueActor).remote(
-        str(run_dir / "registry.json"), state=point.league if point else None, fresh=fresh
+        str(league_path(run_dir)), state=point.league if point else None, fresh=fresh
     )
     if plan.schedule is not None:
         for e in plan.schedule.league:

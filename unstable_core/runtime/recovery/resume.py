@@ -64,7 +64,8 @@ class ResumePoint:
 
     @property
     def league(self) -> dict[str, Any]:
-        return self.state["registry"]
+        """The league saved with the checkpoint (under "registry" in checkpoints written before the rename)."""
+        return self.state["league"] if "league" in self.state else self.state["registry"]
 
     @property
     def rewards(self) -> dict[str, Any]:

@@ -36,7 +36,7 @@ def close_files(
     snap = ask("recorder", recorder, "snapshot") or {}
     models = ask("league", league, "to_dict")
     if models is not None:
-        snap["registry"] = models
+        snap["league"] = models
     collected = [ask(f"collector-{i}", c, "stats") for i, c in enumerate(graph.collectors)]
     try:
         record_stop(run_dir, index_base, restarts, snap.get("counts"), collected)
