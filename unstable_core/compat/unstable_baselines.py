@@ -55,7 +55,7 @@ VLLM_CONFIG_FIELDS: dict[str, str] = {
     "lora_config": "lora_config",
     "max_model_len": "max_model_len",
 }
-VLLM_KEYS_TEXT = f"UnstableBaselines v0.2's vllm_config keys ({', '.join(VLLM_CONFIG_FIELDS)})"
+VLLM_KEYS_TEXT = f"UnstableBaselines v0.2's keys ({', '.join(VLLM_CONFIG_FIELDS)})"
 
 #: fixed opponents the reference played through OpenRouter (its default: google/gemini-2.0-flash-lite-001)
 API_ONLY_MODELS = ("google/gemini-", "anthropic/claude", "openai/gpt-4", "openai/gpt-3.5", "x-ai/grok")
