@@ -253,7 +253,7 @@ class RunConfig:
     )
     learning_steps: int = attrs.field(
         # 12 updates (4.4-5.2 min since the packed CPU kernels) reached p < 0.01 in 2 of 3 seeds; 16 fit
-        # in the 10 minutes with room to spare (README)
+        # in the 10 minutes with room to spare (docs/benchmarks.md)
         default=16,
         validator=at_least_one,
         metadata=_help("learner updates to run", section="learning"),
@@ -304,7 +304,7 @@ class RunConfig:
     )
     max_staleness: int = attrs.field(
         # 2 dropped 24-32% of a default run's steps as stale instead of about 60% and ran 5-6.4 minutes
-        # instead of 7-8, but one of three seeds then learned nothing at p < 0.01 (README)
+        # instead of 7-8, but one of three seeds then learned nothing at p < 0.01 (docs/benchmarks.md)
         default=1,
         validator=non_negative,
         metadata=_help("drop steps more than this many policy versions old"),
