@@ -134,3 +134,15 @@ def _json_default(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def make_folder(path: Path, option: str) -> None:
+    """`path` and its parents, made; a folder that cannot be made is a ConfigError naming `option`."""
+    from unstable_core.errors import ConfigError
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"{option} {str(path)!r} cannot be created ({exc.strerror}): give a writable folder"
+        ) from None

@@ -12,6 +12,7 @@ import attrs
 
 from unstable_core.config import RunConfig
 from unstable_core.errors import ConfigError
+from unstable_core.io import make_folder
 from unstable_core.league.league import league_path
 
 
@@ -32,12 +33,7 @@ def prepare_out_dir(out: Path) -> tuple[Path, list[Path]]:
     if (out / "summary.json").exists() or (out / "games").exists():
         raise ConfigError(f"{out} already holds an evaluation; give another --out")
     made = [p for p in (out, *out.parents) if not p.exists()]
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(
-            f"--out {str(out)!r} cannot be created ({exc.strerror}): give a writable folder"
-        ) from None
+    make_folder(out, "--out")
     return out, made
 
 

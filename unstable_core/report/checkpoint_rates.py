@@ -17,13 +17,19 @@ import attrs
 
 from unstable_core.envs.tasks import SOLO
 from unstable_core.io import read_jsonl
-from unstable_core.report.stats import Comparison, Rate, clustered_two_proportion_test, two_proportion_test
+from unstable_core.report.stats import (
+    Comparison,
+    Rate,
+    TurnRates,
+    clustered_two_proportion_test,
+    two_proportion_test,
+)
 
 CKPT_PREFIX = "ckpt-"
 
 
 @attrs.define
-class VersionRates:
+class VersionRates(TurnRates):
     """Counts of one policy version (or a pool of versions)."""
 
     versions: list[int]
@@ -43,14 +49,6 @@ class VersionRates:
     @property
     def formatted(self) -> int:
         return sum(seat[2] for seat in self.seats)
-
-    @property
-    def invalid_rate(self) -> Rate:
-        return Rate(self.invalid, self.steps)
-
-    @property
-    def format_rate(self) -> Rate:
-        return Rate(self.formatted, self.steps)
 
     def win_rate(self, opponent: str) -> Rate:
         """W / n against `opponent` (a binomial proportion)."""

@@ -13,12 +13,12 @@ from typing import Any
 import attrs
 
 from unstable_core.envs.tasks import SOLO
-from unstable_core.report.stats import Rate
+from unstable_core.report.stats import Rate, TurnRates
 from unstable_core.types import GameResult, PlannedGame, Step, Triple
 
 
 @attrs.define
-class PairStats:
+class PairStats(TurnRates):
     """The counts of one (model, opponent, env) triple, from the model's seat."""
 
     triple: Triple
@@ -54,14 +54,6 @@ class PairStats:
     @property
     def mean_reward(self) -> float | None:
         return self.reward / self.games if self.games else None
-
-    @property
-    def invalid_rate(self) -> Rate:
-        return Rate(self.invalid, self.steps)
-
-    @property
-    def format_rate(self) -> Rate:
-        return Rate(self.formatted, self.steps)
 
     @property
     def mean_turns(self) -> float | None:

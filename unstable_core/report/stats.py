@@ -154,3 +154,19 @@ def clustered_two_proportion_test(
         return plain
     z = (b.rate - a.rate) / math.sqrt(variance)
     return Comparison(a, b, z, math.erfc(abs(z) / math.sqrt(2)), method="cluster-z")
+
+
+class TurnRates:
+    """The invalid-move and format rates per turn of a class that counts `steps`, `invalid`, `formatted`."""
+
+    steps: int
+    invalid: int
+    formatted: int
+
+    @property
+    def invalid_rate(self) -> Rate:
+        return Rate(self.invalid, self.steps)
+
+    @property
+    def format_rate(self) -> Rate:
+        return Rate(self.formatted, self.steps)

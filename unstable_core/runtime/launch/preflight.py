@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from unstable_core.errors import ConfigError, UnstableError
+from unstable_core.io import make_folder
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -184,12 +185,7 @@ def claim_run_dir(runs_dir: str, run_name: str | None) -> Path:
     root = Path(runs_dir).expanduser()
     if root.exists() and not root.is_dir():
         raise ConfigError(f"--runs-dir {runs_dir!r} is a file, not a directory: give a folder")
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(
-            f"--runs-dir {runs_dir!r} cannot be created ({exc.strerror}): give a writable folder"
-        ) from None
+    make_folder(root, "--runs-dir")
     if run_name is not None:
         check_run_name(run_name)
     for _ in range(100):
