@@ -23,7 +23,7 @@ from unstable_core.errors import ConfigError
 from unstable_core.learners.lora import DEFAULT_LORA_CFG, resolve_lora_config
 from unstable_core.models import DEFAULT_MODEL, is_api_model
 from unstable_core.types import EvalEnvSpec, TrainEnvSpec
-from unstable_core.validators import above, at_least_one, in_range, int64, non_negative
+from unstable_core.validators import above, at_least_one, choice, in_range, int64, non_negative
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -308,6 +308,15 @@ class RunConfig:
         default=1,
         validator=non_negative,
         metadata=_help("drop steps more than this many policy versions old"),
+    )
+    admission: str = attrs.field(
+        default="budget",
+        validator=choice("budget", "drop"),
+        metadata=_help(
+            "budget: start a training game only while its steps can be trained on within max_staleness "
+            "(the learner waits for a straggler); drop: start games while the buffer has room and drop "
+            "what goes stale"
+        ),
     )
     lora_config: dict[str, Any] = attrs.field(
         factory=lambda: dict(DEFAULT_LORA_CFG),

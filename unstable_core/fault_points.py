@@ -17,12 +17,13 @@ def pause_point(point: str) -> None:
     """At the point UNSTABLE_TEST_PAUSE_AT names: write the marker file (this process's id), then sleep
     PAUSE_S seconds (or UNSTABLE_TEST_PAUSE_S) for the test to kill the run. Points: `batch-<k>` (the
     learner took the batch of update k, collection goes on), `update-<k>` (update k done in memory, not
-    saved), `checkpoint-step-<k>` (checkpoint k written to its temporary folder, not yet renamed)."""
+    saved), `checkpoint-step-<k>` (checkpoint k written to its temporary folder, not yet renamed). A name
+    ending in `*` pauses at every point it begins (`update-*`: a learner slow at every update)."""
     spec = os.environ.get(ENV)
     if not spec:
         return
     name, _, marker = spec.partition(":")
-    if name != point or not marker:
+    if not marker or name != point and not (name.endswith("*") and point.startswith(name[:-1])):
         return
     Path(marker).write_text(f"{os.getpid()}\n")
     time.sleep(float(os.environ.get(PAUSE_S_ENV) or PAUSE_S))

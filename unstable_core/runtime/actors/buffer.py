@@ -24,6 +24,7 @@ from typing import Any
 import attrs
 
 from unstable_core.rewards.pipeline import RewardPipeline
+from unstable_core.runtime.actors.admission import Admission
 from unstable_core.runtime.actors.request_batching import answer_each
 from unstable_core.types import GameResult, Step, Trajectory
 
@@ -39,9 +40,21 @@ class StepBuffer:
         step_transforms: list[Any] = (),
         sampling_transforms: list[Any] = (),
         max_staleness: int | None = None,
+        admission: str = "drop",
+        batch_size: int | None = None,
     ) -> None:
+        """`admission`: "budget" starts a training game only while its steps can be trained on in time
+        (`Admission`, needs `batch_size` and `max_staleness`); "drop" starts games while the buffer has
+        room and drops what goes stale."""
         self.max_buffer_size = max_buffer_size
         self.max_staleness = max_staleness
+        self.admission: Admission | None = None
+        if admission == "budget":
+            if batch_size is None or max_staleness is None:
+                raise ValueError("admission 'budget' needs batch_size and max_staleness")
+            self.admission = Admission(batch_size, max_staleness, max_buffer_size)
+        elif admission != "drop":
+            raise ValueError(f"admission must be 'budget' or 'drop', got {admission!r}")
         self.rewards = RewardPipeline(final_transforms, step_transforms, sampling_transforms)
         self.policy_version = 0
         self.stopped = False
@@ -57,10 +70,13 @@ class StepBuffer:
             "groups_dropped": 0,
             "groups_incomplete": 0,
             "steps_incomplete": 0,
+            "games_admitted": 0,
+            "updates_waiting_for_stragglers": 0,
         }
         self._units: deque[list[Step]] = deque()  # a step, an episode or a whole group: served whole
         self._n = 0  # steps held in `_units`
         self._pending: dict[str, _Group] = {}  # groups still waiting for some of their games
+        self._waited_at: int | None = None  # the last version whose update waited for a straggler
 
     # ---- what one unit of storage is: a step (StepBuffer) or a trajectory in turn order (EpisodeBuffer)
     def _units_of(self, trajectories: list[Trajectory]) -> list[list[Step]]:
@@ -170,6 +186,8 @@ class StepBuffer:
     def set_policy_version(self, version: int) -> int:
         """The learner's current version; drops data older than `max_staleness` versions. Returns steps dropped."""
         self.policy_version = version
+        if self.admission is not None:
+            self.admission.version_published()
         return self._drop_stale("on_publish")
 
     def get_batch(self, batch_size: int) -> list[Step] | None:
@@ -178,6 +196,12 @@ class StepBuffer:
         self._drop_stale("on_serve")
         if self.size() < batch_size:
             return None
+        if self.admission is not None:
+            if self.admission.blocks_batch(self.policy_version):  # a straggler would go stale: wait for it
+                self.counts["updates_waiting_for_stragglers"] += self._waited_at != self.policy_version
+                self._waited_at = self.policy_version
+                return None
+            self._units = deque(sorted(self._units, key=lambda u: min(s.policy_version for s in u)))
         batch: list[Step] = []
         while len(batch) < batch_size:
             unit = self._units.popleft()
@@ -185,11 +209,36 @@ class StepBuffer:
             self.counts["groups_served"] += _is_group(unit)
         self._n -= len(batch)
         self.counts["steps_served"] += len(batch)
+        if self.admission is not None:
+            self.admission.batch_served()
         return self.rewards.shape_batch(batch)
 
     def continue_collection(self) -> bool:
         """False once stopped, or while full (back-pressure: new games would only be evicted)."""
         return not self.stopped and self.size() < self.max_buffer_size
+
+    def admit(self, wanted: int) -> list[int | None]:
+        """Tickets for at most `wanted` new training games (see `Admission.admit`); with admission "drop",
+        `wanted` untracked ones (None) while `continue_collection`, else none."""
+        if self.stopped:
+            return []
+        if self.admission is None:
+            return [None] * wanted if self.continue_collection() else []
+        tickets = self.admission.admit(wanted, self.size() + self._pending_steps(), self.policy_version)
+        self.counts["games_admitted"] += len(tickets)
+        return tickets
+
+    def release(self, ticket: int | None, steps: int | None) -> None:
+        """The admitted game of `ticket` ended with `steps` training steps (None: it failed)."""
+        if self.admission is not None and ticket is not None:
+            self.admission.release(ticket, steps)
+
+    def release_many(self, items: list[tuple[int | None, int | None]]) -> list[Any]:
+        """`release` for the games of one pass of a collector's loop."""
+        return answer_each(lambda item: self.release(*item), items)
+
+    def _pending_steps(self) -> int:
+        return sum(len(u) for g in self._pending.values() for u in g.units)
 
     def stop(self) -> None:
         self.stopped = True
@@ -203,7 +252,14 @@ class StepBuffer:
             "size": self.size(),
             "groups_pending": sum(not g.broken for g in self._pending.values()),
             "policy_version": self.policy_version,
+            "steps_generated": self.steps_generated(),
+            **({"games_in_flight": self.admission.in_flight} if self.admission is not None else {}),
         }
+
+    def steps_generated(self) -> int:
+        """Training steps that reached the buffer: kept, dropped as stale on arrival, or cut with a group."""
+        c = self.counts
+        return c["steps_added"] + c["steps_stale_on_add"] + c["steps_incomplete"]
 
     def state_dict(self) -> dict[str, Any]:
         """The reward transforms' statistics (EMA baselines), to save with a checkpoint."""

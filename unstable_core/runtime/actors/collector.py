@@ -121,6 +121,7 @@ class Collector:
         self._recorded = PassBatch(lambda results: self.recorder.add_games.remote(results))
         self._rated = PassBatch(lambda games: self.league.update_ratings_many.remote(games))
         self._buffered = PassBatch(lambda results: self.buffer.add_results.remote(results))
+        self._released = PassBatch(lambda items: self.buffer.release_many.remote(items))
         self._league_fetch: asyncio.Future | None = None  # the league snapshot being fetched
 
     # ---- one game
@@ -227,24 +228,26 @@ class Collector:
             self._league_fetch = asyncio.ensure_future(self.league.to_dict.remote())
         return await asyncio.shield(self._league_fetch)
 
-    async def _run(self, kind: str) -> GameResult:
+    async def _run(self, kind: str, ticket: int | None = None) -> GameResult:
         league = League.from_dict(await self._league_state())
         spec = self.scheduler.next_train(league) if kind == "train" else self.scheduler.next_eval(league)
-        return await self._finish(spec, league, kind)
+        return await self._finish(spec, league, kind, ticket)
 
-    async def _finish(self, spec: GameSpec, league: League, kind: str) -> GameResult:
+    async def _finish(
+        self, spec: GameSpec, league: League, kind: str, ticket: int | None = None
+    ) -> GameResult:
         """Play `spec` and send its result on (`_record`). A game that has finished is recorded whole even
         when collection stops meanwhile: `collect` cancels games in flight, not their recording."""
         result = await self.play(spec, league)
         self.counts["failed" if result.info.failed else "finished"] += 1
         self.scheduler.env_sampler.update(result.info)
         self.scheduler.model_sampler.update(result.info)
-        recording = asyncio.ensure_future(self._record(result, kind))
+        recording = asyncio.ensure_future(self._record(result, kind, ticket))
         self._recording.add(recording)
         recording.add_done_callback(self._recording.discard)
         return await asyncio.shield(recording)
 
-    async def _record(self, result: GameResult, kind: str) -> GameResult:
+    async def _record(self, result: GameResult, kind: str, ticket: int | None = None) -> GameResult:
         """Recorder, ratings, and (training games only) the buffer, each in one Ray call with the other games
         recorded in the same loop pass. The recorder first, and waited for: a game the run rates or learns
         from is in games.jsonl (when the recorder is dead, the game goes nowhere and the run stops, as for a
@@ -257,8 +260,12 @@ class Collector:
             await self._rated.submit(
                 ([info.models[p] for p in pids], [info.final_rewards[p] for p in pids], info.env_id)
             )
-        if kind == "train" and self.buffer is not None and (not info.failed or info.group_id):
-            await self._buffered.submit(result)  # a failed game of a group: the group is cut
+        if kind == "train" and self.buffer is not None:
+            if not info.failed or info.group_id:
+                await self._buffered.submit(result)  # a failed game of a group: the group is cut
+            if ticket is not None:  # after its steps are held: the budget never counts them as free
+                steps = None if info.failed else sum(len(t.steps) for t in result.training_trajectories)
+                await self._released.submit((ticket, steps))
         return result
 
     # ---- scheduled evaluation
@@ -327,17 +334,13 @@ class Collector:
             while self.running:
                 await self._check_evals()
                 room = max_games is None or self.counts["started"] < max_games
-                can_train = (
-                    room
-                    and not self._draining
-                    and (self.buffer is None or await self.buffer.continue_collection.remote())
-                )
                 busy = {k: sum(1 for v in inflight.values() if v == k) for k in ("train", "eval")}
-                for kind, want, ok in (
-                    ("train", num_train_workers, can_train),
-                    ("eval", num_eval_workers, room),
+                tickets = await self._admit(num_train_workers - busy["train"] if room else 0, max_games)
+                for kind, want in (
+                    ("train", len(tickets)),
+                    ("eval", num_eval_workers - busy["eval"] if room else 0),
                 ):
-                    for _ in range(want - busy[kind] if ok else 0):
+                    for i in range(want):
                         if max_games is not None and self.counts["started"] >= max_games:
                             break
                         if kind == "eval" and self.eval_plan is not None:
@@ -345,7 +348,7 @@ class Collector:
                                 break
                             game = self._run_scheduled(*self._eval_queue.popleft())
                         else:
-                            game = self._run(kind)
+                            game = self._run(kind, tickets[i] if kind == "train" else None)
                         inflight[asyncio.create_task(game)] = kind
                         # counted here, not in the task, so that the max_games check above sees it at once
                         self.counts["started"] += 1
@@ -378,6 +381,20 @@ class Collector:
                     recording.cancelled() or recording.exception()
             self.running = False
         return dict(self.counts)
+
+    async def _admit(self, wanted: int, max_games: int | None) -> list[int | None]:
+        """Tickets of the training games that may start now: the buffer's admission decides (none while
+        draining; as many as wanted without a buffer, in a run that does not learn)."""
+        if max_games is not None:
+            wanted = min(wanted, max_games - self.counts["started"])
+        if wanted <= 0 or self._draining:
+            return []
+        if self.buffer is None:
+            return [None] * wanted
+        tickets = await self.buffer.admit.remote(wanted)
+        if tickets:  # a league snapshot fetched before the admission may predate the version it was made at
+            self._league_fetch = None
+        return tickets
 
     def stop(self) -> None:
         self.running = False

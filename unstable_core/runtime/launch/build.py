@@ -96,8 +96,9 @@ def start_buffer(plan: RunPlan, point: ResumePoint | None) -> Any:
 
     comp, cfg = plan.components, plan.cfg
     buffer = remote(BUFFERS[getattr(comp.learner, "buffer_kind", "step")]).remote(
-        cfg.effective_buffer_size, comp.final, comp.step, comp.sampling, max_staleness=cfg.max_staleness
-    )
+        cfg.effective_buffer_size, comp.final, comp.step, comp.sampling, max_staleness=cfg.max_staleness,
+        admission=cfg.admission, batch_size=cfg.batch_size,
+    )  # fmt: skip
     if point is not None:
         ray.get([buffer.load_state_dict.remote(point.rewards), buffer.set_policy_version.remote(point.step)])
     return buffer

@@ -1,0 +1,172 @@
+"""Admission control: training games start only while their steps can be trained on within max_staleness;
+the learner waits for a straggler instead of letting it go stale; nothing is dropped that was admitted."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from unstable_core.io import read_jsonl
+from unstable_core.runtime.actors.admission import Admission
+from unstable_core.runtime.actors.buffer import StepBuffer
+from unstable_core.runtime.recovery.resume import is_learner_record
+from unstable_core.testing import TINY_RUN_ARGS
+from unstable_core.types import GameInformation, GameResult, Step, Trajectory
+
+
+def game(idx: int, steps: int, version: int) -> GameResult:
+    """A finished mirror game of `steps` training steps, all of policy `version`."""
+    trajs = [
+        Trajectory(
+            pid=pid,
+            env_id="E",
+            model_uid="m",
+            collect_data=True,
+            steps=[
+                Step(
+                    pid=pid,
+                    env_id="E",
+                    obs="o",
+                    act="a",
+                    turn=2 * t + pid,
+                    game_idx=idx,
+                    policy_version=version,
+                )
+                for t in range(steps // 2)
+            ],
+        )  # fmt: skip
+        for pid in (0, 1)
+    ]
+    info = GameInformation(game_idx=idx, env_id="E", final_rewards={0: 1.0, 1: -1.0}, learner_pids=[0, 1])
+    return GameResult(info=info, trajectories=trajs)
+
+
+def test_the_budget_is_the_steps_the_learner_takes_before_data_goes_stale():
+    a = Admission(batch_size=8, max_staleness=1, capacity=100)
+    assert a.budget == 16 and a.expected_steps == 16  # before any game finished: one game alone
+    (first,) = a.admit(10, held=0, version=0)
+    a.release(first, 4)
+    assert len(a.admit(10, held=0, version=0)) == 4  # 4 games x 4 expected steps
+    assert a.admit(1, held=0, version=0) == []  # full
+    assert Admission(batch_size=8, max_staleness=3, capacity=20).budget == 20  # never beyond the buffer
+
+
+def test_once_the_update_has_taken_its_batch_the_current_version_has_a_batch_less_ahead():
+    a = Admission(batch_size=8, max_staleness=1, capacity=100, mean_steps=4)
+    a.batch_served()
+    assert a.budget == 8 and len(a.admit(5, held=0, version=0)) == 2
+    a.batch_served()  # a version whose data is served by no later update: nothing to admit for it
+    assert a.budget == 0 and a.admit(1, held=8, version=0) == []
+    a.version_published()
+    assert a.budget == 16
+
+
+def test_what_a_game_produced_teaches_the_estimate_and_frees_its_booking():
+    a = Admission(batch_size=8, max_staleness=1, capacity=100)
+    a.release(a.admit(1, held=0, version=0)[0], 4)
+    first, second = a.admit(2, held=0, version=0)
+    a.release(first, 10)
+    assert a.expected_steps == 4 + 0.2 * (10 - 4) and a.booked() == 4  # the second's booking is as it was
+    a.smoothing = 1.0  # the last game alone, for round numbers below
+    a.release(a.admit(1, held=0, version=0)[0], 10)
+    a.release(second, None)  # failed: frees its booking, teaches nothing
+    assert a.expected_steps == 10 and a.booked() == 0 and a.in_flight == 0
+    a.release(12345, 3)  # a ticket it does not know (a game admitted before a restart): ignored
+    assert a.expected_steps == 10
+    assert len(a.admit(5, held=0, version=1)) == 1  # 10 + 10 > 16
+    assert len(a.admit(1, held=0, version=1)) == 0
+
+
+def test_games_longer_than_the_budget_are_still_played_one_at_a_time_while_the_learner_lacks_a_batch():
+    a = Admission(batch_size=8, max_staleness=1, capacity=100)
+    a.release(a.admit(1, 0, 0)[0], 40)  # budget 16
+    assert len(a.admit(3, held=0, version=0)) == 1 and a.admit(1, held=0, version=0) == []
+    a = Admission(batch_size=8, max_staleness=1, capacity=100, mean_steps=40)
+    assert len(a.admit(3, held=5, version=0)) == 1  # less than a batch held, nothing in flight
+    a = Admission(batch_size=8, max_staleness=1, capacity=100, mean_steps=40)
+    assert a.admit(1, held=20, version=0) == []  # a batch is ready: the learner goes first
+
+
+def test_the_learner_waits_for_a_game_that_the_next_update_would_make_stale():
+    a = Admission(batch_size=4, max_staleness=1, capacity=100)
+    (old,) = a.admit(1, held=0, version=3)
+    assert not a.blocks_batch(3)  # the update to version 4 keeps version 3 fresh
+    assert a.blocks_batch(4)  # the update to version 5 would not: wait for it
+    a.release(old, 6)
+    assert not a.blocks_batch(4)
+
+
+def test_a_budget_buffer_holds_the_batch_for_a_straggler_and_serves_the_oldest_data_first():
+    buf = StepBuffer(100, max_staleness=1, admission="budget", batch_size=4)
+    buf.admission.release(buf.admit(1)[0], 2)  # budget 8 steps; games of 2 steps expected from here
+    (old,) = buf.admit(1)
+    buf.set_policy_version(1)
+    newer, newest = buf.admit(2)
+    buf.add_result(game(1, 4, version=1))
+    buf.release(newer, 4)
+    assert buf.get_batch(4) is None  # the game of version 0 would go stale at the update to 2: wait
+    buf.add_result(game(0, 4, version=0))  # it arrives after a newer one
+    buf.release(old, 4)
+    assert [s.policy_version for s in buf.get_batch(4)] == [0, 0, 0, 0]  # the oldest first
+    buf.set_policy_version(2)
+    assert buf.get_batch(4) is None  # the game admitted at version 1 is still being played
+    buf.release(newest, None)  # it failed
+    assert [s.policy_version for s in buf.get_batch(4)] == [1, 1, 1, 1]
+    stats = buf.stats()
+    assert stats["steps_stale"] == 0 and stats["updates_waiting_for_stragglers"] == 2
+    assert stats["games_admitted"] == 4 and stats["steps_generated"] == 8
+
+
+def test_the_drop_policy_admits_while_the_buffer_has_room():
+    buf = StepBuffer(4, max_staleness=1)
+    assert buf.admit(3) == [None, None, None]
+    buf.add_result(game(0, 4, version=0))
+    assert buf.admit(3) == []  # full
+    buf.stop()
+    assert StepBuffer(4, admission="drop").admit(1) == [None] and buf.admit(1) == []
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"admission": "budget", "max_staleness": 1},  # no batch size
+        {"admission": "budget", "batch_size": 4},  # no staleness bound
+        {"admission": "later", "batch_size": 4, "max_staleness": 1},
+    ],
+)
+def test_a_budget_needs_the_batch_size_and_the_staleness_bound(kwargs):
+    with pytest.raises(ValueError):
+        StepBuffer(8, **kwargs)
+
+
+def run_with_a_slow_learner(model: str, tmp_path, admission: str) -> dict:
+    """A run whose learner sleeps 3 s after every update (the fault point `update-*`), 16 games in flight:
+    generation on the tiny model outruns it. Returns the last learner record of metrics.jsonl."""
+    env = {
+        **os.environ,
+        "UNSTABLE_TEST_PAUSE_AT": f"update-*:{tmp_path / 'marker'}",
+        "UNSTABLE_TEST_PAUSE_S": "3",
+    }
+    runs = tmp_path / admission
+    cmd = [sys.executable, "-m", "unstable_core", "run", "--model", model, "--runs-dir", str(runs),
+           "--run-name", "r", *TINY_RUN_ARGS, "--learning-steps", "4", "--num-train-workers", "16",
+           "--admission", admission]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [m for m in read_jsonl(runs / "r" / "metrics.jsonl") if is_learner_record(m)]
+    assert [m["step"] for m in records] == [1, 2, 3, 4]
+    summary = json.loads((runs / "r" / "summary.json").read_text())
+    assert "busy_fraction" in summary["inference"]
+    return records[-1]
+
+
+def test_under_admission_control_a_slow_learner_loses_no_step_where_dropping_loses_most(tiny_model, tmp_path):
+    dropping = run_with_a_slow_learner(tiny_model, tmp_path, "drop")
+    budget = run_with_a_slow_learner(tiny_model, tmp_path, "budget")
+    lost = dropping["learner/buffer/steps_stale"] + dropping["learner/buffer/steps_evicted"]
+    assert lost > 0.5 * dropping["learner/buffer/steps_generated"]
+    assert budget["learner/buffer/steps_stale"] == 0 and budget["learner/buffer/steps_evicted"] == 0
+    assert budget["learner/pipeline/used_share"] > dropping["learner/pipeline/used_share"]
+    assert 0 < budget["learner/pipeline/learner_busy_fraction"] <= 1
