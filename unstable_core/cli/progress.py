@@ -44,6 +44,9 @@ def _progress_table(snap: dict[str, Any], learning_steps: int | None, title: str
     inf = snap.get("inference", {})
     if "tokens_per_s" in inf:
         table.add_row("inference tokens/s", f"{inf['tokens_per_s']:.1f}")
+    used = used_steps_text(learner)
+    if used:
+        table.add_row("steps used", used)
     for label, text in last_eval_lines(snap.get("evals", {})):
         table.add_row(label, text)
     errors = snap.get("failures", {}).get("errors", [])
@@ -100,6 +103,15 @@ def rates_table(rates: dict[int, Any]) -> Any:
     return table
 
 
+def used_steps_text(learner: dict[str, Any]) -> str:
+    """`256/268 (96%)`: the training steps the learner was served of those the games generated, as of its
+    last update; empty before the first."""
+    generated, used = learner.get("buffer/steps_generated"), learner.get("buffer/steps_served")
+    if not generated or used is None:
+        return ""
+    return f"{used:.0f}/{generated:.0f} ({100 * used / generated:.0f}%)"
+
+
 def progress_line(snap: dict[str, Any], learning_steps: int | None) -> str:
     """One plain line of progress (for output that is not a terminal: nohup, CI, a pipe), short labels:
     `[    36 s] | step 4/4 | games train 30 eval 12 | train invalid 0.62 | ...`."""
@@ -116,6 +128,9 @@ def progress_line(snap: dict[str, Any], learning_steps: int | None) -> str:
         parts.append(f"loss {snap['learner']['loss']:.4g}")
     if "tokens_per_s" in snap.get("inference", {}):
         parts.append(f"tokens/s {snap['inference']['tokens_per_s']:.1f}")
+    used = used_steps_text(snap.get("learner", {}))
+    if used:
+        parts.append(f"steps used {used}")
     parts += [f"{label} {text}" for label, text in last_eval_lines(snap.get("evals", {}))]
     return " | ".join(parts)
 

@@ -28,6 +28,9 @@ class ThroughputMeter:
         self.requests = 0
         self.errors = 0
         self.total_tokens = 0
+        self.busy_s = 0.0  # time with at least one batch running (overlapping batches counted once)
+        self.started = clock()
+        self._busy_until = self.started
         self._recent: collections.deque[BatchRecord] = collections.deque()
 
     def record_batch(self, n_requests: int, n_tokens: int, n_errors: int, start: float, end: float) -> None:
@@ -36,6 +39,8 @@ class ThroughputMeter:
         self.requests += n_requests
         self.errors += n_errors
         self.total_tokens += n_tokens
+        self.busy_s += max(0.0, end - max(start, self._busy_until))
+        self._busy_until = max(self._busy_until, end)
         self._recent.append(BatchRecord(start=start, end=end, tokens=n_tokens))
 
     def tokens_per_s(self) -> float:
@@ -57,4 +62,10 @@ class ThroughputMeter:
             "requests": float(self.requests),
             "errors": float(self.errors),
             "mean_batch_size": self.requests / self.batches if self.batches else 0.0,
+            "busy_fraction": self.busy_fraction(),
         }
+
+    def busy_fraction(self) -> float:
+        """The share of the time since the meter started in which the backend was generating."""
+        elapsed = self.clock() - self.started
+        return min(1.0, self.busy_s / elapsed) if elapsed > 0 else 0.0

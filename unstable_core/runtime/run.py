@@ -171,14 +171,18 @@ class Run:
 
     # ---- watch
     def progress(self) -> dict[str, Any]:
-        """Recorder snapshot plus the league's ratings (for a progress display)."""
+        """Recorder snapshot plus the league's ratings and the inference figures (the first actor's, with the
+        busy fraction averaged over every inference actor), for a progress display."""
         import ray
 
         snap = ray.get(self.actors.recorder.snapshot.remote())
         snap["league"] = ray.get(self.actors.league.to_dict.remote())
         try:
-            engine = self.actors.inference_actors()[0]
-            stats = ray.get(engine.stats.remote(), timeout=5)
+            every = ray.get([a.stats.remote() for a in self.actors.inference_actors()], timeout=5)
+            stats = {
+                **every[0],
+                "busy_fraction": sum(s.get("busy_fraction", 0.0) for s in every) / len(every),
+            }
             self.actors.recorder.set_inference_stats.remote(stats)
             snap["inference"] = stats
         except Exception:  # a restarting inference actor must not stop the display

@@ -103,6 +103,7 @@ class LearnerActor:
         """Update until the learner's step (policy version) reaches `learning_steps` (a resumed learner
         starts at its checkpoint's step); returns the last metrics and checkpoint."""
         last: dict[str, Any] = {}
+        clock = PipelineClock()
         while self.learner.step < learning_steps:
             batch = self._next_batch()
             if batch is None:
@@ -119,6 +120,7 @@ class LearnerActor:
             ray.get(self.buffer.set_policy_version.remote(step))
             buffer_stats = ray.get(self.buffer.stats.remote())
             metrics.update({f"buffer/{k}": float(v) for k, v in buffer_stats.items()})
+            metrics.update(clock.figures(time.time() - started, buffer_stats))
             logged = self.recorder.log_learner.remote(metrics, step)
             last = {"step": step, "checkpoint": str(path), "metrics": metrics}
             if give_up:
@@ -129,3 +131,23 @@ class LearnerActor:
     def stop(self) -> None:
         """Finish the update in progress (its checkpoint included), then return from `train`."""
         self._stop.set()
+
+
+class PipelineClock:
+    """How the learner's time went since `train` began: its share spent updating (update, checkpoint and
+    publication; the rest is waiting for data), and the training steps generated and used per minute."""
+
+    def __init__(self) -> None:
+        self.started = time.time()
+        self.busy_s = 0.0
+
+    def figures(self, update_s: float, buffer_stats: dict[str, Any]) -> dict[str, float]:
+        self.busy_s += update_s
+        minutes = max(time.time() - self.started, 1e-9) / 60
+        generated, used = buffer_stats.get("steps_generated", 0), buffer_stats.get("steps_served", 0)
+        return {
+            "pipeline/learner_busy_fraction": min(1.0, self.busy_s / (minutes * 60)),
+            "pipeline/steps_generated_per_min": generated / minutes,
+            "pipeline/steps_used_per_min": used / minutes,
+            "pipeline/used_share": used / generated if generated else 0.0,
+        }
