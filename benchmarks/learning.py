@@ -12,6 +12,7 @@ least one rate improves with p < 0.01 per learner.
     python3 benchmarks/learning.py --learner a2c --minutes 10
     python3 benchmarks/learning.py --learner ppo            # any installed learner (unstable plugins)
     python3 benchmarks/learning.py --env KuhnPoker-v0-train --sampler fixed --fixed-opponent random
+    python3 benchmarks/learning.py --sampler fixed --fixed-opponent random --admission drop
     python3 benchmarks/learning.py --analyse runs/my-run    # the same tables for a finished run
 """
 
@@ -123,8 +124,9 @@ def train(args: argparse.Namespace, learner: str) -> Path:
         algorithm_config=json.loads(args.algorithm_config),
         learning_steps=args.max_steps,
         runs_dir=args.runs_dir,
-        run_name=f"bench-learning-{learner}-{int(time.time())}",
+        run_name=f"bench-learning-{learner}-{args.admission}-{int(time.time())}",
         seed=args.seed,
+        admission=args.admission,
     )
 
     def line(step: int, snap: dict) -> str:
@@ -193,6 +195,9 @@ def main() -> None:
     ap.add_argument("--algorithm-config", default="{}", help="the learner's options as JSON")
     ap.add_argument(
         "--max-steps", type=int, default=500, help="learner steps at most (the budget ends first)"
+    )
+    ap.add_argument(
+        "--admission", default=run.admission.default, help="budget (admission control) or drop (stale data)"
     )
     ap.add_argument("--runs-dir", default="runs")
     ap.add_argument("--seed", type=int, default=0)
