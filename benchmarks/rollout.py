@@ -92,13 +92,13 @@ class MeasuredCollector(Collector):
 
         return counted
 
-    async def _run(self, kind: str) -> Any:
+    async def _run(self, kind: str, ticket: int | None = None) -> Any:
         # the whole life of a game task, league snapshot included (counts leave out cancelled games)
         self.active += 1
         self.peak_active = max(self.peak_active, self.active)
         self._fill_waiters = _resolve(self._fill_waiters, self.active, self.snapshot)
         try:
-            return await super()._run(kind)
+            return await super()._run(kind, ticket)
         finally:
             self.active -= 1
 
