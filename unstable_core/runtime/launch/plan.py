@@ -259,10 +259,10 @@ class RunPlan:
         from unstable_core.models import is_api_model
         from unstable_core.runtime.launch.placement import check_backend_available
 
-        cfg, comp, plan = self.cfg, self.components, self
+        cfg, comp = self.cfg, self.components
         if cfg.run_name is not None and not resume:
             pre.check_run_name(cfg.run_name)
-        train, evals = cfg.train_specs(), plan.eval_specs()
+        train, evals = cfg.train_specs(), self.eval_specs()
         pre.check_env_ids([s.env_id for s in train], "--env")
         tasks = [s for s in evals if s in cfg.task_specs()]
         evals_only = [s for s in evals if s not in tasks]
@@ -272,17 +272,17 @@ class RunPlan:
         pre.check_env_players(evals_only, "--eval-env")
         pre.check_env_players(tasks, "--eval-task")
         pre.check_templates(sorted({s.prompt_template for s in [*train, *evals]}))
-        for key, model in plan.engines().items():
+        for key, model in self.engines().items():
             if not is_api_model(model):  # an API model is checked by check_api_models
                 pre.check_model(model, "--model" if key == "main" else "fixed opponent")
         pre.check_device(cfg.device, cfg.ray_address)
         pre.check_components(cfg, comp.env_sampler, comp.model_sampler, comp.learner, evals)
-        if plan.learn:
+        if self.learn:
             pre.check_lora_targets(cfg.model_name, cfg.lora_config, DEFAULT_LORA_CFG["target_modules"])
         check_backend_available(cfg.backend, cfg.device, cfg.ray_address)
-        plan.vllm_kv_cache()  # vLLM on the CPU: its model folder made once, its memory fitted beside the learner
+        self.vllm_kv_cache()  # vLLM on the CPU: its model folder made once, its memory fitted beside the learner
         if cfg.api_models():
             from unstable_core.inference.engines import check_api_models
 
             check_api_models(cfg)  # a bad key, URL or model name stops the run before Ray starts
-        check_random_supported(plan.random_envs())
+        check_random_supported(self.random_envs())
