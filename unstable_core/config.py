@@ -376,6 +376,15 @@ class RunConfig:
     num_collectors: int = attrs.field(
         default=1, validator=at_least_one, metadata=_help("collector actors sharing the games")
     )
+    learner_workers: int = attrs.field(
+        default=1,
+        validator=at_least_one,
+        metadata=_help(
+            "data-parallel learner processes (one torch.distributed group: gloo on CPU, NCCL on GPU); each "
+            "trains on its share of every batch's micro-batches and the gradients are averaged, so N workers "
+            "take the same optimizer steps as one; on GPUs each has its own GPU"
+        ),
+    )
     num_inference_actors: int | None = attrs.field(
         default=None,
         validator=at_least_one,

@@ -39,6 +39,7 @@ RESUMABLE_OPTIONS = frozenset(
         "num_eval_workers",
         "num_collectors",
         "num_inference_actors",
+        "learner_workers",
         "max_batch_size",
         "ray_address",
         "device",
