@@ -126,6 +126,88 @@ def test_an_actor_no_single_node_can_hold_fails_naming_every_node():
         fit_on_nodes(thirds, [Node("a", 1)])  # a share never spans two GPUs: 0.5 + 3 x 0.25 > 1
 
 
+def test_learner_workers_take_a_whole_gpu_each_and_inference_the_rest():
+    """`--learner-workers N` on G GPUs: N learner GPUs, G - N for inference; one GPU is shared only by one."""
+    eight = plan_placement(8, use_gpu=True, learner_workers=4)
+    assert (eight.mode, eight.learner_workers, eight.learner_gpus) == ("separate", 4, 1)
+    assert (eight.num_inference_actors, eight.inference_gpus, eight.gpu_memory_utilization) == (4, 1, 0.9)
+    assert "4 learner workers 1 GPU each, 4 main inference actor(s)" in eight.describe()
+    two = plan_placement(2, use_gpu=True, learner_workers=1)
+    assert (two.mode, two.learner_workers, two.num_inference_actors) == ("separate", 1, 1)
+    assert "learner 1 GPU, 1 main" in two.describe()
+    one = plan_placement(1, use_gpu=True)
+    assert (one.mode, one.learner_workers) == ("shared", 1)
+    with_opponent = plan_placement(5, use_gpu=True, learner_workers=2, extra_engines=1)
+    assert (with_opponent.num_inference_actors, with_opponent.inference_gpus) == (2, 1)
+    tp = plan_placement(5, use_gpu=True, learner_workers=3, tensor_parallel=2)
+    assert (tp.learner_workers, tp.num_inference_actors, tp.inference_gpus) == (3, 1, 2)
+    cpu = plan_placement(0, use_gpu=False, learner_workers=3)
+    assert (cpu.mode, cpu.learner_workers) == ("cpu", 3) and "3 learner workers" in cpu.describe()
+    play = plan_placement(2, use_gpu=True, learn=False, learner_workers=2)  # no learner: the option is moot
+    assert (play.learner_workers, play.num_inference_actors) == (0, 2)
+    assert [actor for actor, _ in gpu_demands(eight, 0)][:5] == [
+        *(f"learner worker {i}" for i in (1, 2, 3, 4)),
+        "inference actor 1",
+    ]
+
+
+def test_learner_workers_that_leave_inference_no_gpu_fail_naming_the_fix():
+    with pytest.raises(
+        PlacementError,
+        match=r"asks for 2 learner workers with a GPU each .* 3 GPUs, but the Ray cluster has 1: lower "
+        r"--learner-workers to 1 or less \(1 shares the one GPU with inference\), or add GPUs",
+    ):
+        plan_placement(1, use_gpu=True, learner_workers=2)
+    with pytest.raises(
+        PlacementError, match=r"4 learner workers .* the Ray cluster has 4: lower --learner-workers to 3"
+    ):
+        plan_placement(4, use_gpu=True, learner_workers=4)
+    with pytest.raises(
+        PlacementError,
+        match=r"tensor_parallel_size 2 and a GPU for each of 3 learner workers, 5 GPUs, but the Ray cluster "
+        r"has 4: .*--learner-workers",
+    ):
+        plan_placement(4, use_gpu=True, learner_workers=3, tensor_parallel=2)
+    with pytest.raises(
+        PlacementError,
+        match=r"9 inference actors on 1 GPU\(s\) \(the cluster has 3, 2 for the learner workers",
+    ):
+        plan_placement(3, use_gpu=True, learner_workers=2, num_inference_actors=9)
+
+
+def test_learner_workers_are_fitted_to_the_nodes_one_gpu_each():
+    """Each worker needs one whole GPU on some node (a placement group's one-GPU bundle): workers may sit on
+    different nodes; a TP engine beside them still needs its GPUs on one node."""
+    plan = plan_placement(4, use_gpu=True, learner_workers=2)
+    where = fit_on_nodes(gpu_demands(plan, 0), [Node("a", 1), Node("b", 1), Node("c", 2)])
+    assert sorted((node, gpus[0]) for node, gpus in where.values()) == [
+        ("a", 0),
+        ("b", 0),
+        ("c", 0),
+        ("c", 1),
+    ]
+    tp = plan_placement(4, use_gpu=True, learner_workers=2, tensor_parallel=2)
+    check_nodes(tp, [Node("a", 2), Node("b", 2)], 0)
+    with pytest.raises(PlacementError) as err:
+        check_nodes(tp, [Node(f"10.0.0.{i}", 1) for i in range(1, 5)], 0)
+    assert "inference actor 1 needs 2 GPU(s) on one node" in str(err.value)
+    assert "the run asks for 2 learner worker(s) x 1 GPU, 1 inference actor(s) x 2 GPU;" in str(err.value)
+
+
+def test_learner_workers_split_the_learners_cpu_threads():
+    """N workers compute at once: the learner's share of the cores is split among them, at least 1 each;
+    `CpuThreads.learner` is what each worker sets."""
+    assert split_cpu_threads(8, learner_on_cpu=True, cpu_engines=1, learner_workers=2) == CpuThreads(2, 4, 2)
+    assert split_cpu_threads(16, learner_on_cpu=True, cpu_engines=2, learner_workers=3) == CpuThreads(2, 4, 3)
+    assert split_cpu_threads(2, learner_on_cpu=True, cpu_engines=1, learner_workers=2) == CpuThreads(1, 1, 2)
+    assert split_cpu_threads(8, learner_on_cpu=False, cpu_engines=0, learner_workers=4) == CpuThreads(2, 8, 4)
+    for cores in (2, 7, 16, 64):
+        for workers in (1, 2, 3):
+            threads = split_cpu_threads(cores, learner_on_cpu=True, cpu_engines=2, learner_workers=workers)
+            total = threads.learner * workers + threads.inference * 2
+            assert total <= max(cores, workers + 2) and threads.learner >= 1
+
+
 @ray.remote
 class Probe:
     """Stands where an actor of the plan would: reports the GPUs Ray gave it."""
@@ -237,6 +319,20 @@ def test_a_run_whose_engine_fits_no_node_fails_before_an_actor_starts(declared_g
     with pytest.raises(PlacementError, match="needs 2 GPU.*on one node.*10.0.0.4: 1 GPU"):
         run.start()
     assert not (tmp_path / "r").exists() and not run.actors
+
+
+@pytest.mark.parametrize("declared_gpus", [4], indirect=True)
+def test_a_run_with_learner_workers_plans_them_on_the_declared_gpus(declared_gpus, tmp_path):
+    """The run's own plan: 2 learner workers and 2 inference actors on 4 GPUs, the threads split for 2;
+    3 workers on 4 GPUs with a fixed opponent's engine too fail before anything starts."""
+    run = Run.open(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), learner_workers=2))
+    placement = run.plan.placement()
+    assert (placement.learner_workers, placement.learner_gpus, placement.num_inference_actors) == (2, 1, 2)
+    assert run.plan.cpu_threads(placement, 8) == CpuThreads(learner=4, inference=8, learner_workers=2)
+    cfg = RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), run_name="r", learner_workers=4)
+    with pytest.raises(PlacementError, match="4 learner workers .* the Ray cluster has 4"):
+        Run.open(cfg).start()
+    assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("declared_gpus", [1], indirect=True)

@@ -5,6 +5,8 @@
   fraction that leaves the learner room) - SPIRAL's collocated mode sleeps vLLM during updates instead,
   which frees more memory but stalls every game for the update;
 - N GPUs: the learner has one, the inference actors split the other N - 1 (by default one actor each);
+  with `--learner-workers W` the W data-parallel learner workers have one whole GPU each and the inference
+  actors split the other N - W (so one GPU is shared only by a single worker);
 - a Ray cluster: the same over every node's GPUs, each actor fitted to one node's GPUs as Ray fits it.
 A request that cannot be met fails here, with what was asked and what each node has, before an actor
 starts: Ray would otherwise wait for the resources forever.
@@ -38,12 +40,20 @@ class Placement:
     inference_gpus: float  # per inference actor (tensor_parallel whole GPUs for a vLLM with TP > 1)
     num_inference_actors: int  # of the main model; every other engine has one
     gpu_memory_utilization: float | None  # per vLLM engine; None on the CPU
+    learner_workers: int = 1  # data-parallel learner actors, `learner_gpus` each; 0 without a learner
+
+    def _learner(self) -> str:
+        if self.learner_workers == 1:
+            return "learner"
+        return f"{self.learner_workers} learner workers"
 
     def describe(self) -> str:
         if self.mode == "cpu":
-            return f"placement: CPU, {self.num_inference_actors} inference actor(s)"
+            workers = f", {self._learner()}" if self.learner_workers > 1 else ""
+            return f"placement: CPU, {self.num_inference_actors} inference actor(s){workers}"
+        each = " each" if self.learner_workers > 1 else ""
         return (
-            f"placement: {self.mode} GPU(s): learner {self.learner_gpus:g} GPU, "
+            f"placement: {self.mode} GPU(s): {self._learner()} {self.learner_gpus:g} GPU{each}, "
             f"{self.num_inference_actors} main inference actor(s) with {self.inference_gpus:g} GPU each"
             + (f", vLLM memory {self.gpu_memory_utilization:.2f} each" if self.gpu_memory_utilization else "")
         )
@@ -63,34 +73,53 @@ def plan_placement(
     num_inference_actors: int | None = None,
     extra_engines: int = 0,
     tensor_parallel: int = 1,
+    learner_workers: int = 1,
 ) -> Placement:
     """Fit the run to `cluster_gpus` (Ray's GPU count); `extra_engines` are other models (fixed opponents)
-    with one inference actor each; `num_inference_actors` None means one per GPU left to inference."""
+    with one inference actor each; `num_inference_actors` None means one per GPU left to inference.
+    `learner_workers` data-parallel learner workers (ignored without `learn`) take one whole GPU each on
+    GPUs; only a single worker shares a one-GPU cluster with the inference actors."""
+    workers = max(1, learner_workers) if learn else 0
     if not use_gpu:
-        return Placement("cpu", 0.0, 0.0, num_inference_actors or 1, None)
+        return Placement("cpu", 0.0, 0.0, num_inference_actors or 1, None, workers)
     gpus = int(cluster_gpus)
     asked = f"{num_inference_actors or 'auto'} inference actor(s) + {extra_engines} other model(s)" + (
-        " + a learner" if learn else ""
+        (" + a learner" if workers == 1 else f" + {workers} learner workers") if learn else ""
     )
     if gpus < 1:
         raise PlacementError(
             f"the run asks for a GPU ({asked}) but the Ray cluster has {cluster_gpus:g}: "
             "run with --device cpu, or join a cluster with GPUs (--ray-address)"
         )
+    if workers > 1 and workers >= gpus:
+        raise PlacementError(
+            f"the run asks for {workers} learner workers with a GPU each and at least one GPU for its "
+            f"inference actors ({asked}), {workers + 1} GPUs, but the Ray cluster has {gpus}: "
+            f"lower --learner-workers to {max(1, gpus - 1)} or less"
+            + (" (1 shares the one GPU with inference)" if gpus == 1 else "")
+            + ", or add GPUs"
+        )
     if tensor_parallel > 1:
-        inference_gpus = gpus - (1 if learn else 0)
+        inference_gpus = gpus - workers
         actors = (
             num_inference_actors or max(1, inference_gpus // tensor_parallel - extra_engines)
         ) + extra_engines
         if actors * tensor_parallel > inference_gpus:
             raise PlacementError(
                 f"the run asks for {actors} vLLM engine(s) of tensor_parallel_size {tensor_parallel}"
-                + (" and a GPU for the learner" if learn else "")
-                + f", {actors * tensor_parallel + (1 if learn else 0)} GPUs, but the Ray cluster has {gpus}: "
-                "lower tensor_parallel_size or --num-inference-actors, or add GPUs"
+                + (_learner_gpus(workers) if learn else "")
+                + f", {actors * tensor_parallel + workers} GPUs, but the Ray cluster has {gpus}: "
+                "lower tensor_parallel_size or --num-inference-actors"
+                + (" or --learner-workers" if workers > 1 else "")
+                + ", or add GPUs"
             )
         return Placement(
-            "separate", 1.0 if learn else 0.0, float(tensor_parallel), actors - extra_engines, VLLM_MEMORY
+            "separate",
+            1.0 if learn else 0.0,
+            float(tensor_parallel),
+            actors - extra_engines,
+            VLLM_MEMORY,
+            workers,
         )
     if learn and gpus == 1:
         main = num_inference_actors or 1
@@ -102,37 +131,55 @@ def plan_placement(
             )
         share = math.floor(1e4 * (1 - SHARED_LEARNER_SHARE) / actors) / 1e4
         return Placement("shared", SHARED_LEARNER_SHARE, share, main, round(SHARED_VLLM_MEMORY / actors, 4))
-    pool = gpus - 1 if learn else gpus
+    pool = gpus - workers
     main = num_inference_actors or max(1, pool - extra_engines)
     share, per_gpu = _share(main + extra_engines, pool)
     if per_gpu > MAX_ACTORS_PER_GPU:
         raise PlacementError(
             f"the run asks for {main + extra_engines} inference actors on {pool} GPU(s) (the cluster has {gpus}"
-            + (", one for the learner" if learn else "")
+            + (
+                (", one for the learner" if workers == 1 else f", {workers} for the learner workers")
+                if learn
+                else ""
+            )
             + f"): at most {MAX_ACTORS_PER_GPU} per GPU: lower --num-inference-actors or add GPUs"
         )
-    return Placement("separate", 1.0 if learn else 0.0, share, main, round(VLLM_MEMORY / per_gpu, 4))
+    return Placement("separate", 1.0 if learn else 0.0, share, main, round(VLLM_MEMORY / per_gpu, 4), workers)
+
+
+def _learner_gpus(workers: int) -> str:
+    return (
+        " and a GPU for the learner" if workers == 1 else f" and a GPU for each of {workers} learner workers"
+    )
 
 
 @attrs.frozen
 class CpuThreads:
-    """torch threads of the learner and of each inference actor that computes on the CPU."""
+    """torch threads of each learner worker and of each inference actor that computes on the CPU.
 
-    learner: int
+    `learner` is per learner worker: with `--learner-workers N` every one of the N workers sets
+    `torch.set_num_threads(learner)` (the learner's whole share is about `learner * learner_workers`)."""
+
+    learner: int  # per learner worker
     inference: int  # per CPU inference actor
+    learner_workers: int = 1  # the workers `learner` was split for
 
 
-def split_cpu_threads(cores: int, *, learner_on_cpu: bool, cpu_engines: int) -> CpuThreads:
+def split_cpu_threads(
+    cores: int, *, learner_on_cpu: bool, cpu_engines: int, learner_workers: int = 1
+) -> CpuThreads:
     """Share the cores between a learner and inference actors that compute on them at the same time, so
     that together they run no more threads than cores: OpenMP threads beyond the cores spin waiting for
     each other (on 2 cores, a batch-8 decode loop ran 14x slower beside a 2-thread backward pass when both
     had 2 threads than when each had 1). The learner keeps the larger half: its matmuls gain more from a
-    second thread than a small-batch decode does."""
-    cores, engines = max(1, cores), max(1, cpu_engines)
+    second thread than a small-batch decode does. `learner_workers` data-parallel workers compute at the
+    same time as each other: the learner's share is split among them, at least one thread each (so more
+    workers than cores oversubscribe, and say so only by being slow)."""
+    cores, engines, workers = max(1, cores), max(1, cpu_engines), max(1, learner_workers)
     if not learner_on_cpu:
-        return CpuThreads(learner=cores, inference=max(1, cores // engines))
+        return CpuThreads(max(1, cores // workers), max(1, cores // engines), workers)
     inference = max(1, (cores // 2) // engines)
-    return CpuThreads(learner=max(1, cores - inference * engines), inference=inference)
+    return CpuThreads(max(1, (cores - inference * engines) // workers), inference, workers)
 
 
 @attrs.frozen
@@ -155,8 +202,16 @@ def cluster_nodes() -> list[Node]:
 
 
 def gpu_demands(placement: Placement, num_other_engines: int) -> list[tuple[str, float]]:
-    """(actor, Ray num_gpus) of every actor the plan starts that takes a GPU."""
-    actors = [("learner", placement.learner_gpus)] if placement.learner_gpus else []
+    """(actor, Ray num_gpus) of every actor the plan starts that takes a GPU: `learner`, or `learner worker
+    1..N` for N data-parallel workers (each fitted to some node on its own, as a placement group's bundles
+    of one GPU are)."""
+    actors: list[tuple[str, float]] = []
+    if placement.learner_gpus and placement.learner_workers == 1:
+        actors = [("learner", placement.learner_gpus)]
+    elif placement.learner_gpus:
+        actors = [
+            (f"learner worker {i + 1}", placement.learner_gpus) for i in range(placement.learner_workers)
+        ]
     engines = placement.num_inference_actors + num_other_engines
     if placement.inference_gpus:
         actors += [(f"inference actor {i + 1}", placement.inference_gpus) for i in range(engines)]

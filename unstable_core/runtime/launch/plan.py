@@ -177,6 +177,7 @@ class RunPlan:
             tensor_parallel=int(
                 (self.cfg.vllm_config.get("engine_kwargs") or {}).get("tensor_parallel_size", 1)
             ),
+            learner_workers=self.cfg.learner_workers,
         )
         check_nodes(plan, cluster_nodes(), others)
         return plan
@@ -192,6 +193,7 @@ class RunPlan:
             cores,
             learner_on_cpu=self.learn and placement.learner_gpus == 0,
             cpu_engines=local if placement.inference_gpus == 0 else 0,
+            learner_workers=placement.learner_workers,
         )
 
     def max_loras(self) -> int:
