@@ -199,3 +199,17 @@ def test_a_deep_copy_of_a_packed_model_computes_with_its_own_weights():
             atol=1e-5,
         )
         assert not torch.allclose(twin(x), model(x), atol=1e-3)
+
+
+def test_the_packing_probe_leaves_the_global_rng_alone():
+    """A seeded learner built first in a process drew other LoRA weights than one built second, because this
+    probe drew from the global RNG on its first call (two data-parallel ranks then started apart)."""
+    import torch
+
+    from unstable_core.inference.packed_linear import packing_available
+
+    packing_available.cache_clear()
+    torch.manual_seed(0)
+    before = torch.random.get_rng_state()
+    packing_available()
+    assert torch.equal(torch.random.get_rng_state(), before)

@@ -37,7 +37,8 @@ def packing_available() -> bool:
     if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
         return False
     try:
-        weight, rows = torch.randn(48, 32), torch.randn(3, 32)
+        probe = torch.Generator().manual_seed(0)  # not the global RNG: a seeded model must not see this probe
+        weight, rows = torch.randn(48, 32, generator=probe), torch.randn(3, 32, generator=probe)
         got = apply_packed(rows, pack_weight(weight))
     except RuntimeError:
         return False
