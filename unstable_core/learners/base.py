@@ -32,6 +32,7 @@ from unstable_core.learners.checkpoint import (
     write_folder_atomically,
     write_json,
 )
+from unstable_core.learners.data_parallel import DataParallel, GradientSum, merge_sums
 from unstable_core.learners.dropout import has_dropout, reference_mode
 from unstable_core.learners.lora import make_lora_config, present_target_modules
 from unstable_core.learners.off_policy import OffPolicyStats, importance_weights
@@ -130,6 +131,9 @@ class BaseLearner:
     #: the attrs class of `initialize_algorithm`'s options, so that a run checks them before anything
     #: starts (`check_options`); None for a learner without options or one that does not declare them
     algorithm_config_class: ClassVar[type | None] = None
+    #: attributes holding attrs statistics of sums that `_update` adds to: with data parallelism each rank
+    #: adds only its micro-batches', and the optimizer step merges them over the ranks (`merge_sums`)
+    step_stats: ClassVar[tuple[str, ...]] = ("_off_policy",)
 
     @classmethod
     def check_options(cls, algorithm_kwargs: Mapping[str, Any], importance_cap: float | None = None) -> None:
@@ -197,6 +201,18 @@ class BaseLearner:
         self.algorithm_cfg: dict[str, Any] = {}
         self._algorithm_ready = False
         self._off_policy = OffPolicyStats()
+        self.data_parallel: DataParallel | None = None  # set by `join_data_parallel`
+
+    def join_data_parallel(self, data_parallel: DataParallel) -> None:
+        """Train as one rank of a process group (which `data_parallel` has joined): every optimizer step
+        takes this rank's share of the micro-batches and sums the gradients over the group. Rank 0's
+        trainable parameters are copied to all, so every rank starts from the same policy."""
+        self.data_parallel = data_parallel
+        data_parallel.broadcast_parameters(self.trainable_parameters())
+
+    def trainable_parameters(self) -> list[Any]:
+        """Every parameter an optimizer steps (the adapters', a value head's), in a fixed order."""
+        return [p for opt in self.optimizers.values() for group in opt.param_groups for p in group["params"]]
 
     # ---- algorithm hooks -------------------------------------------------------------------------
 
@@ -375,17 +391,31 @@ class BaseLearner:
     def optimizer_step_on(self, micro_batches: list[list[Any]]) -> dict[str, float]:
         """Accumulate gradients over `micro_batches`, each forwarded as given (so the loss is the mean over
         their samples), clip each optimizer's grad norm to gradient_clipping, step (skipped if a norm is not
-        finite). Returns the metrics."""
+        finite). Returns the metrics. With data parallelism this rank forwards its share of the
+        micro-batches, each scaled against the whole step, and the gradients, metrics and `step_stats` are
+        summed over the ranks before clipping: every rank then takes the one-process step."""
         import torch
 
         for opt in self.optimizers.values():
             opt.zero_grad(set_to_none=True)
         n = sum(len(micro) for micro in micro_batches)
+        dp = self.data_parallel
+        before = {name: getattr(self, name) for name in self.step_stats} if dp else {}
+        for name, stats in before.items():
+            setattr(self, name, type(stats)())  # this rank's additions alone, merged below
         metrics: dict[str, float] = {}
-        for micro in micro_batches:
+        gradients = GradientSum(self.trainable_parameters())
+        for micro in dp.share(micro_batches) if dp else micro_batches:
             scale = len(micro) / n
             for key, value in self._update(micro, scale).items():
                 metrics[key] = metrics.get(key, 0.0) + float(value) * scale
+            gradients.add()
+        if dp:
+            metrics = dp.sum_metrics(metrics)
+            for name, stats in before.items():
+                setattr(self, name, merge_sums(stats, dp.merge_stats(getattr(self, name))))
+            dp.sum_gradients(gradients)
+        gradients.write()
 
         finite = True
         for name, opt in self.optimizers.items():

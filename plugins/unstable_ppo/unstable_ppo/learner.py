@@ -215,6 +215,7 @@ class PPOLearner(BaseLearner):
     buffer_kind = "step"
     default_importance_cap = None  # behaviour_weight_cap does this job in ppo's loss
     algorithm_config_class = PPOConfig
+    step_stats = ("_off_policy", "_stats")  # `_update` adds to PPOStats: merged over data-parallel ranks
 
     @classmethod
     def check_options(cls, algorithm_kwargs: Any, importance_cap: float | None = None) -> None:

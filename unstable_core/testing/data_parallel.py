@@ -1,0 +1,160 @@
+"""The data-parallel exactness check: one update of a learner by N processes of one torch.distributed group
+against the same update by one process, on the same batch and seed; the trainable parameters must agree.
+
+Used by the CI test (gloo on CPU) and by `benchmarks/gpu_smoke.py` (NCCL on GPUs).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from unstable_core.types import Step
+
+#: prompts of different lengths, so that micro-batches pad differently on each rank
+EXACTNESS_PROMPTS = (
+    "play a move",
+    "hello there, which square is free now?",
+    "one two three",
+    "x o x",
+    "the board is empty and it is your turn to play",
+    "go",
+    "[0] [1] [2] | [3] [4] [5] | [6] [7] [8] choose one",
+    "your opponent played 4",
+)
+
+
+def exactness_batch(model_path: str, seed: int = 0) -> list[Step]:
+    """Steps sampled by the real backend from `model_path`, made to look like a real run's batch: 4 games of
+    2 turns (episodes, for A2C), two env ids (per-env z-scores), rewards of both signs, and behaviour
+    log-probs moved off the policy (lagged data: importance weights and PPO's behaviour weight bind)."""
+    from unstable_core.testing import sampled_steps
+
+    rng = random.Random(seed)
+    steps = sampled_steps(model_path, temperature=1.0, prompts=EXACTNESS_PROMPTS, seed=seed)
+    batch = []
+    for i, s in enumerate(steps):
+        game, turn = divmod(i, 2)
+        outcome = 1.0 if game % 2 == 0 else -1.0
+        batch.append(
+            attrs.evolve(
+                s,
+                env_id=f"env-{game % 2}",
+                game_idx=game,
+                turn=turn,
+                final_reward=outcome,
+                shaping=rng.uniform(-0.2, 0.2),
+                reward=outcome + rng.uniform(-0.5, 0.5),
+                logprobs=[lp + rng.uniform(-0.3, 0.3) for lp in s.logprobs],
+                policy_version=0,
+            )
+        )
+    return batch
+
+
+def updated_parameters(
+    learner: str,
+    model_path: str,
+    batch: list[Step],
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    port: int = 0,
+    backend: str = "gloo",
+    device: str = "cpu",
+    settings: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The trainable parameters (name -> CPU tensor) and metrics after one `update(batch)` of the
+    registered `learner`, as rank `rank` of `world_size` (1: no process group)."""
+    from unstable_core import plugins
+    from unstable_core.learners.data_parallel import DataParallel, leave
+
+    cls = plugins.load("learner", learner)
+    with tempfile.TemporaryDirectory() as run_dir:
+        settings = {"mini_batch_size": 2, "batch_size": len(batch), "seed": 3, **(settings or {})}
+        agent = cls.create(model_path, run_dir=run_dir, device=device, **settings)
+        agent.initialize_algorithm()
+        if world_size > 1:
+            agent.join_data_parallel(DataParallel.join(rank, world_size, "127.0.0.1", port, backend))
+        metrics = agent.update(batch)
+        names = {id(p): n for n, p in agent.model.named_parameters()}
+        params = {
+            names.get(id(p), f"extra.{i}"): p.detach().float().cpu().clone()
+            for i, p in enumerate(agent.trainable_parameters())
+        }
+        if world_size > 1:
+            leave()
+    return {"params": params, "metrics": metrics}
+
+
+def _worker(rank: int, world_size: int, port: int, args: dict[str, Any], out_dir: str) -> None:
+    import torch
+
+    device = args.pop("device")
+    if device == "cuda":
+        device = f"cuda:{rank}"
+        torch.cuda.set_device(rank)
+    result = updated_parameters(rank=rank, world_size=world_size, port=port, device=device, **args)
+    torch.save(result, os.path.join(out_dir, f"rank-{rank}.pt"))
+
+
+@attrs.frozen
+class Agreement:
+    """How far N workers' parameters after one update are from one worker's: the largest relative difference
+    ||a - b|| / ||b|| over the parameter tensors, and the rank 0's metrics beside the single worker's."""
+
+    learner: str
+    world_size: int
+    max_relative_diff: float
+    ranks_identical: bool  # every rank ended with bitwise the same parameters
+    tensors: int
+    metrics_max_abs_diff: float
+
+
+def compare_workers(
+    learner: str,
+    model_path: str,
+    batch: list[Step],
+    *,
+    world_size: int = 2,
+    backend: str = "gloo",
+    device: str = "cpu",
+    settings: dict[str, Any] | None = None,
+) -> Agreement:
+    """Run one update by `world_size` spawned processes (one group on `backend`) and by this process alone,
+    and compare the trainable parameters."""
+    import torch
+    import torch.multiprocessing as mp
+
+    from unstable_core.learners.data_parallel import free_address
+
+    single = updated_parameters(
+        learner, model_path, batch, device="cuda:0" if device == "cuda" else device, settings=settings
+    )
+    args = {"learner": learner, "model_path": model_path, "batch": batch, "backend": backend}
+    with tempfile.TemporaryDirectory() as out_dir:
+        port = free_address()[1]
+        mp.spawn(
+            _worker,
+            args=(world_size, port, {**args, "device": device, "settings": settings}, out_dir),
+            nprocs=world_size,
+        )
+        ranks = [torch.load(Path(out_dir) / f"rank-{r}.pt") for r in range(world_size)]
+    base = single["params"]
+    worst = 0.0
+    for name, value in base.items():
+        other = ranks[0]["params"][name]
+        worst = max(worst, float((other - value).norm() / value.norm().clamp(min=1e-12)))
+    identical = all(
+        torch.equal(ranks[0]["params"][n], r["params"][n]) for r in ranks[1:] for n in ranks[0]["params"]
+    )
+    shared = set(single["metrics"]) & set(ranks[0]["metrics"]) - {"time/prepare_s", "time/update_s"}
+    metric_gap = max(
+        (abs(single["metrics"][k] - ranks[0]["metrics"][k]) for k in shared), default=0.0
+    )
+    return Agreement(learner, world_size, worst, identical, len(base), metric_gap)
