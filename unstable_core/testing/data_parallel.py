@@ -154,7 +154,5 @@ def compare_workers(
         torch.equal(ranks[0]["params"][n], r["params"][n]) for r in ranks[1:] for n in ranks[0]["params"]
     )
     shared = set(single["metrics"]) & set(ranks[0]["metrics"]) - {"time/prepare_s", "time/update_s"}
-    metric_gap = max(
-        (abs(single["metrics"][k] - ranks[0]["metrics"][k]) for k in shared), default=0.0
-    )
+    metric_gap = max((abs(single["metrics"][k] - ranks[0]["metrics"][k]) for k in shared), default=0.0)
     return Agreement(learner, world_size, worst, identical, len(base), metric_gap)
