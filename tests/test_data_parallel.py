@@ -42,3 +42,44 @@ def test_statistics_merge_by_sum_and_max():
     assert attrs.astuple(merged) == attrs.astuple(
         OffPolicyStats(tokens=5, ratio=4.0, max_abs_log_ratio=0.4, capped=1)
     )
+
+
+@pytest.mark.parametrize("learner", ["reinforce", "a2c"])
+def test_a_two_worker_learner_passes_the_learning_check(learner, tmp_path):
+    from unstable_core.plugins import get_registry
+    from unstable_core.testing import START_MAX, check_learner_learns
+
+    result = check_learner_learns(get_registry().load("learner", learner), tmp_path, learner_workers=2)
+    print(result.summary())
+    assert result.start <= START_MAX and result.passed, result.summary()
+
+
+def test_a_run_with_two_learner_workers_resumes_with_one(tiny_model, tmp_path):
+    """`unstable run --learner-workers 2`: two Ray actors in one placement group and one gloo group; rank 0
+    alone writes; the run resumes with another number of workers."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from unstable_core.io import read_jsonl
+    from unstable_core.runtime.recovery.resume import is_learner_record
+    from unstable_core.testing import TINY_RUN_ARGS
+
+    def run(*args: str) -> None:
+        cmd = [sys.executable, "-m", "unstable_core", "run", *args]
+        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env=env)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (
+            proc.stdout[-2000:] + proc.stderr[-3000:]
+        )
+
+    run_dir = tmp_path / "dp"
+    run("--model", tiny_model, "--runs-dir", str(tmp_path), "--run-name", "dp", "--learner", "a2c",
+        *TINY_RUN_ARGS, "--learner-workers", "2")  # fmt: skip
+    steps = [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl") if is_learner_record(m)]
+    assert steps == [1, 2]  # one record per update: only rank 0 writes
+    assert "learner_workers = 2" in (run_dir / "config.toml").read_text()
+    run("--resume", str(run_dir), "--learning-steps", "3", "--learner-workers", "1")
+    state = json.loads((run_dir / "checkpoints" / "step-3" / "learner_state.json").read_text())
+    assert state["step"] == 3

@@ -32,7 +32,7 @@ from unstable_core.learners.checkpoint import (
     write_folder_atomically,
     write_json,
 )
-from unstable_core.learners.data_parallel import DataParallel, GradientSum, merge_sums
+from unstable_core.learners.data_parallel import DataParallel, GradientSum, merge_sums, to_cpu
 from unstable_core.learners.dropout import has_dropout, reference_mode
 from unstable_core.learners.lora import make_lora_config, present_target_modules
 from unstable_core.learners.off_policy import OffPolicyStats, importance_weights
@@ -206,9 +206,20 @@ class BaseLearner:
     def join_data_parallel(self, data_parallel: DataParallel) -> None:
         """Train as one rank of a process group (which `data_parallel` has joined): every optimizer step
         takes this rank's share of the micro-batches and sums the gradients over the group. Rank 0's
-        trainable parameters are copied to all, so every rank starts from the same policy."""
+        trainable parameters, optimizer states and step are copied to all, so every rank starts from the
+        same policy (only rank 0 needs to have loaded a checkpoint)."""
         self.data_parallel = data_parallel
         data_parallel.broadcast_parameters(self.trainable_parameters())
+        state = data_parallel.broadcast(
+            {
+                "step": self.step,
+                "optimizers": {name: to_cpu(opt.state_dict()) for name, opt in self.optimizers.items()},
+            }
+        )
+        if data_parallel.rank > 0:  # a resumed run's state, from rank 0's checkpoint: no shared disk needed
+            self.step = int(state["step"])
+            for name, opt in self.optimizers.items():
+                opt.load_state_dict(state["optimizers"][name])
 
     def trainable_parameters(self) -> list[Any]:
         """Every parameter an optimizer steps (the adapters', a value head's), in a fixed order."""

@@ -147,6 +147,26 @@ def merge_sums(a: Any, b: Any) -> Any:
     return type(a)(**values)
 
 
+def follow(learner: Any) -> None:
+    """A rank > 0's part of training: update on each batch rank 0 broadcasts, until it broadcasts None."""
+    while (batch := learner.data_parallel.broadcast(None)) is not None:
+        learner.update(batch)
+
+
+def to_cpu(value: Any) -> Any:
+    """`value` (nested dicts, lists, tuples) with every tensor moved to the CPU: what can be broadcast as an
+    object between ranks of any device."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_cpu(v) for v in value)
+    return value
+
+
 def leave() -> None:
     """Leave the process group, if this process joined one."""
     import torch.distributed as dist

@@ -91,6 +91,7 @@ class Run:
         self.actors: ActorGraph | None = None
         self._collect_refs: list[Any] = []
         self._train_ref: Any = None
+        self._follower_refs: list[Any] = []
         self._owns_ray = False
         self.started_at = 0.0
         self.summary: dict[str, Any] = {}
@@ -128,6 +129,8 @@ class Run:
         )
         if self.learn:
             self._train_ref = actors.learner.train.remote(learning_steps or cfg.learning_steps)
+            # the other ranks update on what rank 0 hands them; a dead one fails rank 0's next collective
+            self._follower_refs = [w.train.remote(0) for w in actors.learner_workers]
         return self
 
     def _init_ray(self) -> None:
@@ -202,7 +205,8 @@ class Run:
         import ray
 
         on_event = on_event or print
-        waiting = [self._train_ref] if self._train_ref is not None else list(self._collect_refs)
+        learning = [self._train_ref, *self._follower_refs] if self._train_ref is not None else []
+        waiting = learning or list(self._collect_refs)
         # while learning, a collector that ends (it only ends by dying) would leave the learner waiting
         watched = list(self._collect_refs) if self._train_ref is not None else []
         shown: set[str] = set()
@@ -215,7 +219,7 @@ class Run:
             while waiting:
                 done, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=poll_s)
                 for ref in done:
-                    who = "the learner" if ref == self._train_ref else "collection"
+                    who = "the learner" if ref in learning else "collection"
                     ray.get(ref)  # surface a crashed learner or collector
                 ended, watched = ray.wait(watched, num_returns=len(watched), timeout=0)
                 for ref in ended:

@@ -255,6 +255,7 @@ class _Trainer:
     buffer: Any
     mu_shift: float
     coins: random.Random  # a seeded coin per token for the shift
+    followers: list[Any] = attrs.field(factory=list)  # the other ranks' processes of a data-parallel learner
 
     @classmethod
     def create(
@@ -269,26 +270,49 @@ class _Trainer:
         algorithm_kwargs: dict[str, Any] | None,
         transforms: dict[str, list[Any]],
         mu_shift: float,
+        workers: int = 1,
     ) -> _Trainer:
         """A learner of `learner_cls` on `model` (LoRA rank 8) whose every update takes `steps` steps, and a
-        buffer of its kind for ten updates' steps with the reward `transforms` of each stage."""
+        buffer of its kind for ten updates' steps with the reward `transforms` of each stage. With `workers`
+        > 1 this process is rank 0 of a gloo group whose other ranks are spawned processes."""
+        import multiprocessing
+
+        from unstable_core.learners.data_parallel import DataParallel, free_address
         from unstable_core.runtime.actors.buffer import BUFFERS
 
-        learner = learner_cls.create(
-            model,
-            device="cpu",
-            run_dir=work_dir / "run",
-            lora_config={"lora_rank": 8, "lora_alpha": 16},
-            learning_rate=learning_rate,
-            batch_size=steps,
-            mini_batch_size=steps,
-            max_generation_len=1,
-            temperature=1.0,
-            seed=seed,
-        )
-        learner.initialize_algorithm(**(algorithm_kwargs or {}))
+        settings = {
+            "lora_config": {"lora_rank": 8, "lora_alpha": 16},
+            "learning_rate": learning_rate,
+            "batch_size": steps,
+            "mini_batch_size": max(1, steps // workers),  # a micro-batch per worker at least
+            "max_generation_len": 1,
+            "temperature": 1.0,
+            "seed": seed,
+        }
+        spec = (learner_cls, model, work_dir, settings, algorithm_kwargs or {})
+        learner = _check_learner(*spec, rank=0)
+        followers = []
+        if workers > 1:
+            port = free_address()[1]
+            spawn = multiprocessing.get_context("spawn")
+            followers = [
+                spawn.Process(target=_follower, args=(spec, r, workers, port)) for r in range(1, workers)
+            ]
+            for process in followers:
+                process.start()
+            learner.join_data_parallel(DataParallel.join(0, workers, "127.0.0.1", port, "gloo"))
         buffer = BUFFERS[getattr(learner, "buffer_kind", "step")](10 * steps, **transforms)
-        return cls(learner, buffer, mu_shift, random.Random(seed))
+        return cls(learner, buffer, mu_shift, random.Random(seed), followers)
+
+    def close(self) -> None:
+        """End the other ranks of a data-parallel learner and leave its group."""
+        from unstable_core.learners.data_parallel import leave
+
+        if self.learner.data_parallel is not None:
+            self.learner.data_parallel.broadcast(None)
+            for process in self.followers:
+                process.join(timeout=60)
+            leave()
 
     def update(self, games: list[GameResult], version: int) -> str:
         """One update on `games` as the data of policy `version`; returns the new adapter's path."""
@@ -300,8 +324,34 @@ class _Trainer:
                 ]
             added += self.buffer.add_result(r)
         self.buffer.set_policy_version(version)
-        self.learner.update(self.buffer.get_batch(added))
+        batch = self.buffer.get_batch(added)
+        if self.learner.data_parallel is not None:
+            self.learner.data_parallel.broadcast(batch)  # the other ranks take the same update
+        self.learner.update(batch)
         return str(self.learner.save_checkpoint())
+
+
+def _check_learner(
+    learner_cls: type,
+    model: str,
+    work_dir: Path,
+    settings: dict[str, Any],
+    algorithm_kwargs: dict[str, Any],
+    rank: int,
+) -> Any:
+    learner = learner_cls.create(model, device="cpu", run_dir=work_dir / f"run-{rank}", **settings)
+    learner.initialize_algorithm(**algorithm_kwargs)
+    return learner
+
+
+def _follower(spec: tuple[Any, ...], rank: int, workers: int, port: int) -> None:
+    """A spawned rank > 0 of the check's data-parallel learner: the same learner, updated on rank 0's batches."""
+    from unstable_core.learners.data_parallel import DataParallel, follow, leave
+
+    learner = _check_learner(*spec, rank=rank)
+    learner.join_data_parallel(DataParallel.join(rank, workers, "127.0.0.1", port, "gloo"))
+    follow(learner)
+    leave()
 
 
 async def _train_until_goal(
@@ -347,6 +397,7 @@ def check_learner_learns(
     game: str = "letter",
     lag: int = 0,
     mu_shift: float = 0.0,
+    learner_workers: int = 1,
 ) -> LearningResult:
     """Train `learner_cls` on one of the check's games until its games reach the goal rate or `max_updates`
     pass. `game`: "letter" (a game counts as won when every round was right), "stall" or "card" (see
@@ -357,7 +408,8 @@ def check_learner_learns(
     Off-policy data, as an asynchronous run's: with `lag` > 0 update v trains on games played by version
     max(0, v - lag) (the rates stay those of each version's own games, played beside them, never trained on);
     `mu_shift` moves each recorded behaviour log-prob by +-mu_shift (a seeded coin per token), as a sampler
-    whose numerics differ from the learner's."""
+    whose numerics differ from the learner's. `learner_workers` > 1 trains data-parallel: this process and
+    spawned ones in a gloo group, each on its share of every update's micro-batches."""
     import torch
 
     from unstable_core.inference.hf import TransformersBackend
@@ -380,11 +432,13 @@ def check_learner_learns(
         algorithm_kwargs=algorithm_kwargs,
         transforms=_stage_transforms(sampling_transforms, final_transforms, step_transforms),
         mu_shift=mu_shift,
+        workers=learner_workers,
     )
     result = LearningResult(learner=learner_cls.__name__)
     try:
         asyncio.run(_train_until_goal(games, trainer, result, max_updates, lag))
     finally:
+        trainer.close()
         asyncio.run(backend.close())
     result.seconds = time.perf_counter() - started
     return result

@@ -16,7 +16,8 @@ class ActorGraph:
     engines: dict[str, list[Any]]  # engine name -> its inference actors
     collectors: list[Any] = attrs.field(factory=list)
     buffer: Any = None
-    learner: Any = None
+    learner: Any = None  # rank 0 of the learner's workers
+    learner_workers: list[Any] = attrs.field(factory=list)  # the other ranks of a data-parallel learner
 
     def inference_actors(self) -> list[Any]:
         return [a for pool in self.engines.values() for a in pool]
@@ -25,6 +26,7 @@ class ActorGraph:
         """Name -> actor of those whose state a run cannot lose (Ray restarts only the inference actors)."""
         named = {f"the {k}": getattr(self, k) for k in ("recorder", "league", "buffer", "learner")}
         named.update({f"the collector-{i}": c for i, c in enumerate(self.collectors)})
+        named.update({f"the learner-{r}": w for r, w in enumerate(self.learner_workers, start=1)})
         return {name: a for name, a in named.items() if a is not None}
 
     def names(self) -> dict[str, str]:

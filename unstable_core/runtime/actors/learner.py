@@ -29,7 +29,11 @@ def peak_rss_gb() -> float:
 
 class LearnerActor:
     """Runs `learning_steps` updates of a learner (hosted in a Ray actor). After each update the checkpoint
-    is saved atomically and registered, so the inference actors play with it from the next game on."""
+    is saved atomically and registered, so the inference actors play with it from the next game on.
+
+    With `world_size` > 1 it is rank `rank` of a data-parallel group (`join_group`): rank 0 pulls each batch,
+    hands it to the others and alone writes checkpoints, metrics and the league; every rank updates on its
+    share of the batch's micro-batches (`learners.data_parallel`)."""
 
     def __init__(
         self,
@@ -46,6 +50,8 @@ class LearnerActor:
         collectors: list[Any] = (),
         resume_from: str | None = None,
         max_nonfinite_updates: int = 3,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         if torch_threads:
             import torch
@@ -61,6 +67,23 @@ class LearnerActor:
         self.run_dir = Path(run_dir)
         self._stop = threading.Event()
         self.nonfinite = NonFiniteUpdates(max_nonfinite_updates)
+        self.rank, self.world_size = rank, world_size
+
+    def group_address(self) -> tuple[str, int]:
+        """Where this (rank 0) worker hosts the group's rendezvous: its node's address and a free port."""
+        from unstable_core.learners.data_parallel import free_address
+
+        return free_address()
+
+    def join_group(self, address: str, port: int) -> None:
+        """Join the learner's process group (every rank calls this at once; it returns when all have joined)
+        and take rank 0's parameters, optimizer state and step."""
+        from unstable_core.learners.data_parallel import DataParallel, default_backend
+
+        group = DataParallel.join(
+            self.rank, self.world_size, address, port, default_backend(self.learner.device)
+        )
+        self.learner.join_data_parallel(group)
 
     def buffer_kind(self) -> str:
         return getattr(self.learner, "buffer_kind", "step")
@@ -101,13 +124,32 @@ class LearnerActor:
 
     def train(self, learning_steps: int) -> dict[str, Any]:
         """Update until the learner's step (policy version) reaches `learning_steps` (a resumed learner
-        starts at its checkpoint's step); returns the last metrics and checkpoint."""
+        starts at its checkpoint's step); returns the last metrics and checkpoint. A rank > 0 of a group
+        updates on the batches rank 0 hands it until rank 0 ends."""
+        group = self.learner.data_parallel
+        if group is not None and group.rank > 0:
+            return self._follow(group)
+        try:
+            return self._lead(learning_steps, group)
+        finally:
+            if group is not None:
+                group.broadcast(None)  # the other ranks' end, however rank 0's ended
+
+    def _follow(self, group: Any) -> dict[str, Any]:
+        from unstable_core.learners.data_parallel import follow
+
+        follow(self.learner)
+        return {"step": self.learner.step}
+
+    def _lead(self, learning_steps: int, group: Any) -> dict[str, Any]:
         last: dict[str, Any] = {}
         clock = PipelineClock()
         while self.learner.step < learning_steps:
             batch = self._next_batch()
             if batch is None:
                 break
+            if group is not None:
+                group.broadcast(batch)
             pause_point(f"batch-{self.learner.step + 1}")
             started = time.time()
             metrics = dict(self.learner.update(batch))

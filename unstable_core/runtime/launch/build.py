@@ -36,7 +36,8 @@ def build_graph(
     num_eval = plan.cfg.num_eval_workers if num_eval is None else num_eval
     graph.collectors = start_collectors(plan, graph, index_base, point, num_eval, collector_cls)
     if plan.learn:
-        graph.learner = start_learner(plan, run_dir, graph, placement, threads.learner, point)
+        workers = start_learner(plan, run_dir, graph, placement, threads.learner, point)
+        graph.learner, graph.learner_workers = workers[0], workers[1:]
     return graph
 
 
@@ -213,23 +214,57 @@ def start_learner(
     placement: Placement,
     threads: int,
     point: ResumePoint | None,
-) -> Any:
-    """The learner, built from the run's LearnerConfig and resumed from the checkpoint (`Run` starts its
-    training)."""
+) -> list[Any]:
+    """The learner's workers (one, or `learner_workers` ranks of one process group in one placement group),
+    built from the run's LearnerConfig; rank 0 resumes from the checkpoint and the others take its state
+    when they join (`Run` starts their training). Rank 0 first: it alone writes the run directory."""
+    import ray
+
     from unstable_core.runtime.actors.learner import LearnerActor
 
-    cfg = plan.cfg
-    return remote(LearnerActor, num_gpus=placement.learner_gpus, max_concurrency=2).remote(
-        plan.components.learner,
-        LearnerConfig.from_run(cfg, plan.components.learner),
-        cfg.algorithm_config,
-        run_dir=str(run_dir),
-        device=cfg.device,
-        buffer=graph.buffer,
-        league=graph.league,
-        recorder=graph.recorder,
-        torch_threads=threads,
-        collectors=graph.collectors,
-        resume_from=str(point.checkpoint) if point is not None else None,
-        max_nonfinite_updates=cfg.max_nonfinite_updates,
-    )
+    cfg, world = plan.cfg, plan.cfg.learner_workers
+    options: dict[str, Any] = {"num_gpus": placement.learner_gpus, "max_concurrency": 2}
+    if world > 1:
+        options["scheduling_strategy"] = learner_placement_group(world, placement.learner_gpus)
+    workers = []
+    for rank in range(world):
+        if world > 1:
+            options["scheduling_strategy"].placement_group_bundle_index = rank
+        workers.append(
+            remote(LearnerActor, **options).remote(
+                plan.components.learner,
+                LearnerConfig.from_run(cfg, plan.components.learner),
+                cfg.algorithm_config,
+                run_dir=str(run_dir),
+                device=cfg.device,
+                buffer=graph.buffer,
+                league=graph.league,
+                recorder=graph.recorder,
+                torch_threads=threads,
+                collectors=graph.collectors,
+                resume_from=str(point.checkpoint) if point is not None and rank == 0 else None,
+                max_nonfinite_updates=cfg.max_nonfinite_updates,
+                rank=rank,
+                world_size=world,
+            )
+        )
+    if world > 1:
+        address, port = ray.get(workers[0].group_address.remote())
+        ray.get([w.join_group.remote(address, port) for w in workers])
+    return workers
+
+
+def learner_placement_group(workers: int, gpus_each: float) -> Any:
+    """A placement group of one bundle per learner worker (a whole GPU each on GPUs), packed onto as few
+    nodes as fit; bundle 0 (rank 0, which writes the run directory) on this driver's node."""
+    import ray
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    bundle: dict[str, float] = {"CPU": 0.001}  # a bundle must reserve something; the cores are shared
+    if gpus_each:
+        bundle["GPU"] = gpus_each
+    here = {f"node:{ray.util.get_node_ip_address()}": 0.001}
+    group = placement_group([{**bundle, **here}] + [bundle] * (workers - 1), strategy="PACK")
+    ray.get(group.ready(), timeout=60)
+    return PlacementGroupSchedulingStrategy(placement_group=group, placement_group_capture_child_tasks=False)
