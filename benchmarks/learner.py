@@ -6,6 +6,11 @@ A second plain loop with the naive full-vocabulary log-softmax is timed for refe
 
     python benchmarks/learner.py                        # tiny random model (seconds)
     python benchmarks/learner.py --model smollm2-135m   # the embedded default
+    python benchmarks/learner.py --learner-workers 2    # one update by 1 worker against 2 (gloo)
+
+With `--learner-workers N` it times one update by one worker against N data-parallel workers (gloo on this
+CPU, the cores split between them), counts the bytes all-reduced per update, and works out the efficiency
+that NCCL at `--link-gbps` would give a Qwen3-1.7B LoRA rank-32 update (`data_parallel_arithmetic`).
 """
 
 from __future__ import annotations
@@ -79,6 +84,122 @@ def sync(device: Any) -> None:
         torch.cuda.synchronize()
 
 
+def _dp_worker(rank: int, world: int, port: int, spec: dict[str, Any], repeats: int, out: Any) -> None:
+    """One rank of the timed data-parallel group: `repeats` + 1 updates (the first warms up); rank 0 reports
+    the median wall time of the others and the bytes one all_reduce moved."""
+    import torch
+
+    from unstable_core import plugins
+    from unstable_core.learners.data_parallel import DataParallel, GradientSum, leave
+
+    torch.set_num_threads(spec["threads"])
+    learner = plugins.load("learner", "reinforce").create(
+        spec["model"], run_dir=spec["run_dir"], **spec["settings"]
+    )
+    learner.initialize_algorithm()
+    if world > 1:
+        learner.join_data_parallel(DataParallel.join(rank, world, "127.0.0.1", port, "gloo"))
+    times = []
+    for _ in range(repeats + 1):
+        if world > 1:
+            learner.data_parallel.broadcast(None)  # the ranks start each update together
+        start = time.perf_counter()
+        learner.update(spec["batch"])
+        times.append(time.perf_counter() - start)
+    if rank == 0:
+        reduced = GradientSum(learner.trainable_parameters()).total
+        out.put(
+            {
+                "update_s": statistics.median(times[1:]),
+                "all_reduce_bytes": reduced.numel() * reduced.element_size(),
+            }
+        )
+    if world > 1:
+        leave()
+
+
+def time_workers(world: int, spec: dict[str, Any], repeats: int, cores: int) -> dict[str, float]:
+    """Median seconds of one update by `world` spawned workers with cores // world threads each."""
+    import multiprocessing
+
+    from unstable_core.learners.data_parallel import free_address
+
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    port = free_address()[1]
+    spec = {**spec, "threads": max(1, cores // world)}
+    procs = [ctx.Process(target=_dp_worker, args=(r, world, port, spec, repeats, out)) for r in range(world)]
+    for proc in procs:
+        proc.start()
+    result = out.get(timeout=1800)
+    for proc in procs:
+        proc.join()
+    return result
+
+
+def data_parallel_arithmetic(
+    workers: int, link_gbps: float, tokens_per_rank: int, tflops: float, mfu: float
+) -> dict[str, float]:
+    """What N data-parallel workers would spend on one update of Qwen3-1.7B with LoRA rank 32 on GPUs: the
+    compute of a frozen-base LoRA step with gradient checkpointing (forward 2PT, recompute 2PT, backward
+    through the activations 2PT; the LoRA weight gradients are negligible), against a ring all-reduce of the
+    float64 gradient sum (2 (N - 1) / N of its bytes per rank over the link), not overlapped."""
+    from memory_arithmetic import QWEN3, base_params, lora_params
+
+    arch = QWEN3["Qwen3-1.7B"]
+    params = base_params(arch)
+    compute_s = 6 * params * tokens_per_rank / (tflops * 1e12 * mfu)
+    grad_bytes = lora_params(arch, 32) * 8
+    comm_s = 2 * (workers - 1) / workers * grad_bytes / (link_gbps * 1e9)
+    return {
+        "compute_s": compute_s,
+        "all_reduce_bytes": grad_bytes,
+        "all_reduce_s": comm_s,
+        "efficiency": compute_s / (compute_s + comm_s),
+    }
+
+
+def data_parallel_report(args: Any, model: str, tmp: str) -> None:
+    """Print one update's time by 1 worker and by N, the bytes all-reduced, and the NCCL arithmetic."""
+    import os
+
+    cores = args.threads or os.cpu_count() or 1
+    spec = {
+        "model": model,
+        "run_dir": f"{tmp}/run",
+        "settings": {
+            "batch_size": args.batch_size,
+            "mini_batch_size": args.mini_batch_size,
+            "max_generation_len": args.completion_len * 2,
+            "gradient_checkpointing": not args.no_checkpointing,
+            "device": "cpu",
+        },
+        "batch": make_batch(args.batch_size, args.prompt_len, args.completion_len, 49152, seed=0),
+    }
+    one = time_workers(1, spec, args.repeats, cores)
+    many = time_workers(args.learner_workers, spec, args.repeats, cores)
+    n = args.learner_workers
+    print(
+        f"model={args.model or 'tiny'} device=cpu (gloo) batch={args.batch_size} micro={args.mini_batch_size} "
+        f"prompt~{args.prompt_len} completion~{args.completion_len} repeats={args.repeats} cores={cores}"
+    )
+    print(f"one update, 1 worker  ({cores} threads):        {one['update_s'] * 1000:9.1f} ms")
+    print(f"one update, {n} workers ({max(1, cores // n)} thread(s) each): {many['update_s'] * 1000:9.1f} ms")
+    print(
+        f"speed-up on these {cores} cores: {one['update_s'] / many['update_s']:.2f}x (the cores are shared: not the target)"
+    )
+    print(
+        f"bytes all-reduced per update: {many['all_reduce_bytes']:,} (the float64 gradient sum of the LoRA)"
+    )
+    gpu = data_parallel_arithmetic(n, args.link_gbps, args.tokens_per_rank, args.gpu_tflops, args.mfu)
+    print(
+        f"Qwen3-1.7B, LoRA r32, {n} GPUs, NCCL at {args.link_gbps:g} GB/s: compute {gpu['compute_s'] * 1000:.0f} ms "
+        f"({args.tokens_per_rank} tokens per rank at {args.gpu_tflops:g} TFLOP/s x {args.mfu:g} MFU), "
+        f"all-reduce {gpu['all_reduce_bytes'] / 1e6:.0f} MB in {gpu['all_reduce_s'] * 1000:.1f} ms, "
+        f"efficiency {gpu['efficiency']:.3f}"
+    )
+
+
 def main() -> None:
     """Parse arguments, time both loops, print medians and the ratio."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -91,7 +212,21 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--device", default=None)
     parser.add_argument("--no-checkpointing", action="store_true", help="turn gradient checkpointing off")
+    parser.add_argument("--learner-workers", type=int, default=1, help="time 1 worker against N (gloo)")
+    parser.add_argument("--link-gbps", type=float, default=100.0, help="NCCL bandwidth for the arithmetic")
+    parser.add_argument("--tokens-per-rank", type=int, default=8192, help="tokens per rank per update")
+    parser.add_argument("--gpu-tflops", type=float, default=989.0, help="bf16 dense peak (H100 SXM: 989)")
+    parser.add_argument("--mfu", type=float, default=0.4, help="the share of the peak the update reaches")
     args = parser.parse_args()
+    if args.learner_workers > 1:
+        with tempfile.TemporaryDirectory() as tmp:
+            model = args.model
+            if model is None:
+                from unstable_core.testing import make_tiny_model
+
+                model = make_tiny_model(f"{tmp}/tiny", hidden_size=64, num_layers=4)
+            data_parallel_report(args, model, tmp)
+        return
 
     import torch
 
