@@ -243,7 +243,7 @@ def play_all(
     import ray
 
     from unstable_core.io import read_jsonl
-    from unstable_core.runtime.launch.build import build_graph, start_collection
+    from unstable_core.runtime.launch.build import build_graph, close_adapter_caches, start_collection
     from unstable_core.runtime.launch.cluster import raise_interrupt, start_ray, stop_ray
 
     games = len(plan.schedule.games)
@@ -268,6 +268,7 @@ def play_all(
         _wait_for_records(graph.recorder, games)
         errors.poll()
         ray.get([graph.recorder.close.remote(), graph.league.flush.remote()])
+        close_adapter_caches(graph)
     finally:
         signal.signal(signal.SIGTERM, previous)
         if owns_ray:

@@ -20,7 +20,12 @@ from unstable_core.config import RunConfig, config_from_dict, merge_layers
 from unstable_core.errors import ConfigError, RunFailed, RunStopped, debug_enabled, describe, root_cause
 from unstable_core.run_lock import LOCK_NAME, RunLock
 from unstable_core.runtime.actors.graph import ActorGraph
-from unstable_core.runtime.launch.build import build_graph, record_resumed_state, start_collection
+from unstable_core.runtime.launch.build import (
+    build_graph,
+    close_adapter_caches,
+    record_resumed_state,
+    start_collection,
+)
 from unstable_core.runtime.launch.cluster import end_watchdog, start_ray, stop_ray
 from unstable_core.runtime.launch.plan import RunPlan
 from unstable_core.runtime.launch.preflight import claim_run_dir
@@ -327,6 +332,7 @@ class Run:
         ray.wait(self._collect_refs, num_returns=len(self._collect_refs), timeout=60)
         restarts = self._watch.restarts if self._watch is not None else 0
         snap = close_files(actors, self.run_dir, self.index_base, restarts)
+        close_adapter_caches(actors)
         self.summary = {"run_dir": str(self.run_dir), "elapsed_s": time.time() - self.started_at, **snap}
         self.actors = None
         if self._owns_ray:

@@ -18,6 +18,7 @@ class ActorGraph:
     buffer: Any = None
     learner: Any = None  # rank 0 of the learner's workers
     learner_workers: list[Any] = attrs.field(factory=list)  # the other ranks of a data-parallel learner
+    adapter_store: Any = None  # on the run directory's node: sends the inference actors their adapters
 
     def inference_actors(self) -> list[Any]:
         return [a for pool in self.engines.values() for a in pool]
@@ -34,4 +35,6 @@ class ActorGraph:
         names = {a._actor_id.hex(): name for name, a in self.stateful().items()}
         for engine, pool in self.engines.items():
             names.update({a._actor_id.hex(): f"the inference-{engine}-{i}" for i, a in enumerate(pool)})
+        if self.adapter_store is not None:
+            names[self.adapter_store._actor_id.hex()] = "the adapter store"
         return names

@@ -1,11 +1,15 @@
 """The inference Ray actor: one backend (transformers, vLLM, or a plugin's) serving many games at once.
 
 It is an async actor with a high `max_concurrency`, so the requests of hundreds of concurrent games
-reach the backend together and are coalesced into batches there.
+reach the backend together and are coalesced into batches there. Given the run's adapter store, it serves
+each request's adapter from a copy on its own node (`inference/adapter_cache.py`), never from the run
+directory, so that a cluster needs no shared filesystem.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,16 +17,26 @@ from unstable_core.errors import UnstableError
 from unstable_core.inference.base import GenerationOutput, GenerationRequest
 
 MAX_CONCURRENCY = 1024
+RESOURCES_ENV = "UNSTABLE_INFERENCE_RESOURCES"  # JSON: Ray resources each inference actor asks for
+SPARE_ADAPTERS = 4  # adapter copies kept on disk beyond the backend's max_loras
 
 
 class InferenceActor:
     """Builds the backend registered as `backend_name` and serves its `generate`."""
 
     def __init__(
-        self, backend_name: str, backend_kwargs: Mapping[str, Any], torch_threads: int | None = None
+        self,
+        backend_name: str,
+        backend_kwargs: Mapping[str, Any],
+        torch_threads: int | None = None,
+        adapter_store: Any = None,
     ) -> None:
+        """`adapter_store`: the run's AdapterStore, which sends adapters as bytes, copied to
+        `<temp dir>/unstable-adapters` on this node (None: the backend reads each request's folder)."""
         from unstable_core import plugins
+        from unstable_core.inference.adapter_cache import AdapterCache, record_opens
 
+        record_opens()
         if torch_threads:  # Ray starts workers with OMP_NUM_THREADS=1: one core for a CPU model otherwise
             import torch
 
@@ -31,19 +45,42 @@ class InferenceActor:
         self.backend_name = backend_name
         self.backend_kwargs = dict(backend_kwargs)
         self.backend = plugins.load("backend", backend_name)(**self.backend_kwargs)
+        self.adapters = None
+        if adapter_store is not None:
+
+            async def fetch(path: str) -> Any:
+                got = await adapter_store.adapter.remote(path)
+                return got if isinstance(got, str) else await got  # the ObjectRef of the files
+
+            capacity = getattr(self.backend, "max_loras", 8) + SPARE_ADAPTERS
+            self.adapters = AdapterCache(fetch, capacity)
 
     async def generate(self, request: GenerationRequest) -> GenerationOutput:
         """Complete one request (batched with the concurrent ones)."""
-        out = await self.backend.generate(request)
+        out = await self._generate(request)
         self._exit_if_dead()
         return out
+
+    async def _generate(self, request: GenerationRequest) -> GenerationOutput:
+        """The backend's output for `request`, its adapter served from this node's cache."""
+        if self.adapters is None or request.lora_path is None:
+            return await self.backend.generate(request)
+        import attrs
+
+        from unstable_core.inference.adapter_cache import AdapterUnavailable
+
+        try:
+            async with self.adapters.use(request.lora_path) as local:
+                return await self.backend.generate(attrs.evolve(request, lora_path=local))
+        except AdapterUnavailable as exc:
+            return GenerationOutput.failure(str(exc))
 
     async def generate_many(self, requests: list[GenerationRequest]) -> list[GenerationOutput | Exception]:
         """Complete many requests of one collector in one Ray call (batched with the concurrent ones); a
         request whose `generate` raised gets its exception in its place."""
         import asyncio
 
-        outs = await asyncio.gather(*(self.backend.generate(r) for r in requests), return_exceptions=True)
+        outs = await asyncio.gather(*(self._generate(r) for r in requests), return_exceptions=True)
         self._exit_if_dead()
         return list(outs)
 
@@ -82,6 +119,12 @@ class InferenceActor:
         """What to pass to `unstable_core.models.load_tokenizer` to get this model's tokenizer."""
         return str(self.backend_kwargs["model"])
 
+    async def close_adapters(self) -> None:
+        """Remove this node's copies of adapters (at the end of a run: Ray ends the process without
+        running its exit handlers; the next inference actor on the node would remove them otherwise)."""
+        if self.adapters is not None:
+            self.adapters.close()
+
 
 def create_inference_actor(
     backend_name: str,
@@ -92,10 +135,14 @@ def create_inference_actor(
     max_restarts: int = -1,
     name: str | None = None,
     torch_threads: int | None = None,
+    adapter_store: Any = None,
+    resources: Mapping[str, float] | None = None,
 ) -> Any:
     """Start an InferenceActor on Ray (which must be initialised); an actor handle.
 
-    `torch_threads` sets the backend's CPU threads (Ray's default for a worker is one).
+    `torch_threads` sets the backend's CPU threads (Ray's default for a worker is one); `adapter_store`
+    (the run's AdapterStore) sends it adapters as bytes; `resources`: Ray custom resources it asks for
+    (a node that offers them is where it runs).
     The actor restarts after a crash (`max_restarts`, -1 = always); calls in flight when it died fail
     with a Ray error for the caller to retry.
     """
@@ -118,11 +165,31 @@ def create_inference_actor(
     }
     if name is not None:
         options["name"] = name
+    if resources:
+        options["resources"] = dict(resources)
     return (
         ray.remote(InferenceActor)
         .options(**options)
-        .remote(backend_name, dict(backend_kwargs), torch_threads)
+        .remote(backend_name, dict(backend_kwargs), torch_threads, adapter_store)
     )
+
+
+def inference_resources() -> dict[str, float]:
+    """The Ray custom resources every inference actor of a run asks for: UNSTABLE_INFERENCE_RESOURCES, a
+    JSON object such as '{"inference_node": 1}' (none when unset)."""
+    text = os.environ.get(RESOURCES_ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+        if not isinstance(value, dict):
+            raise ValueError("not an object")
+        return {str(k): float(v) for k, v in value.items()}
+    except (ValueError, TypeError) as exc:
+        raise UnstableError(
+            f"{RESOURCES_ENV} must be a JSON object of Ray resources, e.g. '{{\"inference_node\": 1}}'; "
+            f"got {text!r} ({exc})"
+        ) from None
 
 
 def create_engines(
@@ -133,11 +200,14 @@ def create_engines(
     gpu: float,
     threads: int,
     main_actors: int = 1,
+    adapter_store: Any = None,
 ) -> dict[str, list[Any]]:
     """One pool of inference actors per engine name (`main`: `main_actors` of them, others one each), each
-    served by the backend `engine_spec` picks for its model; API models take no GPU and no threads."""
+    served by the backend `engine_spec` picks for its model; API models take no GPU, no threads and no
+    adapters (`adapter_store`, which sends the others theirs). Each asks for `inference_resources()`."""
     from unstable_core.inference.engines import engine_spec
 
+    resources = inference_resources()
     engines: dict[str, list[Any]] = {}
     for key, model in models.items():
         spec = engine_spec(model, cfg, local_kwargs)
@@ -147,6 +217,8 @@ def create_engines(
                 spec.kwargs,
                 num_gpus=0 if spec.remote else gpu,
                 torch_threads=None if gpu or spec.remote else threads,
+                adapter_store=None if spec.remote else adapter_store,
+                resources=resources,
             )
             for _ in range(main_actors if key == "main" else 1)
         ]

@@ -32,7 +32,8 @@ def build_graph(
     recorder = start_recorder(plan, run_dir, point)
     league = start_league(plan, run_dir, point)
     graph = ActorGraph(recorder, league, {}, buffer=start_buffer(plan, point) if plan.learn else None)
-    graph.engines = start_engines(plan, placement, threads.inference)
+    graph.adapter_store = start_adapter_store()
+    graph.engines = start_engines(plan, placement, threads.inference, graph.adapter_store)
     num_eval = plan.cfg.num_eval_workers if num_eval is None else num_eval
     graph.collectors = start_collectors(plan, graph, index_base, point, num_eval, collector_cls)
     if plan.learn:
@@ -48,12 +49,21 @@ def remote(cls: type, **options: Any) -> Any:
     return ray.remote(cls).options(num_cpus=0, **options)
 
 
+def on_this_node() -> Any:
+    """The scheduling strategy that places an actor on this (the driver's) node, which holds the run
+    directory: the actors that read or write it run there, as no node shares its filesystem."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+
+
 def start_recorder(plan: RunPlan, run_dir: Path, point: ResumePoint | None) -> Any:
     """The recorder: games.jsonl, metrics.jsonl and the chosen trackers."""
     from unstable_core.runtime.actors.recorder import RecorderActor
 
     cfg = plan.cfg
-    return remote(RecorderActor).remote(
+    return remote(RecorderActor, scheduling_strategy=on_this_node()).remote(
         str(run_dir),
         plan.components.trackers,
         cfg.failure_window,
@@ -72,7 +82,7 @@ def start_league(plan: RunPlan, run_dir: Path, point: ResumePoint | None) -> Any
     # a run's league starts from its checkpoint's state or empty (a resume before the first checkpoint
     # starts over); an evaluation's adds to the file of an earlier one in the same folder
     fresh = plan.schedule is None
-    league = remote(LeagueActor).remote(
+    league = remote(LeagueActor, scheduling_strategy=on_this_node()).remote(
         str(league_path(run_dir)), state=point.league if point else None, fresh=fresh
     )
     if plan.schedule is not None:
@@ -116,8 +126,22 @@ def record_resumed_state(run_dir: Path, record: dict[str, Any], graph: ActorGrap
     record_resume(run_dir, record)
 
 
-def start_engines(plan: RunPlan, placement: Placement, threads: int) -> dict[str, list[Any]]:
-    """The inference actors of each engine (the main model, and each fixed opponent of another model)."""
+def start_adapter_store() -> Any:
+    """The adapter store, on this (the driver's) node, which holds the run directory: the inference actors
+    get every adapter from it as bytes, wherever they run. It holds nothing that cannot be read again, so
+    Ray restarts it after a crash."""
+    from unstable_core.runtime.actors.adapter_store import AdapterStore
+
+    return remote(
+        AdapterStore, scheduling_strategy=on_this_node(), max_restarts=-1, max_task_retries=-1
+    ).remote()
+
+
+def start_engines(
+    plan: RunPlan, placement: Placement, threads: int, adapter_store: Any = None
+) -> dict[str, list[Any]]:
+    """The inference actors of each engine (the main model, and each fixed opponent of another model),
+    sent their adapters by `adapter_store`."""
     from unstable_core.runtime.actors.inference import create_engines
 
     return create_engines(
@@ -127,7 +151,16 @@ def start_engines(plan: RunPlan, placement: Placement, threads: int) -> dict[str
         gpu=placement.inference_gpus,
         threads=threads,
         main_actors=placement.num_inference_actors,
+        adapter_store=adapter_store,
     )
+
+
+def close_adapter_caches(graph: ActorGraph, timeout_s: float = 10.0) -> None:
+    """The inference actors remove their copies of adapters (a dead or busy one is not waited for)."""
+    import ray
+
+    refs = [a.close_adapters.remote() for a in graph.inference_actors()]
+    ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
 
 
 def start_collectors(
