@@ -57,6 +57,18 @@ def test_top_p_filter_keeps_smallest_set_reaching_p():
     assert kept[2].tolist() == pytest.approx([0.15, 0.5, 0.05, 0.3])
 
 
+def test_the_nucleus_is_measured_against_the_rows_own_total():
+    """A float32 softmax over a large vocabulary sums to 1 + 1e-5: a token whose mass above is 2e-6 under
+    top_p belongs to the nucleus (vLLM keeps it), though its mass above exceeds top_p in absolute terms."""
+    from unstable_core.inference.sampling import nucleus_mask
+
+    probs = torch.tensor([[0.5, 0.399998, 0.100002]], dtype=torch.float64) * (1 + 1e-5)
+    assert float(probs[0, :2].sum()) > 0.9  # compared with 1, the third token would be cut
+    assert nucleus_mask(probs, torch.tensor([0.9], dtype=torch.float64)).tolist() == [[True, True, True]]
+    exact = torch.tensor([[0.5, 0.4, 0.1]], dtype=torch.float64)
+    assert nucleus_mask(exact, torch.tensor([0.9], dtype=torch.float64)).tolist() == [[True, True, False]]
+
+
 def test_sampling_logprobs_are_renormalised_over_the_nucleus():
     logits = torch.log(torch.tensor([[0.15, 0.5, 0.05, 0.3]] * 3))
     logp = sampling_logprobs(logits, torch.tensor([1.0, 1.0, 0.0]), torch.tensor([0.7, 1.0, 0.7]))

@@ -24,10 +24,13 @@ def top_p_filter(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
 
 
 def nucleus_mask(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """[B, V] True for the tokens of each row's top-p nucleus: those whose higher-ranked mass is < top_p."""
+    """[B, V] True for the tokens of each row's top-p nucleus: those whose higher-ranked mass is < top_p of
+    the row's total. Against the total, not 1: a float32 softmax over 49k tokens sums to 1 + 1e-5, which
+    cut a token whose mass above was 2e-6 under 0.9 that vLLM (and exact arithmetic) keeps."""
     sorted_probs, order = probs.sort(dim=-1, descending=True)  # [B, V]
-    mass_above = sorted_probs.cumsum(dim=-1) - sorted_probs  # [B, V]
-    keep_sorted = mass_above < top_p[:, None]  # [B, V]; the top token is always kept
+    cumulative = sorted_probs.cumsum(dim=-1)  # [B, V]
+    mass_above = cumulative - sorted_probs  # [B, V]
+    keep_sorted = mass_above < top_p[:, None] * cumulative[:, -1:]  # [B, V]; the top token is always kept
     return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
 
 
