@@ -259,6 +259,8 @@ def start_learner(
     options: dict[str, Any] = {"num_gpus": placement.learner_gpus, "max_concurrency": 2}
     if world > 1:
         options["scheduling_strategy"] = learner_placement_group(world, placement.learner_gpus)
+    elif driver_node_gpus() >= placement.learner_gpus:  # else wherever its GPU is (docs/gpus-and-clusters.md)
+        options["scheduling_strategy"] = on_this_node()
     workers = []
     for rank in range(world):
         if world > 1:
@@ -285,6 +287,14 @@ def start_learner(
         address, port = ray.get(workers[0].group_address.remote())
         ray.get([w.join_group.remote(address, port) for w in workers])
     return workers
+
+
+def driver_node_gpus() -> float:
+    """The GPUs of this (the driver's) node in the Ray cluster."""
+    import ray
+
+    here = ray.get_runtime_context().get_node_id()
+    return next((n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["NodeID"] == here), 0.0)
 
 
 def learner_placement_group(workers: int, gpus_each: float) -> Any:
