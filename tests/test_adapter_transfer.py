@@ -184,7 +184,8 @@ def test_the_store_sends_only_the_adapter_files_from_the_drivers_node(two_nodes,
         (folder / name).write_bytes(data)
     ray.init(address=cluster.address)
     try:
-        store = start_adapter_store()
+        store, name = start_adapter_store()
+        assert ray.get_actor(name)._actor_id == store._actor_id  # how the inference actors find it
         ref = ray.get(store.adapter.remote(str(folder)))
         assert ray.get(ref) == FILES
         ray.get(store.adapter.remote(str(folder)))

@@ -29,10 +29,10 @@ class InferenceActor:
         backend_name: str,
         backend_kwargs: Mapping[str, Any],
         torch_threads: int | None = None,
-        adapter_store: Any = None,
+        adapter_store: str | None = None,
     ) -> None:
-        """`adapter_store`: the run's AdapterStore, which sends adapters as bytes, copied to
-        `<temp dir>/unstable-adapters` on this node (None: the backend reads each request's folder)."""
+        """`adapter_store`: the actor name of the run's AdapterStore, which sends adapters as bytes, copied
+        to `<temp dir>/unstable-adapters` on this node (None: the backend reads each request's folder)."""
         from unstable_core import plugins
         from unstable_core.inference.adapter_cache import AdapterCache, record_opens
 
@@ -49,7 +49,9 @@ class InferenceActor:
         if adapter_store is not None:
 
             async def fetch(path: str) -> Any:
-                got = await adapter_store.adapter.remote(path)
+                import ray
+
+                got = await ray.get_actor(adapter_store).adapter.remote(path)
                 return got if isinstance(got, str) else await got  # the ObjectRef of the files
 
             capacity = getattr(self.backend, "max_loras", 8) + SPARE_ADAPTERS
@@ -135,13 +137,13 @@ def create_inference_actor(
     max_restarts: int = -1,
     name: str | None = None,
     torch_threads: int | None = None,
-    adapter_store: Any = None,
+    adapter_store: str | None = None,
     resources: Mapping[str, float] | None = None,
 ) -> Any:
     """Start an InferenceActor on Ray (which must be initialised); an actor handle.
 
     `torch_threads` sets the backend's CPU threads (Ray's default for a worker is one); `adapter_store`
-    (the run's AdapterStore) sends it adapters as bytes; `resources`: Ray custom resources it asks for
+    (the actor name of the run's AdapterStore) sends it adapters as bytes; `resources`: Ray custom resources it asks for
     (a node that offers them is where it runs).
     The actor restarts after a crash (`max_restarts`, -1 = always); calls in flight when it died fail
     with a Ray error for the caller to retry.
@@ -200,11 +202,11 @@ def create_engines(
     gpu: float,
     threads: int,
     main_actors: int = 1,
-    adapter_store: Any = None,
+    adapter_store: str | None = None,
 ) -> dict[str, list[Any]]:
     """One pool of inference actors per engine name (`main`: `main_actors` of them, others one each), each
     served by the backend `engine_spec` picks for its model; API models take no GPU, no threads and no
-    adapters (`adapter_store`, which sends the others theirs). Each asks for `inference_resources()`."""
+    adapters (`adapter_store`: the name of the actor that sends the others theirs). Each asks for `inference_resources()`."""
     from unstable_core.inference.engines import engine_spec
 
     resources = inference_resources()

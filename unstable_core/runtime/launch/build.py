@@ -32,8 +32,8 @@ def build_graph(
     recorder = start_recorder(plan, run_dir, point)
     league = start_league(plan, run_dir, point)
     graph = ActorGraph(recorder, league, {}, buffer=start_buffer(plan, point) if plan.learn else None)
-    graph.adapter_store = start_adapter_store()
-    graph.engines = start_engines(plan, placement, threads.inference, graph.adapter_store)
+    graph.adapter_store, store_name = start_adapter_store()
+    graph.engines = start_engines(plan, placement, threads.inference, store_name)
     num_eval = plan.cfg.num_eval_workers if num_eval is None else num_eval
     graph.collectors = start_collectors(plan, graph, index_base, point, num_eval, collector_cls)
     if plan.learn:
@@ -126,19 +126,25 @@ def record_resumed_state(run_dir: Path, record: dict[str, Any], graph: ActorGrap
     record_resume(run_dir, record)
 
 
-def start_adapter_store() -> Any:
-    """The adapter store, on this (the driver's) node, which holds the run directory: the inference actors
-    get every adapter from it as bytes, wherever they run. It holds nothing that cannot be read again, so
-    Ray restarts it after a crash."""
+def start_adapter_store() -> tuple[Any, str]:
+    """The adapter store and its actor name, on this (the driver's) node, which holds the run directory:
+    the inference actors get every adapter from it as bytes, wherever they run. It holds nothing that
+    cannot be read again, so Ray restarts it after a crash. The inference actors find it by name: a handle
+    among their constructor's arguments would make Ray keep those in its object store, with an error line
+    in every run's output."""
+    import uuid
+
     from unstable_core.runtime.actors.adapter_store import AdapterStore
 
-    return remote(
-        AdapterStore, scheduling_strategy=on_this_node(), max_restarts=-1, max_task_retries=-1
+    name = f"unstable-adapter-store-{uuid.uuid4().hex[:12]}"
+    store = remote(
+        AdapterStore, name=name, scheduling_strategy=on_this_node(), max_restarts=-1, max_task_retries=-1
     ).remote()
+    return store, name
 
 
 def start_engines(
-    plan: RunPlan, placement: Placement, threads: int, adapter_store: Any = None
+    plan: RunPlan, placement: Placement, threads: int, adapter_store: str | None = None
 ) -> dict[str, list[Any]]:
     """The inference actors of each engine (the main model, and each fixed opponent of another model),
     sent their adapters by `adapter_store`."""
