@@ -95,12 +95,13 @@ def updated_parameters(
 def _worker(rank: int, world_size: int, port: int, args: dict[str, Any], out_dir: str) -> None:
     import torch
 
+    torch.set_num_threads(args.pop("threads"))  # the same on every side: threads change matmul sums
     device = args.pop("device")
     if device == "cuda":
         device = f"cuda:{rank}"
         torch.cuda.set_device(rank)
     result = updated_parameters(rank=rank, world_size=world_size, port=port, device=device, **args)
-    torch.save(result, os.path.join(out_dir, f"rank-{rank}.pt"))
+    torch.save(result, os.path.join(out_dir, f"world-{world_size}-rank-{rank}.pt"))
 
 
 @attrs.frozen
@@ -125,26 +126,24 @@ def compare_workers(
     backend: str = "gloo",
     device: str = "cpu",
     settings: dict[str, Any] | None = None,
+    threads: int = 1,
 ) -> Agreement:
-    """Run one update by `world_size` spawned processes (one group on `backend`) and by this process alone,
-    and compare the trainable parameters."""
+    """Run one update by `world_size` spawned processes (one group on `backend`) and by one spawned process
+    alone, each with `threads` torch threads, and compare the trainable parameters. Every side gets the same
+    thread count, which changes the kernels' sums: a reference with 1 thread against workers with 2 was
+    2.7e-6 off (reinforce, tiny model), where the same count on both sides agrees bitwise."""
     import torch
     import torch.multiprocessing as mp
 
     from unstable_core.learners.data_parallel import free_address
 
-    single = updated_parameters(
-        learner, model_path, batch, device="cuda:0" if device == "cuda" else device, settings=settings
-    )
     args = {"learner": learner, "model_path": model_path, "batch": batch, "backend": backend}
+    args.update(device=device, settings=settings, threads=threads)
     with tempfile.TemporaryDirectory() as out_dir:
-        port = free_address()[1]
-        mp.spawn(
-            _worker,
-            args=(world_size, port, {**args, "device": device, "settings": settings}, out_dir),
-            nprocs=world_size,
-        )
-        ranks = [torch.load(Path(out_dir) / f"rank-{r}.pt") for r in range(world_size)]
+        for world in (1, world_size):
+            mp.spawn(_worker, args=(world, free_address()[1], dict(args), out_dir), nprocs=world)
+        single = torch.load(Path(out_dir) / "world-1-rank-0.pt")
+        ranks = [torch.load(Path(out_dir) / f"world-{world_size}-rank-{r}.pt") for r in range(world_size)]
     base = single["params"]
     worst = 0.0
     for name, value in base.items():
