@@ -44,7 +44,7 @@ def test_statistics_merge_by_sum_and_max():
     )
 
 
-@pytest.mark.parametrize("learner", ["reinforce", "a2c"])
+@pytest.mark.parametrize("learner", ["reinforce"])  # the others' updates equal it bitwise (above)
 def test_a_two_worker_learner_passes_the_learning_check(learner, tmp_path):
     from unstable_core.plugins import get_registry
     from unstable_core.testing import START_MAX, check_learner_learns
