@@ -128,14 +128,14 @@ class LearnerActor:
         updates on the batches rank 0 hands it until rank 0 ends."""
         group = self.learner.data_parallel
         if group is not None and group.rank > 0:
-            return self._follow(group)
+            return self._follow()
         try:
             return self._lead(learning_steps, group)
         finally:
             if group is not None:
                 group.broadcast(None)  # the other ranks' end, however rank 0's ended
 
-    def _follow(self, group: Any) -> dict[str, Any]:
+    def _follow(self) -> dict[str, Any]:
         from unstable_core.learners.data_parallel import follow
 
         follow(self.learner)
