@@ -119,6 +119,30 @@ def test_a_budget_buffer_holds_the_batch_for_a_straggler_and_serves_the_oldest_d
     assert stats["games_admitted"] == 4 and stats["steps_generated"] == 8
 
 
+def test_a_version_that_produced_more_than_a_batch_is_trained_on_whole_instead_of_dropped():
+    """Games longer than the estimate: version 0 produced 6 steps for a batch of 4. The batch at version 1
+    takes all 6 (the update to 2 would make the last two stale), never more than the budget's 8."""
+    buf = StepBuffer(100, max_staleness=1, admission="budget", batch_size=4)
+    buf.add_result(game(0, 6, version=0))
+    buf.add_result(game(1, 4, version=1))
+    buf.set_policy_version(1)
+    assert [s.policy_version for s in buf.get_batch(4)] == [0] * 6 + [1] * 0
+    buf.set_policy_version(2)
+    assert buf.stats()["steps_stale"] == 0 and buf.size() == 4
+    buf.add_result(game(2, 10, version=2))  # the next update keeps version 2: a batch, the rest waits
+    assert [s.policy_version for s in buf.get_batch(4)] == [1, 1, 1, 1]
+    buf.set_policy_version(3)
+    assert len(buf.get_batch(4)) == 8  # 10 steps of version 2 at risk: the budget's 8 of them
+    buf.set_policy_version(4)
+    assert buf.stats()["steps_stale"] == 2
+    dropping = StepBuffer(100, max_staleness=1, batch_size=4)
+    dropping.add_result(game(0, 6, version=0))
+    dropping.set_policy_version(1)
+    assert len(dropping.get_batch(4)) == 4  # the dropping policy serves exactly a batch
+    dropping.set_policy_version(2)
+    assert dropping.stats()["steps_stale"] == 2
+
+
 def test_the_drop_policy_admits_while_the_buffer_has_room():
     buf = StepBuffer(4, max_staleness=1)
     assert buf.admit(3) == [None, None, None]

@@ -300,7 +300,12 @@ class RunConfig:
         ),
     )
     buffer_size: int | None = attrs.field(
-        default=None, validator=at_least_one, metadata=_help("buffer capacity (default 2 x batch_size)")
+        default=None,
+        validator=at_least_one,
+        metadata=_help(
+            "buffer capacity (default 4 x batch_size under --admission budget, which bounds what is held "
+            "itself, so that its estimate errors are trained on, not evicted; 2 x batch_size under drop)"
+        ),
     )
     max_staleness: int = attrs.field(
         # 2 dropped 24-32% of a default run's steps as stale instead of about 60% and ran 5-6.4 minutes
@@ -310,9 +315,9 @@ class RunConfig:
         metadata=_help("drop steps more than this many policy versions old"),
     )
     admission: str = attrs.field(
-        # budget dropped 16-18% instead of 58-60% of a default run's steps but took 0.95-1.20x the wall
-        # time of drop (docs/benchmarks.md): it stays an option until it is faster
-        default="drop",
+        # budget: no more games ahead of the learner than it can train on in time, and a version's surplus
+        # joins its batch; drop, the old behaviour, lost 58-60% of a default run's steps (docs/benchmarks.md)
+        default="budget",
         validator=choice("budget", "drop"),
         metadata=_help(
             "budget: start a training game only while its steps can be trained on within max_staleness "
@@ -523,7 +528,7 @@ class RunConfig:
         if self.buffer_size is not None and self.buffer_size < self.batch_size:
             raise ConfigError(
                 f"buffer_size ({self.buffer_size}) must be >= batch_size ({self.batch_size}): the buffer could "
-                "never hold a batch; raise --buffer-size or leave it out (default 2 x batch_size)"
+                "never hold a batch; raise --buffer-size or leave it out"
             )
         if not self.train_envs:
             raise ConfigError("train_envs is empty: give at least one --env")
@@ -639,7 +644,7 @@ class RunConfig:
 
     @property
     def effective_buffer_size(self) -> int:
-        return self.buffer_size or 2 * self.batch_size
+        return self.buffer_size or (4 if self.admission == "budget" else 2) * self.batch_size
 
     # ---- files
     def to_dict(self) -> dict[str, Any]:

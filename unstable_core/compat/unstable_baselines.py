@@ -92,8 +92,9 @@ REFERENCE_RUN: dict[str, tuple[Any, str]] = {
     "gradient_checkpointing": (True, "build(activation_checkpointing=True, gradient_checkpointing=True)"),
     "max_train_len": (None, "build()'s None; an over-long step is dropped here, never cut"),
     "max_generation_len": (4096, "_default_vllm_cfg()'s max_tokens"),
-    "buffer_size": (None, "2 x batch_size, as the reference's"),
+    "buffer_size": (None, "2 x batch_size under admission drop, as the reference's"),
     "max_staleness": (1, "ours: the reference had no bound on off-policy data"),
+    "admission": ("drop", "the reference's: collection workers start games freely, stale data is dropped"),
     "lora_config": (dict(DEFAULT_LORA_CFG), "_DEFAULT_LORA_CFG"),
     "final_transforms": (["role-advantage-by-env"], "build(): RoleAdvantageByEnvFormatter(), tau 0.001"),
     "step_transforms": (

@@ -53,6 +53,12 @@ class Admission:
         batches = max(0, self.max_staleness + 1 - self._batches_taken)
         return min(batches * self.batch_size, self.capacity)
 
+    @property
+    def max_batch(self) -> int:
+        """The most steps one batch takes: a batch and what would otherwise go stale, at most the whole
+        budget of a version ((max_staleness + 1) batches)."""
+        return (self.max_staleness + 1) * self.batch_size
+
     def batch_served(self) -> None:
         """The learner took a batch: one update less before the current version's data goes stale."""
         self._batches_taken += 1

@@ -203,7 +203,7 @@ class StepBuffer:
                 return None
             self._units = deque(sorted(self._units, key=lambda u: min(s.policy_version for s in u)))
         batch: list[Step] = []
-        while len(batch) < batch_size:
+        while len(batch) < batch_size or self._takes_surplus(batch):
             unit = self._units.popleft()
             batch.extend(unit)
             self.counts["groups_served"] += _is_group(unit)
@@ -212,6 +212,16 @@ class StepBuffer:
         if self.admission is not None:
             self.admission.batch_served()
         return self.rewards.shape_batch(batch)
+
+    def _takes_surplus(self, batch: list[Step]) -> bool:
+        """Under admission control, whether the batch also takes the next held unit because the next
+        publication would make it stale (games longer than the budget's estimate produced more than a
+        batch of a version): it is trained on now instead of dropped, up to `Admission.max_batch` steps."""
+        if self.admission is None or not self._units:
+            return False
+        unit = self._units[0]
+        stale_next = min(s.policy_version for s in unit) < self.policy_version + 1 - self.max_staleness
+        return stale_next and len(batch) + len(unit) <= self.admission.max_batch
 
     def continue_collection(self) -> bool:
         """False once stopped, or while full (back-pressure: new games would only be evicted)."""
