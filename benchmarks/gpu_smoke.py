@@ -3,8 +3,9 @@
     python3 benchmarks/gpu_smoke.py [--model smollm2-135m] [--device cpu]
 
 - transformers backend in bf16: generated tokens/s at batch 1, 8 and 32;
-- one REINFORCE update on the GPU (bf16 body, fp32 LM head) on steps the backend just sampled;
-- backend-vs-learner log-prob difference at zero policy lag (the update's off_policy/ metrics);
+- one update of each installed learner (reinforce, a2c, ppo, ...) on the GPU (bf16 body, fp32 LM head) on
+  steps the backend just sampled, and the backend-vs-learner log-prob difference at zero policy lag (the
+  update's off_policy/ metrics);
 - the data-parallel learner (`--learner-workers`): one REINFORCE update by 2 workers in one NCCL group, one
   GPU each, against the same update by one worker (`testing.data_parallel`), where 2 GPUs are visible
   (with --device cpu: 2 gloo workers on the CPU);
@@ -18,9 +19,12 @@ Every check that cannot run here (no CUDA GPU, no vLLM) is printed as "not check
 from __future__ import annotations
 
 import argparse
+import math
 import tempfile
 import time
 from typing import Any
+
+import attrs
 
 PROMPT = "You are playing TicTacToe. The board is empty. Think briefly, then give your move as [4]."
 TEMPERATURE = 1.0
@@ -54,15 +58,13 @@ def tokens_per_s(backend: Any, batch: int, max_tokens: int, device: str) -> floa
     return sum(len(o.token_ids) for o in outs) / (time.perf_counter() - start)
 
 
-def one_update(model: str, backend: Any, tmp: str, device: str) -> dict[str, float]:
-    """A REINFORCE update on `device` on steps `backend` sampled: its metrics and wall time."""
+def one_update(name: str, model: str, steps: list[Any], tmp: str, device: str) -> dict[str, float]:
+    """One update of learner `name` on `device` on steps a backend sampled: its metrics and wall time."""
     from unstable_core import plugins
-    from unstable_core.testing import sampled_steps
 
-    steps = sampled_steps(model, TEMPERATURE, backend=backend)
-    learner = plugins.load("learner", "reinforce").create(
+    learner = plugins.load("learner", name).create(
         model,
-        run_dir=f"{tmp}/run",
+        run_dir=f"{tmp}/run-{name}",
         batch_size=len(steps),
         mini_batch_size=len(steps),
         temperature=TEMPERATURE,
@@ -74,29 +76,47 @@ def one_update(model: str, backend: Any, tmp: str, device: str) -> dict[str, flo
     return {**metrics, "update_s": time.perf_counter() - start}
 
 
+def installed_learners() -> list[str]:
+    """The learners registered here (`unstable plugins`), reinforce first."""
+    from unstable_core.plugins import get_registry
+
+    names = sorted(c.name for c in get_registry().by_kind("learner"))
+    return sorted(names, key=lambda n: n != "reinforce")
+
+
 def check_transformers(model: str, max_tokens: int, tmp: str, device: str) -> list[tuple[str, str]]:
     import torch
 
     from unstable_core.inference.hf import TransformersBackend
+    from unstable_core.testing import sampled_steps
 
     backend = TransformersBackend(model, device=device, dtype=torch.bfloat16, max_batch_size=32)
     rows = [
         (f"transformers bf16 tokens/s, batch {b}", f"{tokens_per_s(backend, b, max_tokens, device):.1f}")
         for b in (1, 8, 32)
     ]
-    m = one_update(model, backend, tmp, device)
-    rows += [
-        (
-            "learner update (reinforce, 4 steps)",
-            f"{m['update_s']:.2f} s, loss {m.get('learner/loss', m.get('loss', float('nan'))):.4f}",
-        ),
-        (
-            "transformers vs learner max |log ratio|",
-            f"{m.get('off_policy/max_abs_log_ratio', float('nan')):.3g} nats",
-        ),
-        ("transformers vs learner KL (k3, per token)", f"{m.get('off_policy/kl', float('nan')):.3g}"),
+    # outcomes of both signs: a2c's per-env z-scored advantages of equal outcomes would all be 0
+    steps = [
+        attrs.evolve(step, reward=1.0 if i % 2 else -1.0, final_reward=1.0 if i % 2 else -1.0)
+        for i, step in enumerate(sampled_steps(model, TEMPERATURE, backend=backend))
     ]
     del backend
+    for name in installed_learners():
+        m = one_update(name, model, steps, tmp, device)
+        finite = all(math.isfinite(v) for v in m.values() if isinstance(v, float))
+        rows += [
+            (
+                f"learner update ({name}, {len(steps)} steps)",
+                f"{m['update_s']:.2f} s, loss {m.get('loss', m.get('policy_loss', float('nan'))):.4f}, grad_norm "
+                f"{m.get('grad_norm', float('nan')):.3g}, "
+                + ("all metrics finite" if finite else "NON-FINITE"),
+            ),
+            (
+                f"transformers vs {name} max |log ratio|",
+                f"{m.get('off_policy/max_abs_log_ratio', float('nan')):.3g} nats, KL (k3, per token) "
+                f"{m.get('off_policy/kl', float('nan')):.3g}",
+            ),
+        ]
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return rows
