@@ -23,3 +23,4 @@ def test_quick_pipeline_benchmark_runs_both_policies_and_compares_them(tmp_path)
     assert runs["budget"]["steps_stale"] == 0 and runs["budget"]["steps_used"] > 0
     assert 0 < runs["budget"]["learner_busy"] <= 1 and 0 <= runs["budget"]["inference_busy"] <= 1
     assert data["ratio_per_seed"]["0"] > 0 and "budget / drop wall time" in proc.stdout
+    assert data["budget_max_lost_share"] == 0 and "most steps a budget run lost: 0.0%" in proc.stdout
