@@ -315,8 +315,8 @@ class RunConfig:
         metadata=_help("drop steps more than this many policy versions old"),
     )
     admission: str = attrs.field(
-        # budget: no more games ahead of the learner than it can train on in time, and a version's surplus
-        # joins its batch; drop, the old behaviour, lost 58-60% of a default run's steps (docs/benchmarks.md)
+        # budget lost no step of three default runs where drop lost 56-64%, in 0.92-1.22x drop's wall time
+        # to the 16th update, all six learning at p < 0.01 (docs/benchmarks.md#pipeline)
         default="budget",
         validator=choice("budget", "drop"),
         metadata=_help(
