@@ -13,8 +13,10 @@ training games finished so far (an exponential moving average); before any has, 
 with its ticket released; the buffer then holds what it really produced.
 
 The other half of the bound is the learner's: a batch is served only when no game admitted at a version
-that the next update makes stale is still being played (`blocks_batch`), and the oldest data is served
-first, so a long game of an old version is trained on instead of dropped.
+that the next update makes stale is still being played (`blocks_batch`), the oldest data is served
+first, and a batch also takes what the next update would make stale, up to `max_batch` steps (the buffer's
+`get_batch`), so a long game of an old version, or more games of a version than its estimate booked, is
+trained on instead of dropped.
 """
 
 from __future__ import annotations

@@ -82,12 +82,14 @@ class StepBuffer:
     def _units_of(self, trajectories: list[Trajectory]) -> list[list[Step]]:
         return [[s] for t in trajectories for s in t.steps]
 
-    def _within_bound(self, version: int) -> bool:
-        """Whether data of policy `version` is within `max_staleness` versions of the current one."""
-        return self.max_staleness is None or version >= self.policy_version - self.max_staleness
+    def _within_bound(self, version: int, current: int | None = None) -> bool:
+        """Whether data of policy `version` is within `max_staleness` versions of `current` (default: the
+        current version)."""
+        current = self.policy_version if current is None else current
+        return self.max_staleness is None or version >= current - self.max_staleness
 
-    def _fresh(self, unit: list[Step]) -> bool:
-        return self._within_bound(min(s.policy_version for s in unit))
+    def _fresh(self, unit: list[Step], current: int | None = None) -> bool:
+        return self._within_bound(min(s.policy_version for s in unit), current)
 
     def size(self) -> int:
         """Number of steps held and ready to serve (a group still waiting for games is not)."""
@@ -220,7 +222,7 @@ class StepBuffer:
         if self.admission is None or not self._units:
             return False
         unit = self._units[0]
-        stale_next = min(s.policy_version for s in unit) < self.policy_version + 1 - self.max_staleness
+        stale_next = not self._fresh(unit, self.policy_version + 1)
         return stale_next and len(batch) + len(unit) <= self.admission.max_batch
 
     def continue_collection(self) -> bool:
