@@ -247,7 +247,7 @@ def test_every_reference_build_parameter_with_its_reference_value(tmp_path):
         "mirror", "reinforce", "random", [], []
     )  # fmt: skip
     assert cfg.lora_config == DEFAULT_LORA_CFG and cfg.vllm_config == {}
-    assert (cfg.admission, cfg.effective_buffer_size) == ("budget", 4 * 384)  # our admission control
+    assert (cfg.admission, cfg.effective_buffer_size) == ("budget", 2 * 384)  # our admission control
     assert [s.num_actors for s in cfg.train_specs()] == [2]
     for strategy in ("mirror", "fixed"):
         assert config_from_dict({"opponent_sampling_strategy": strategy, "fixed_opponents": ["base"]})

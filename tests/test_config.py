@@ -19,7 +19,7 @@ def test_defaults_are_valid_and_mirror_seats_learner_everywhere():
     cfg = RunConfig()
     (spec,) = cfg.train_specs()
     assert (spec.env_id, spec.num_players, spec.num_actors) == ("TicTacToe-v0-train", 2, 2)
-    assert cfg.effective_buffer_size == 4 * cfg.batch_size and cfg.admission == "budget"
+    assert cfg.effective_buffer_size == 2 * cfg.batch_size and cfg.admission == "budget"  # the budget
     assert RunConfig(admission="drop").effective_buffer_size == 2 * cfg.batch_size
 
 

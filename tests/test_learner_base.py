@@ -232,6 +232,23 @@ def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model, tmp_path)
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)  # padding changes the summation order
 
 
+def test_a_batch_larger_than_batch_size_is_the_mean_of_its_steps(tiny_model, tmp_path):
+    """A batch that took whole groups or a version's surplus holds more than --batch-size steps: each of
+    its n steps weighs 1/n (the loss is a mean, its size independent of n), not 1/batch_size."""
+
+    def grads(batch):
+        lrn = SumLogprobLearner.create(tiny_model, device="cpu", run_dir=tmp_path, batch_size=2,
+                                       mini_batch_size=2, gradient_clipping=1e9, lora_config={"lora_rank": 4},
+                                       seed=3)  # fmt: skip
+        lrn.initialize_algorithm()
+        return _grads_at_step(lrn, batch)
+
+    whole = grads(BATCH)  # 3 steps for a batch size of 2
+    alone = [grads([step]) for step in BATCH]
+    for i, g in enumerate(whole):
+        assert torch.allclose(g, sum(a[i] for a in alone) / 3, rtol=1e-4, atol=1e-6)
+
+
 def test_micro_batches_hold_steps_of_neighbouring_lengths(tiny_model, tmp_path):
     """Sorted by length before they are cut, so a micro-batch pads little; the gradient is the same sum."""
     seen = []

@@ -259,7 +259,13 @@ class RunConfig:
         metadata=_help("learner updates to run", section="learning"),
     )
     batch_size: int = attrs.field(
-        default=16, validator=at_least_one, metadata=_help("steps per learner update")
+        default=16,
+        validator=at_least_one,
+        metadata=_help(
+            "steps per learner update: at least this many; a batch also takes whole groups and episodes, "
+            "and under --admission budget every held step the next update would make stale; the loss is "
+            "the mean over the batch's steps, whatever its size"
+        ),
     )
     mini_batch_size: int = attrs.field(
         default=4, validator=at_least_one, metadata=_help("micro-batch size (gradient accumulation)")
@@ -303,8 +309,9 @@ class RunConfig:
         default=None,
         validator=at_least_one,
         metadata=_help(
-            "buffer capacity (default 4 x batch_size under --admission budget, which bounds what is held "
-            "itself, so that its estimate errors are trained on, not evicted; 2 x batch_size under drop)"
+            "buffer capacity: under --admission budget it caps the budget (default (max_staleness + 1) x "
+            "batch_size) and nothing admitted is evicted; under drop the oldest steps beyond it are evicted "
+            "(default 2 x batch_size)"
         ),
     )
     max_staleness: int = attrs.field(
@@ -644,7 +651,8 @@ class RunConfig:
 
     @property
     def effective_buffer_size(self) -> int:
-        return self.buffer_size or (4 if self.admission == "budget" else 2) * self.batch_size
+        batches = self.max_staleness + 1 if self.admission == "budget" else 2
+        return self.buffer_size or batches * self.batch_size
 
     # ---- files
     def to_dict(self) -> dict[str, Any]:

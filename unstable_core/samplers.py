@@ -59,6 +59,10 @@ class BaseEnvSampler:
         """How many games each group has (GRPO's G games from one start); 1: games are not grouped."""
         return 1
 
+    def group_left(self) -> int:
+        """Games of the current group still to be drawn: 0 when the next training game starts a new one."""
+        return 0
+
     def group_value(self, key: str, sample: Callable[[], Any]) -> Any:
         """The training game just sampled's value of `key` ("seed", "opponents", "learner", "id"), given
         `sample()` that draws a fresh one; a sampler that groups games returns its group's first draw for

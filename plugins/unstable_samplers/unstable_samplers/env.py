@@ -50,6 +50,10 @@ class UniformRandomEnvSampler(BaseEnvSampler):
         """`repeat`: the games of each group."""
         return self.repeat
 
+    def group_left(self) -> int:
+        """Games of the group in progress still to be drawn (0: the next game starts a new group)."""
+        return self._left
+
     def group_value(self, key: str, sample: Callable[[], Any]) -> Any:
         """The current group's `key`: `sample()` for the first of its `repeat` games, the same after."""
         if self.repeat == 1:

@@ -4,8 +4,8 @@ A buffer owns the run's `RewardPipeline` (`unstable_core.rewards.pipeline`): a f
 final and step transforms before it is stored, and each batch by the sampling transforms as it is served.
 
 `StepBuffer` holds steps (REINFORCE-style learners); `EpisodeBuffer` holds whole trajectories (learners
-that need every step of an episode, e.g. GAE). Both evict the oldest data beyond `max_buffer_size` and
-never serve data produced more than `max_staleness` policy versions before the current one: the bound is
+that need every step of an episode, e.g. GAE). Without admission control both evict the oldest data
+beyond `max_buffer_size`; both never serve data produced more than `max_staleness` policy versions before the current one: the bound is
 checked when a game arrives (it may have been played by a version that was current when it started),
 when a new version is published, and again when a batch is served.
 
@@ -69,6 +69,7 @@ class StepBuffer:
             "groups_served": 0,
             "groups_dropped": 0,
             "groups_incomplete": 0,
+            "groups_empty": 0,
             "steps_incomplete": 0,
             "games_admitted": 0,
             "updates_waiting_for_stragglers": 0,
@@ -125,6 +126,9 @@ class StepBuffer:
             if not self._arrived(info.group_id, []):
                 return 0
             units = [[s for u in group.units for s in u]]  # the whole group: one unit
+            if not units[0]:  # no game of the group reached a learner's turn: nothing to train on
+                self.counts["groups_empty"] += 1
+                return 0
         fresh = [u for u in units if self._fresh(u)]
         self.counts["steps_stale_on_add"] += sum(len(u) for u in units if not self._fresh(u))
         self.counts["groups_dropped"] += sum(_is_group(u) for u in units if not self._fresh(u))
@@ -161,7 +165,12 @@ class StepBuffer:
         return True
 
     def _evict(self) -> None:
-        while len(self._units) > 1 and self._n > self.max_buffer_size:  # a group larger than the buffer stays
+        """Under "drop", the oldest units beyond `max_buffer_size` (a group larger than the buffer stays).
+        Under "budget", nothing: the admission bounds what is held (the capacity caps its budget), and
+        what it admitted beyond, a game longer than its estimate, is trained on."""
+        if self.admission is not None:
+            return
+        while len(self._units) > 1 and self._n > self.max_buffer_size:
             unit = self._units.popleft()
             self._n -= len(unit)
             self.counts["steps_evicted"] += len(unit)
@@ -218,25 +227,28 @@ class StepBuffer:
     def _takes_surplus(self, batch: list[Step]) -> bool:
         """Under admission control, whether the batch also takes the next held unit because the next
         publication would make it stale (games longer than the budget's estimate produced more than a
-        batch of a version): it is trained on now instead of dropped, up to `Admission.max_batch` steps."""
+        batch of a version): it is trained on now instead of dropped. What is held is bounded by the
+        admission (and the buffer's capacity), so the batch is too."""
         if self.admission is None or not self._units:
             return False
-        unit = self._units[0]
-        stale_next = not self._fresh(unit, self.policy_version + 1)
-        return stale_next and len(batch) + len(unit) <= self.admission.max_batch
+        return not self._fresh(self._units[0], self.policy_version + 1)
 
     def continue_collection(self) -> bool:
         """False once stopped, or while full (back-pressure: new games would only be evicted)."""
         return not self.stopped and self.size() < self.max_buffer_size
 
-    def admit(self, wanted: int) -> list[int | None]:
-        """Tickets for at most `wanted` new training games (see `Admission.admit`); with admission "drop",
-        `wanted` untracked ones (None) while `continue_collection`, else none."""
+    def admit(
+        self, wanted: int, group_size: int = 1, continuing: int = 0, caller: object = 0
+    ) -> list[int | None]:
+        """Tickets for at most `wanted` new training games of `caller` (a collector), whose games come in
+        groups of `group_size` and whose next `continuing` games finish a group (see `Admission.admit`);
+        with admission "drop", `wanted` untracked ones (None) while `continue_collection`, else none."""
         if self.stopped:
             return []
         if self.admission is None:
             return [None] * wanted if self.continue_collection() else []
-        tickets = self.admission.admit(wanted, self.size() + self._pending_steps(), self.policy_version)
+        held = self.size() + self._pending_steps()
+        tickets = self.admission.admit(wanted, held, self.policy_version, group_size, continuing, caller)
         self.counts["games_admitted"] += len(tickets)
         return tickets
 

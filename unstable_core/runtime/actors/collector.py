@@ -123,6 +123,7 @@ class Collector:
         self._buffered = PassBatch(lambda results: self.buffer.add_results.remote(results))
         self._released = PassBatch(lambda items: self.buffer.release_many.remote(items))
         self._league_fetch: asyncio.Future | None = None  # the league snapshot being fetched
+        self._undrawn = 0  # training games admitted whose spec the scheduler has not drawn yet
 
     # ---- one game
     def _generator(
@@ -229,8 +230,11 @@ class Collector:
         return await asyncio.shield(self._league_fetch)
 
     async def _run(self, kind: str, ticket: int | None = None) -> GameResult:
-        league = League.from_dict(await self._league_state())
-        spec = self.scheduler.next_train(league) if kind == "train" else self.scheduler.next_eval(league)
+        try:
+            league = League.from_dict(await self._league_state())
+            spec = self.scheduler.next_train(league) if kind == "train" else self.scheduler.next_eval(league)
+        finally:
+            self._undrawn -= kind == "train"
         return await self._finish(spec, league, kind, ticket)
 
     async def _finish(
@@ -391,7 +395,12 @@ class Collector:
             return []
         if self.buffer is None:
             return [None] * wanted
-        tickets = await self.buffer.admit.remote(wanted)
+        sampler = self.scheduler.env_sampler
+        size = sampler.group_size()
+        # the games admitted before but not drawn yet come first: they finish the group, or start new ones
+        continuing = (sampler.group_left() - self._undrawn) % size if size > 1 else 0
+        tickets = await self.buffer.admit.remote(wanted, size, continuing, self.scheduler.shard)
+        self._undrawn += len(tickets)
         if tickets:  # a league snapshot fetched before the admission may predate the version it was made at
             self._league_fetch = None
         return tickets
