@@ -476,6 +476,14 @@ class RunConfig:
         validator=at_least_one,
         metadata=_help("learner updates in a row with a non-finite loss or gradient that stop the run"),
     )
+    stall_timeout_s: float | None = attrs.field(
+        default=None,
+        validator=in_range(1.0, 1e9),
+        metadata=_help(
+            "the run stops, naming what is stuck, when the learner waits this long for a batch or spends "
+            "this long in one update (default: game_timeout_s + 300)"
+        ),
+    )
     run_name: str | None = attrs.field(
         default=None, metadata=_help("run directory name (default: time-stamped)", section="bookkeeping")
     )
@@ -648,6 +656,11 @@ class RunConfig:
             parse_eval_env({"num_players": 1, **t} if isinstance(t, dict) else f"{t}:1", self.prompt_template)
             for t in self.eval_tasks
         ]
+
+    @property
+    def effective_stall_timeout_s(self) -> float:
+        """Longer than any game may take (a straggler the learner rightly waits for), plus five minutes."""
+        return self.stall_timeout_s or self.game_timeout_s + 300.0
 
     @property
     def effective_buffer_size(self) -> int:

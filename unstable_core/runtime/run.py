@@ -47,6 +47,7 @@ from unstable_core.runtime.recovery.resume import (
     resume_config,
 )
 from unstable_core.runtime.recovery.shutdown import close_files, write_summary
+from unstable_core.runtime.recovery.stall import LearnerPhase, PipelineStalled, StallWatch
 
 
 class Run:
@@ -220,6 +221,8 @@ class Run:
         self._watch = inference = InferenceWatch(
             {names[a._actor_id.hex()]: a for a in self.actors.inference_actors()}
         )
+        learner = self.actors.learner if self._train_ref is not None else None
+        stall = StallWatch(self.cfg.effective_stall_timeout_s, self.cfg.batch_size) if learner else None
         try:
             while waiting:
                 done, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=poll_s)
@@ -232,6 +235,7 @@ class Run:
                     ray.get(ref)
                     raise ActorDied("a collector", "it stopped collecting")
                 check_alive(self.actors)
+                self._check_progress(stall)
                 for name, line in inference.poll():
                     on_event(line)
                     record_event(self.run_dir, "actor_restarted", actor=name)
@@ -264,6 +268,23 @@ class Run:
             raise self._stop_after_death(exc) from None
         return self.stop()
 
+    def _check_progress(self, stall: StallWatch | None) -> None:
+        """Raise PipelineStalled when the learner has waited for a batch, or been in one update, for the
+        stall timeout (a learner too busy to answer is the liveness check's to judge)."""
+        import ray
+
+        if stall is None:
+            return
+        try:
+            phase, buffer = ray.get(
+                [self.actors.learner.phase.remote(), self.actors.buffer.stats.remote()], timeout=10
+            )
+        except ray.exceptions.GetTimeoutError:
+            return
+        why = stall.check(time.time(), LearnerPhase(**phase), buffer)
+        if why is not None:
+            raise PipelineStalled(why)
+
     def _drain_evals(self, on_progress: Callable[[dict[str, Any]], None] | None, poll_s: float) -> None:
         """After the last update: let the collectors play the scheduled evaluations of every published
         checkpoint (no more training games), each game bounded by game_timeout_s."""
@@ -290,7 +311,7 @@ class Run:
             exc = ActorDied(who, death_reason(exc) if actor_id else type(exc).__name__)
         who, what, event, why = exc.who, exc.what, exc.event, exc.why
         try:
-            self.stop(timeout_s=60.0, release=False)
+            self.stop(timeout_s=getattr(exc, "stop_timeout_s", 60.0), release=False)
         except Exception:  # the stop of a broken run must not hide why it broke
             self.abort(release=False)
         step = max(checkpoint_steps(self.run_dir), default=0)

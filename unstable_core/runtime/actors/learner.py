@@ -68,6 +68,7 @@ class LearnerActor:
         self._stop = threading.Event()
         self.nonfinite = NonFiniteUpdates(max_nonfinite_updates)
         self.rank, self.world_size = rank, world_size
+        self._phase = ("starting", time.time())  # what `phase()` reports: a stalled pipeline's evidence
 
     def group_address(self) -> tuple[str, int]:
         """Where this (rank 0) worker hosts the group's rendezvous: its node's address and a free port."""
@@ -88,7 +89,14 @@ class LearnerActor:
     def buffer_kind(self) -> str:
         return getattr(self.learner, "buffer_kind", "step")
 
+    def phase(self) -> dict[str, Any]:
+        """What the learner does now ("starting", "waiting" for a batch, "updating", "done"), since when,
+        and its step: the run's stall watch reads it (`runtime.recovery.stall`)."""
+        state, since = self._phase
+        return {"state": state, "since": since, "step": self.learner.step}
+
     def _next_batch(self) -> list | None:
+        self._phase = ("waiting", time.time())
         while not self._stop.is_set():
             batch = ray.get(self.buffer.get_batch.remote(self.batch_size))
             if batch:
@@ -150,6 +158,7 @@ class LearnerActor:
                 break
             if group is not None:
                 group.broadcast(batch)
+            self._phase = ("updating", time.time())
             pause_point(f"batch-{self.learner.step + 1}")
             started = time.time()
             metrics = dict(self.learner.update(batch))
@@ -168,6 +177,7 @@ class LearnerActor:
             if give_up:
                 ray.get(logged)  # in metrics.jsonl before the run stops
                 raise UnstableError(self.nonfinite.message(metrics))
+        self._phase = ("done", time.time())
         return last
 
     def stop(self) -> None:

@@ -262,7 +262,8 @@ def start_learner(
     from unstable_core.runtime.actors.learner import LearnerActor
 
     cfg, world = plan.cfg, plan.cfg.learner_workers
-    options: dict[str, Any] = {"num_gpus": placement.learner_gpus, "max_concurrency": 2}
+    # train, and beside it stop and phase (the run's stall watch)
+    options: dict[str, Any] = {"num_gpus": placement.learner_gpus, "max_concurrency": 3}
     if world > 1:
         options["scheduling_strategy"] = learner_placement_group(world, placement.learner_gpus)
     elif driver_node_gpus() >= placement.learner_gpus:  # else wherever its GPU is (docs/gpus-and-clusters.md)
