@@ -4,6 +4,8 @@ A kill falls at a random moment 0-T s after each (re)start's first new checkpoin
 makes progress and kills land during collection, updates and checkpoint writes alike.
 
     python3 benchmarks/faults.py [--steps 150] [--every 4] [--kills 7] [--kinds collector,learner]
+    python3 benchmarks/faults.py --steps 40 --repeat 4            # groups of 4 games (GRPO), TicTacToe
+    python3 benchmarks/faults.py --steps 20 --learner-workers 2 --kinds learner,driver --kills 4
 
 Without --model the run uses a tiny random-weight model (seconds per step on a CPU); `--model smollm2-135m`
 uses the embedded default. Each kill is a SIGKILL of one Ray actor's process, or of the driver (the
@@ -232,6 +234,12 @@ def main() -> None:
         "--hang-s", type=float, default=300.0, help="a run that makes no progress this long hangs"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="games per group (GRPO's G, with the group-relative baseline)"
+    )
+    parser.add_argument(
+        "--learner-workers", type=int, default=1, help="data-parallel learner workers (a kill takes one)"
+    )
     parser.add_argument("--runs-dir", default=None)
     args = parser.parse_args()
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
@@ -249,6 +257,11 @@ def main() -> None:
     run_dir = (runs_dir / "faults").resolve()
     first = ["--model", model, "--runs-dir", str(runs_dir), "--run-name", "faults", "--learning-steps"]
     first += [str(args.steps), *SMALL]
+    if args.repeat > 1:
+        first += ["--env-sampler-config", json.dumps({"repeat": args.repeat})]
+        first += ["--sampling-transform", "group-relative"]
+    if args.learner_workers > 1:
+        first += ["--learner-workers", str(args.learner_workers)]
     if args.model is not None:
         first = [a for a in first if a not in ("--lora-config", '{"lora_rank": 4, "lora_alpha": 8}')]
     order: list[str] = []
@@ -333,6 +346,7 @@ def main() -> None:
     rows = [
         ("model", args.model or "tiny random-weight model"),
         ("learning steps asked", str(args.steps)),
+        ("games per group, learner workers", f"{args.repeat}, {args.learner_workers}"),
         (
             "actors killed",
             f"{sum(killed.values())} ({', '.join(f'{k} {v}' for k, v in sorted(killed.items()))})",
