@@ -42,6 +42,21 @@ def register_envs(register):
 
     from unstable_core.envs.sources import ArithmeticTask
 
+    # the wrappers of TextArena's KuhnPoker-v0-*-train ids: the same observation text as those games
+    wrappers = [
+        "textarena.wrappers.ObservationWrappers.llm_observation_wrapper:GameMessagesAndCurrentBoardObservationWrapper",
+        "textarena.wrappers.ActionWrappers.action_formatting_wrapper:ActionFormattingWrapper",
+    ]
+    for env_id, factory, rounds in (("KuhnPoker-v0-chips", "one_round", "1 round"),
+                                    ("KuhnPoker-v0-short-chips", "five_rounds", "5 rounds")):  # fmt: skip
+        register(
+            env_id,
+            f"unstable_core.envs.kuhn:{factory}",
+            f"Kuhn Poker as its rules say (a bet puts a chip in the pot), {rounds}, rewarded in net chips",
+            players=2,
+            wrappers=wrappers,
+        )
+
     shapes = {1: "a +- b, 1..20", 2: "two of + - *, 1..20"}
     shapes.update({d: f"{d} of + - * / with ( ), 1..50" for d in (3, 4, 5)})
     for level, shape in shapes.items():
