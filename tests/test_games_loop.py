@@ -490,6 +490,7 @@ def test_the_move_template_opens_the_answer_and_the_action_is_read_from_prefix_a
     assert tokenizer.decode(first.prompt_ids) == first.obs  # the prefix is part of the prompt tokens
     assert (first.action, first.format_ok, first.invalid_move) == ("[bet]", True, False)
     assert first.step_info["answer_prefix"] == "["
+    assert [r.params.stop for r in fake.requests] == [("]",), ("]",)]  # sampling stops at the move's end
     record = _chat(to_dict(first), {"game_idx": 7, "seat": first.pid})
     assert record["messages"][-1] == {"role": "assistant", "content": "[bet] because"}
     assert record["messages"][-2]["role"] == "user" and record["messages"][-2]["content"].endswith(

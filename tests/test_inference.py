@@ -4,6 +4,7 @@ import asyncio
 import json
 import shutil
 
+import attrs
 import pytest
 import torch
 
@@ -251,6 +252,31 @@ def test_stops_at_and_includes_any_generation_config_eos(tiny_model, tmp_path, b
     assert out.finish_reason == "stop"
     assert out.token_ids == free.token_ids[: stop_at + 1]  # the EOS token included, nothing after it
     assert len(out.logprobs) == stop_at + 1
+
+
+def test_a_stop_string_ends_the_completion_at_the_token_that_holds_it(backend, prompts):
+    """The move template's `]`: whatever a model writes after its move is never played, so never sampled."""
+    from unstable_core.inference.stops import stop_token_ids
+
+    stop_ids = stop_token_ids(backend.tokenizer, ("]",))
+    assert stop_ids and all("]" in backend.tokenizer.decode([i]) for i in stop_ids)
+    assert backend.tokenizer.convert_tokens_to_ids("]") in stop_ids
+    free = [SamplingParams(temperature=1.0, max_tokens=24, seed=s) for s in range(24)]
+    stopped = [attrs.evolve(p, stop=("]",)) for p in free]
+    frees = backend.generate_batch([GenerationRequest(prompts[s % 3], params=p) for s, p in enumerate(free)])
+    outs = backend.generate_batch(
+        [GenerationRequest(prompts[s % 3], params=p) for s, p in enumerate(stopped)]
+    )
+    cut = 0
+    for f, o in zip(frees, outs, strict=True):
+        first = next((k for k, t in enumerate(f.token_ids) if t in stop_ids), None)
+        if first is None:
+            assert o.token_ids == f.token_ids  # no stop token drawn: the same completion
+        else:  # seeded: the same draws up to the stop token, kept, nothing after it
+            assert o.token_ids == f.token_ids[: first + 1] and o.finish_reason == "stop"
+            assert o.logprobs == pytest.approx(f.logprobs[: first + 1], abs=1e-5)
+            cut += first + 1 < len(f.token_ids)
+    assert cut >= 1  # seeded draws: the stop path is taken (the tiny model draws a `]` token rarely)
 
 
 def test_special_tokens_are_kept_in_ids_but_not_in_text(backend):

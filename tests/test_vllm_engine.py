@@ -149,3 +149,27 @@ def test_seeded_requests_beyond_one_steps_token_budget_are_served_and_reproducib
     assert not errors and engine.dead is None, errors[:2]
     assert [o.token_ids for o in first] == [o.token_ids for o in again]
     assert len({tuple(o.token_ids) for o in first}) > 1  # the seeds differ, and so do the samples
+
+
+def test_a_stop_string_ends_the_completion_at_the_token_that_holds_it(engine, prompts):
+    """As the transformers backend: the token that holds `]` ends the completion, kept in its ids."""
+    from unstable_core.inference.stops import stop_token_ids
+
+    stop_ids = stop_token_ids(engine.tokenizer, ("]",))
+    free = [SamplingParams(temperature=1.0, max_tokens=24, seed=s) for s in range(24)]
+    stopped = [SamplingParams(temperature=1.0, max_tokens=24, seed=s, stop=("]",)) for s in range(24)]
+    frees = engine.generate_batch(
+        [GenerationRequest(prompts[s % len(prompts)], params=p) for s, p in enumerate(free)]
+    )
+    outs = engine.generate_batch(
+        [GenerationRequest(prompts[s % len(prompts)], params=p) for s, p in enumerate(stopped)]
+    )
+    cut = 0
+    for f, o in zip(frees, outs, strict=True):
+        first = next((k for k, t in enumerate(f.token_ids) if t in stop_ids), None)
+        if first is None:
+            assert o.token_ids == f.token_ids
+        else:
+            assert o.token_ids == f.token_ids[: first + 1] and o.finish_reason == "stop"
+            cut += first + 1 < len(f.token_ids)
+    assert cut >= 1

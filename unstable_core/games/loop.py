@@ -29,6 +29,7 @@ from unstable_core.games.templates import (
     PromptRenderer,
     Template,
     answer_prefix,
+    answer_stop,
     get_template,
     prompt_renderer,
 )
@@ -139,8 +140,8 @@ class _Game:
     steps: list[Step] = attrs.field(factory=list)
     final_rewards: dict[int, float] = attrs.field(factory=dict)
     reason: str = ""
-    # per seat, made at its first turn: its prompt renderer and the answer's start its template opens
-    _prompting: dict[int, tuple[PromptRenderer, str]] = attrs.field(factory=dict)
+    # per seat, made at its first turn: its prompt renderer, and the start and end of the answer its template opens
+    _prompting: dict[int, tuple[PromptRenderer, str, str]] = attrs.field(factory=dict)
 
     async def play(self, max_turns: int) -> None:
         """The turns of the game, appended to `steps`; raises GameFailed when the game cannot go on."""
@@ -187,9 +188,12 @@ class _Game:
                 "use an id with an observation wrapper (e.g. its -train variant)"
             )
         player = self.players[pid]
-        render, opened = self._prompting_of(pid)
+        render, opened, stop = self._prompting_of(pid)
         prompt, prompt_ids = render(observation)
         params = self.params
+        opened = opened if opened and prompt.endswith(opened) else ""  # the answer's start, in the prompt
+        if opened and stop:  # the move ends there: what would follow is never played
+            params = attrs.evolve(params, stop=(stop,))
         if params.seed is not None:
             params = attrs.evolve(params, seed=_turn_seed(params.seed, self.spec.seed, turn))
         request = GenerationRequest(prompt_ids=prompt_ids, lora_path=self.lora_paths[pid], params=params)
@@ -199,7 +203,6 @@ class _Game:
                 f"seat {pid} ({player.model_uid}) collects training data but its backend returned no token "
                 "ids: a text-only (API) model can be an opponent, never a trained seat"
             )
-        opened = opened if opened and prompt.endswith(opened) else ""  # the answer's start, in the prompt
         action, format_ok = extract_action(opened + output.text, bracketed=bool(opened))
         info: dict[str, Any] = {"finish_reason": output.finish_reason, "seed": self.spec.seed}
         if opened:
@@ -224,14 +227,15 @@ class _Game:
             group_id=self.spec.group_id,
         )
 
-    def _prompting_of(self, pid: int) -> tuple[PromptRenderer, str]:
-        """Seat `pid`'s prompt renderer and its template's answer prefix, made once per game: looking the
-        template, its frame and the tokenizer's encoder up again every turn costs as much as encoding."""
+    def _prompting_of(self, pid: int) -> tuple[PromptRenderer, str, str]:
+        """Seat `pid`'s prompt renderer and its template's answer prefix and stop, made once per game: looking
+        the template, its frame and the tokenizer's encoder up again every turn costs as much as encoding."""
         prompting = self._prompting.get(pid)
         if prompting is None:
             name, tokenizer = self.players[pid].prompt_template, self.tokenizer[pid]
-            prefix = answer_prefix(get_template(name, self.templates))
-            prompting = self._prompting[pid] = (prompt_renderer(name, tokenizer, self.templates), prefix)
+            template = get_template(name, self.templates)
+            renderer = prompt_renderer(name, tokenizer, self.templates)
+            prompting = self._prompting[pid] = (renderer, answer_prefix(template), answer_stop(template))
         return prompting
 
     def _scripted_step(self, env: Any, pid: int, observation: Any, turn: int) -> Step:

@@ -2,7 +2,7 @@
 
 `default` uses the tokenizer's own chat template, so it fits any instruct model; `move` too, with the
 answer opened by `[` for the model to complete (a template's `answer_prefix` attribute: the game loop reads
-the action from prefix + completion). The named ones are the fixed chat strings of UnstableBaselines for
+the action from prefix + completion) and closed at the first `]` (its `answer_stop`: sampling stops there). The named ones are the fixed chat strings of UnstableBaselines for
 Qwen3, Gemma 3 and Llama instruct models; they ignore the tokenizer. This module stays import-light (no torch, no transformers): listing plugins imports it.
 """
 
@@ -42,6 +42,7 @@ def task_template(observation: str, tokenizer: Any) -> str:
 
 
 MOVE_PREFIX = "["  # TextArena's move syntax opens with a bracket: `[4]`, `[bet]`, `[col 3]`
+MOVE_END = "]"  # and the move ends at the first closing one: generation stops there
 
 
 def move_template(observation: str, tokenizer: Any) -> str:
@@ -61,6 +62,7 @@ def move_template(observation: str, tokenizer: Any) -> str:
 
 
 move_template.answer_prefix = MOVE_PREFIX  # type: ignore[attr-defined]
+move_template.answer_stop = MOVE_END  # type: ignore[attr-defined]
 # the observation enters these two as it is, once, between fixed text: `render_prompt` may reuse the frame
 default_template.observation_slot = True  # type: ignore[attr-defined]
 move_template.observation_slot = True  # type: ignore[attr-defined]
@@ -70,6 +72,11 @@ task_template.observation_slot = True  # type: ignore[attr-defined]
 def answer_prefix(template: Template) -> str:
     """The text a template's prompt ends with that belongs to the answer (`move`: `[`), else ""."""
     return str(getattr(template, "answer_prefix", ""))
+
+
+def answer_stop(template: Template) -> str:
+    """Where an answer the template opened ends (`move`: `]`; sampling stops there), else ""."""
+    return str(getattr(template, "answer_stop", ""))
 
 
 def qwen3_zs(observation: str, tokenizer: Any = None) -> str:

@@ -37,6 +37,7 @@ from unstable_core.inference.peft_pool import BASE, PeftAdapterPool
 from unstable_core.inference.prefill import PASS_COST_POSITIONS, merge_group_caches, prefill_groups
 from unstable_core.inference.prefix_cache import Block, PrefixCache, joined
 from unstable_core.inference.sampling import row_logprobs, sample_tokens
+from unstable_core.inference.stops import stop_token_ids
 from unstable_core.models import cache_kwargs, load_causal_lm, load_tokenizer, plain_linear_head
 
 MIN_SHARED_PREFIX = 8  # prompt tokens all rows of a batch must share before their prefix is computed once
@@ -52,6 +53,7 @@ class _Row:
     budget: int
     adapter: str
     generator: torch.Generator | None
+    stops: frozenset[int] = frozenset()  # token ids that end it beside EOS (the request's stop strings)
     token_ids: list[int] = attrs.field(factory=list)
     logprobs: list[float] = attrs.field(factory=list)
     finish_reason: str | None = None
@@ -190,7 +192,8 @@ class TransformersBackend(InferenceBackend):
                     generator = (
                         self._generator if seed is None else torch.Generator(self.device).manual_seed(seed)
                     )
-                    rows.append(_Row(i, requests[i], budget, names.get(path, BASE), generator))
+                    stops = stop_token_ids(self._tokenizer, requests[i].params.stop)
+                    rows.append(_Row(i, requests[i], budget, names.get(path, BASE), generator, stops))
             if rows:
                 for row in self._decode(rows):
                     outputs[row.index] = self._to_output(row)
@@ -237,7 +240,7 @@ class TransformersBackend(InferenceBackend):
             ):
                 row.token_ids.append(token)
                 row.logprobs.append(logprob)
-                if token in self.eos_ids:
+                if token in self.eos_ids or token in row.stops:
                     row.finish_reason = "stop"
                 elif len(row.token_ids) >= row.budget:
                     row.finish_reason = "length"

@@ -13,12 +13,14 @@ FINISH_REASONS = ("stop", "length", "error")
 
 @attrs.frozen
 class SamplingParams:
-    """How to sample one completion; temperature 0 is greedy decoding."""
+    """How to sample one completion; temperature 0 is greedy decoding. `stop`: strings that end the
+    completion at the token that holds one (kept, as EOS is; `inference.stops`)."""
 
     temperature: float = 0.6
     top_p: float = 1.0
     max_tokens: int = 256
     seed: int | None = None
+    stop: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     def __attrs_post_init__(self) -> None:
         if not self.temperature >= 0.0:

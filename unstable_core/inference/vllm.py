@@ -33,6 +33,7 @@ from unstable_core.inference.base import (
     SamplingParams,
     token_budget,
 )
+from unstable_core.inference.stops import stop_token_ids
 from unstable_core.models import default_dtype, hf_model_folder, load_tokenizer
 
 VLLM_MISSING = (
@@ -297,9 +298,11 @@ class VLLMBackend(InferenceBackend):
             if problem is not None:
                 return GenerationOutput.failure(problem)
         p = request.params
+        stops = sorted(stop_token_ids(self.tokenizer, p.stop)) or None  # as the transformers backend stops
         params = self._api.sampling_params(
-            temperature=p.temperature, top_p=p.top_p, max_tokens=budget, seed=p.seed, logprobs=0
-        )
+            temperature=p.temperature, top_p=p.top_p, max_tokens=budget, seed=p.seed, logprobs=0,
+            stop_token_ids=stops,
+        )  # fmt: skip
         prompt = self._api.tokens_prompt(prompt_token_ids=list(request.prompt_ids))
         try:
             final = await self._guarded(self._final_output(prompt, params, lora))
