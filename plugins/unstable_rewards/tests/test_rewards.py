@@ -9,6 +9,7 @@ from importlib import metadata
 import pytest
 from unstable_rewards import (
     ComposeFinalRewardTransforms,
+    EntropyBonus,
     ComposeSamplingRewardTransforms,
     ComposeStepRewardTransforms,
     GroupRelative,
@@ -179,6 +180,17 @@ def test_penalty_for_invalid_move_adds_penalty_or_reward():
     t = PenaltyForInvalidMove(reward=0.1, penalty=-2)  # ints, as TOML gives them, are fine
     assert t(traj, 0, 0.5) == pytest.approx(0.6)  # .5 + .1
     assert t(traj, 1, 0.5) == pytest.approx(-1.5)  # .5 - 2
+
+
+def test_entropy_bonus_adds_tau_times_the_surprisal_of_a_valid_move_only():
+    traj = make_trajectory()
+    traj.steps[0].logprobs = [-0.5, -1.5]  # mu(completion) = e^-2
+    traj.steps[1].logprobs = [-9.0]  # invalid: no bonus for noise
+    t = EntropyBonus(tau=0.25)
+    assert t(traj, 0, 1.0) == pytest.approx(1.5)  # 1 + .25 x 2
+    assert t(traj, 1, 1.0) == 1.0
+    assert t(traj, 2, -1.0) == -1.0  # no log-probs recorded (a scripted seat)
+    assert EntropyBonus()(traj, 0, 0.0) == pytest.approx(0.2)  # default tau 0.1
 
 
 @pytest.mark.parametrize("cls", [RewardForFormat, PenaltyForInvalidMove])
@@ -385,9 +397,10 @@ def only_this_plugin(monkeypatch):
     plugins.reset()
 
 
-def test_the_installed_plugin_registers_all_eight_transforms(only_this_plugin):
+def test_the_installed_plugin_registers_all_nine_transforms(only_this_plugin):
     registry = only_this_plugin
     names = [
+        "entropy-bonus",
         "group-relative",
         "normalize",
         "normalize-by-env",
@@ -417,6 +430,7 @@ def test_registered_transforms_have_their_stage_and_build_from_keyword_params(on
         "spiral-rae": "final",
         "reward-for-format": "step",
         "penalty-for-invalid-move": "step",
+        "entropy-bonus": "step",
         "normalize": "sampling",
         "normalize-by-env": "sampling",
         "group-relative": "sampling",

@@ -7,7 +7,7 @@ from unstable_rewards.compose import (
 )
 from unstable_rewards.final import RoleAdvantageByEnvFormatter, RoleAdvantageFormatter, SpiralRAE
 from unstable_rewards.sampling import GroupRelative, NormalizeRewards, NormalizeRewardsByEnv
-from unstable_rewards.step import PenaltyForInvalidMove, RewardForFormat
+from unstable_rewards.step import EntropyBonus, PenaltyForInvalidMove, RewardForFormat
 
 __version__ = "0.1.0"
 
@@ -15,6 +15,7 @@ __all__ = [
     "ComposeFinalRewardTransforms",
     "ComposeSamplingRewardTransforms",
     "ComposeStepRewardTransforms",
+    "EntropyBonus",
     "GroupRelative",
     "NormalizeRewards",
     "NormalizeRewardsByEnv",

@@ -26,6 +26,10 @@ TRANSFORMS: dict[str, tuple[str, str]] = {
         "unstable_rewards.step:PenaltyForInvalidMove",
         "step: add `penalty` to invalid moves, else `reward` (reward=0.0, penalty=-1.0; run default reward=1.0, penalty=-1.0 as UnstableBaselines v0.2's build())",
     ),
+    "entropy-bonus": (
+        "unstable_rewards.step:EntropyBonus",
+        "step: add tau x -log mu of a valid move, entropy-regularised policy gradient (tau=0.1)",
+    ),
     "normalize": (
         "unstable_rewards.sampling:NormalizeRewards",
         "sampling: mean-centre the batch's rewards, z-score if z_score=true (z_score=false)",

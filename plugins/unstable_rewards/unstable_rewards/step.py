@@ -50,3 +50,22 @@ class PenaltyForInvalidMove(StepRewardTransform):
         step = _step_at(self, trajectory, step_index)
         r = finite_reward(reward, f"PenaltyForInvalidMove: step {step_index}")
         return r + (self.penalty if step.invalid_move else self.reward)
+
+
+@attrs.define
+class EntropyBonus(StepRewardTransform):
+    """Adds `tau` x the surprisal of a valid move, -log mu(completion) (the sampling log-probs the step
+    recorded): the reward of entropy-regularised policy gradient, E[R] + tau H(pi), whose gradient keeps a
+    policy that is still choosing from collapsing onto one move (self-play converges towards a regularised
+    equilibrium instead of cycling). Invalid or unformatted answers get nothing: rewarding their surprisal
+    would reward noise. Scripted and API seats record no log-probs and get nothing."""
+
+    tau: float = attrs.field(default=0.1, validator=finite_arg)
+
+    def __call__(self, trajectory: Trajectory, step_index: int, reward: float) -> float:
+        """The step's reward plus tau x its move's surprisal."""
+        step = _step_at(self, trajectory, step_index)
+        r = finite_reward(reward, f"EntropyBonus: step {step_index}")
+        if step.invalid_move or not step.format_ok or not step.logprobs:
+            return r
+        return r - self.tau * sum(step.logprobs)
