@@ -9,7 +9,7 @@ PPO's pi_old pass) runs on every rank alike, so it equals one worker's by constr
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -100,6 +100,12 @@ class DataParallel:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def abort(self) -> None:
+        """Leave the group from the middle of anything: the other ranks' pending and next collectives fail
+        at once (gloo: "Connection closed by peer") instead of waiting COLLECTIVE_TIMEOUT_S for a call of
+        this rank that will not come."""
+        leave()
+
     def broadcast_parameters(self, params: Sequence[Any]) -> None:
         """Copy rank 0's values of `params` to every rank (in place)."""
         import torch.distributed as dist
@@ -145,6 +151,21 @@ def merge_sums(a: Any, b: Any) -> Any:
         x, y = getattr(a, field.name), getattr(b, field.name)
         values[field.name] = max(x, y) if "max" in field.name else x + y
     return type(a)(**values)
+
+
+def lead(group: DataParallel | None, body: Callable[[], T]) -> T:
+    """Rank 0's part of training: `body()`, then the other ranks' end. After a normal end they wait for
+    their next batch, and a broadcast None ends them; after an error they may be waiting in any collective
+    of an update, which no broadcast would match, so the group is aborted and their collectives fail."""
+    if group is None:
+        return body()
+    try:
+        result = body()
+    except BaseException:
+        group.abort()
+        raise
+    group.broadcast(None)
+    return result
 
 
 def follow(learner: Any) -> None:
