@@ -323,3 +323,28 @@ def test_scheduler_state_round_trip_continues_the_samplers_streams():
     assert [g.game_idx for g in again] == list(range(100, 120))
     fresh = scheduler(index_base=100)
     assert [fresh.next_train(league).env_id for _ in range(20)] != [g.env_id for g in again]
+
+
+def test_a_dead_learner_worker_stops_the_run_naming_its_rank(tiny_model, tmp_path):
+    """`--learner-workers 2`, rank 1 killed while it holds the batch of update 2 and rank 0 waits for it in
+    the update's collectives. Before: `Error: run stopped: the learner failed: RuntimeError: [.../gloo/
+    transport/tcp/pair.cc:553] Connection closed by peer ...`; now the dead rank and how to continue."""
+    run_dir, marker = tmp_path / "r", tmp_path / "paused"
+    proc = start(tiny_model, tmp_path, "--run-name", "r", "--learning-steps", "50", "--learner-workers", "2",
+                 pause_at="rank-1-batch-2", marker=marker)  # fmt: skip
+    try:
+        wait_for(lambda: marker.exists() and marker.read_text().strip(), proc)
+        os.kill(int(marker.read_text()), signal.SIGKILL)
+        out, err = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in err + out
+    lines = [line for line in err.splitlines() if line.startswith("Error: ")]
+    assert lines == [
+        "Error: the learner worker of rank 1 actor died (its process died); the run stopped at its last "
+        f"complete checkpoint (step 1): continue it with `unstable run --resume {run_dir}`"
+    ], err[-3000:]
+    died = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("event") == "actor_died"]
+    assert [r["actor"] for r in died] == ["the learner worker of rank 1"]

@@ -29,6 +29,7 @@ from unstable_core.runtime.launch.build import (
 from unstable_core.runtime.launch.cluster import end_watchdog, start_ray, stop_ray
 from unstable_core.runtime.launch.plan import RunPlan
 from unstable_core.runtime.launch.preflight import claim_run_dir
+from unstable_core.runtime.recovery.learner_group import group_failure
 from unstable_core.runtime.recovery.liveness import (
     FAILED_TO_START,
     ActorDied,
@@ -255,6 +256,10 @@ class Run:
             cause = exc.cause if getattr(exc, "cause", None) is not None else exc
             if isinstance(cause, ray.exceptions.RayActorError):
                 raise self._stop_after_death(cause) from None
+            if who == "the learner":  # a data-parallel learner: a dead worker, or the one error of its own
+                exc = group_failure(self.actors, learning, exc)
+                if isinstance(exc, ActorDied):
+                    raise self._stop_after_death(exc) from None
             self.stop()
             hint = "" if debug_enabled() else " (rerun with --debug for the traceback)"
             if isinstance(root_cause(exc), OSError):  # the run folder became unwritable, the disk full, ...
