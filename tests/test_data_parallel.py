@@ -83,3 +83,16 @@ def test_a_run_with_two_learner_workers_resumes_with_one(tiny_model, tmp_path):
     run("--resume", str(run_dir), "--learning-steps", "3", "--learner-workers", "1")
     state = json.loads((run_dir / "checkpoints" / "step-3" / "learner_state.json").read_text())
     assert state["step"] == 3
+
+
+def test_the_other_ranks_end_at_once_when_rank_0_raises_mid_update(tiny_model, batch):
+    """Rank 0 raises in its first micro-batch while rank 1 computes its own and waits in the update's
+    collectives. Before: rank 0's closing broadcast(None) matched none of them, and rank 1 waited for the
+    group's 1,800 s timeout; now rank 0 aborts the group and rank 1's collective fails at once. The bound
+    is generous (a loaded machine), far below that timeout."""
+    from unstable_core.testing.data_parallel import when_rank_zero_fails
+
+    zero, one = when_rank_zero_fails(tiny_model, batch, timeout_s=600)
+    assert zero == "raised RuntimeError: rank 0 failed mid-update"
+    assert one is not None, "rank 1 was still waiting for rank 0"
+    assert one.startswith("raised CollectiveFailed: the learner group's all_gather failed"), one

@@ -1,11 +1,16 @@
 """The vLLM backend's parts that need no engine: the install hint, UnstableBaselines v0.2's config mapping,
-the build's platform, where vLLM may be placed and how much memory it gets on a CPU. The engine itself
+the build's platform, where vLLM may be placed, how much memory it gets on a CPU, and its adapter
+bookkeeping (the real backend over a stand-in engine). The engine itself
 is tested for real in test_vllm_engine.py and test_vllm_commands.py (in CI's vLLM environment)."""
 
+import asyncio
 import importlib.metadata
 import importlib.util
 import json
+import os
+from pathlib import Path
 
+import attrs
 import pytest
 
 from unstable_core.errors import ConfigError, UnstableError
@@ -94,3 +99,101 @@ def test_no_room_for_one_sequence_is_one_line_naming_the_fix(tmp_path):
     message = str(info.value)
     assert "\n" not in message and "6.0 GiB are free, 4.5 of them for the learner" in message
     assert "lower --max-model-len" in message and "vllm_config.kv_cache_memory_bytes" in message
+
+
+class StandInEngine:
+    """vLLM's AsyncLLMEngine, the boundary this machine cannot run (no vLLM here): loading an adapter takes
+    a moment, as reading its weights does; it records what it holds. Adapters under "bad" are refused."""
+
+    errored = False
+
+    def __init__(self) -> None:
+        self.loaded: dict[int, str] = {}
+        self.adds = 0
+
+    @classmethod
+    def from_engine_args(cls, args):
+        return cls()
+
+    async def add_lora(self, request) -> None:
+        self.adds += 1
+        await asyncio.sleep(0.05)
+        if "bad" in request.lora_path:
+            raise ValueError("no adapter_model weights of rank 4")
+        self.loaded[request.lora_int_id] = request.lora_path
+
+    async def remove_lora(self, lora_id: int) -> None:
+        await asyncio.sleep(0)
+        del self.loaded[lora_id]
+
+    def shutdown(self) -> None:
+        pass
+
+
+@attrs.frozen
+class StandInLoRARequest:
+    lora_name: str
+    lora_int_id: int
+    lora_path: str
+
+
+@pytest.fixture
+def backend(tiny_model, monkeypatch):
+    """The real VLLMBackend (its loop thread, its adapter bookkeeping) over the stand-in engine."""
+    from unstable_core.inference.vllm import VLLMApi
+
+    api = VLLMApi(lambda **kwargs: kwargs, StandInEngine, None, StandInLoRARequest, None, "cuda")
+    monkeypatch.setattr(VLLMApi, "load", classmethod(lambda cls: api))
+    made = VLLMBackend(tiny_model, max_loras=2)
+    yield made
+    made._release()
+
+
+def adapter_folder(folder: Path) -> str:
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text("{}")
+    (folder / "adapter_model.safetensors").write_bytes(b"weights")
+    return str(folder)
+
+
+def requests(backend, *paths: str) -> list:
+    """`_lora_request` of each path at once, on the backend's engine loop (as concurrent games ask)."""
+
+    async def all_at_once():
+        return await asyncio.gather(*(backend._lora_request(p) for p in paths))
+
+    return backend._thread.submit(all_at_once()).result(timeout=60)
+
+
+def tracked(backend) -> dict[int, str]:
+    return {slot.handle: path for path, slot in backend._adapters.lru.slots()}
+
+
+def test_concurrent_first_requests_for_an_adapter_load_it_once(backend, tmp_path):
+    """Before: each of four concurrent first requests found the adapter unloaded and called add_lora under
+    its own id; the bookkeeping kept the last, and three ids stayed loaded in the engine for good."""
+    engine = backend._engine
+    path = adapter_folder(tmp_path / "ckpt-1")
+    answers = requests(backend, path, path, path, path)
+    assert engine.adds == 1 and [problem for _, problem in answers] == [None] * 4
+    assert {request.lora_int_id for request, _ in answers} == {1}
+    assert engine.loaded == tracked(backend) == {1: path}
+
+    weights = Path(path) / "adapter_model.safetensors"  # the folder rewritten: a new version, loaded once
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    other = adapter_folder(tmp_path / "ckpt-2")
+    third = adapter_folder(tmp_path / "ckpt-3")
+    answers = requests(backend, path, other, path, other, third, path)
+    assert all(problem is None for _, problem in answers)
+    assert engine.adds == 4  # path's new version, other, third: one load each
+    assert engine.loaded == tracked(backend) and len(engine.loaded) == 2  # max_loras: one was unloaded
+
+
+def test_concurrent_requests_share_a_refused_load_and_its_line(backend, tmp_path):
+    engine = backend._engine
+    bad = adapter_folder(tmp_path / "bad")
+    answers = requests(backend, bad, bad, bad)
+    assert engine.adds == 1 and engine.loaded == tracked(backend) == {}
+    assert {problem for _, problem in answers} == {
+        f"vLLM could not load the LoRA adapter {bad!r}: ValueError: no adapter_model weights of rank 4"
+    }

@@ -312,7 +312,7 @@ def test_a_run_whose_engine_fits_no_node_fails_before_an_actor_starts(declared_g
     import unstable_core.runtime.launch.plan as run_module
 
     nodes = [Node(f"10.0.0.{i}", 1) for i in range(1, 5)]
-    monkeypatch.setattr(run_module, "cluster_nodes", lambda: nodes)
+    monkeypatch.setattr(run_module, "cluster_nodes", lambda local_cores=None: nodes)
     run = Run.open(RunConfig(model_name="smollm2-135m", runs_dir=str(tmp_path), run_name="r"))
     run.cfg.backend = "vllm"  # set after the checks before Ray: this machine has no vLLM
     run.cfg.vllm_config = {"engine_kwargs": {"tensor_parallel_size": 2}}
@@ -454,3 +454,78 @@ def test_unstable_run_with_vllm_missing_says_so_before_ray(tmp_path):
     assert "needs vLLM" in proc.stderr and "--backend transformers" in proc.stderr
     assert "Ray" not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []  # no run folder
+
+
+def test_learner_workers_take_a_cpu_each_and_fail_with_how_many_fit():
+    """Before: each worker's bundle asked Ray for 0.001 CPU, and a local cluster declares 64, so 64 workers
+    on a 2-core machine passed the plan and sat at "starting Ray actors" (each loading a model on 2 cores)."""
+    laptop = [Node("10.0.0.1", 0, 2.0, driver=True)]
+    check_nodes(plan_placement(0, use_gpu=False, learner_workers=2), laptop, 0)
+    with pytest.raises(PlacementError) as err:
+        check_nodes(plan_placement(0, use_gpu=False, learner_workers=64), laptop, 0)
+    assert str(err.value) == (
+        "the run asks for 64 learner workers with 1 CPU each (the other actors ask Ray for no CPU), but the "
+        "Ray cluster has room for 2 (its nodes: 10.0.0.1 with 0 GPU, 2 CPU): lower --learner-workers to 2 or "
+        "less"
+    )
+    two_nodes = [Node("10.0.0.1", 0, 2.0, driver=True), Node("10.0.0.2", 0, 4.0)]
+    with pytest.raises(PlacementError, match=r"has room for 6 \(.*\): lower --learner-workers to 6 or less"):
+        check_nodes(plan_placement(0, use_gpu=False, learner_workers=7), two_nodes, 0)
+    with pytest.raises(PlacementError, match=r"lower --learner-workers to 1 \(a single learner asks for no"):
+        check_nodes(plan_placement(0, use_gpu=False, learner_workers=2), [Node("a", 0, 1.0, driver=True)], 0)
+    check_nodes(plan_placement(0, use_gpu=False, learner_workers=1), [Node("a", 0, 0.0, driver=True)], 0)
+
+
+def test_rank_0_needs_a_gpu_on_the_drivers_node():
+    """A cluster whose driver node (a CPU head node) has no GPU: rank 0's bundle is bound to that node, so
+    Ray never placed the group (a GetTimeoutError after 60 s); a single learner may run on any GPU."""
+    head, gpu_node = Node("10.0.0.1", 0, 8.0, driver=True), Node("10.0.0.2", 4, 16.0)
+    with pytest.raises(PlacementError) as err:
+        check_nodes(plan_placement(4, use_gpu=True, learner_workers=2), [head, gpu_node], 0)
+    assert str(err.value) == (
+        "rank 0 of the 2 learner workers writes the run directory, so it runs on the driver's node "
+        "(10.0.0.1) and needs 1 GPU and 1 CPU there (the cluster's nodes: 10.0.0.1 with 0 GPU, 8 CPU; "
+        "10.0.0.2 with 4 GPU, 16 CPU): run `unstable run` on a node that has them, or give --learner-workers 1 "
+        "(a single learner runs wherever its GPU is)"
+    )
+    check_nodes(plan_placement(4, use_gpu=True, learner_workers=1), [head, gpu_node], 0)
+    where = fit_on_nodes(
+        gpu_demands(plan_placement(4, use_gpu=True, learner_workers=2), 0),
+        [Node("10.0.0.1", 2, 8.0, driver=True), Node("10.0.0.2", 2, 16.0)],
+    )
+    assert where["inference actor 1"][0] == "10.0.0.2"  # gpu_demands bind nothing: as fit before
+    with_driver_gpu = [Node("10.0.0.1", 1, 8.0, driver=True), Node("10.0.0.2", 3, 16.0)]
+    check_nodes(plan_placement(4, use_gpu=True, learner_workers=2), with_driver_gpu, 0)
+    cpu_starved = [Node("10.0.0.1", 4, 1.0, driver=True)]  # 4 GPUs, but a CPU for one worker
+    with pytest.raises(PlacementError, match="2 learner workers with 1 GPU and 1 CPU each .* room for 1"):
+        check_nodes(plan_placement(4, use_gpu=True, learner_workers=2), cpu_starved, 0)
+
+
+@pytest.mark.parametrize("declared_gpus", [0], indirect=True)
+def test_a_local_clusters_node_counts_this_machines_cores(declared_gpus):
+    (node,) = cluster_nodes(local_cores=1)
+    assert node.driver and (node.gpus, node.cpus) == (0, 1.0)  # Ray was told 2
+    assert cluster_nodes()[0].cpus == 2.0
+
+
+def test_more_learner_workers_than_cores_fail_before_an_actor_starts(tiny_model, tmp_path):
+    """A real run of the tiny model with more learner workers than this machine has cores: one line with
+    the number that fits, before any actor (the issue's 64 on a 2-core machine hung at "starting Ray
+    actors"); nothing of the run is left."""
+    import subprocess
+    import sys
+
+    from unstable_core.runtime.launch.placement import usable_cores
+    from unstable_core.testing import TINY_RUN_ARGS
+
+    cores, asked = usable_cores(), max(64, usable_cores() + 1)
+    cmd = [sys.executable, "-m", "unstable_core", "run", "--model", tiny_model, "--runs-dir", str(tmp_path),
+           "--run-name", "r", *TINY_RUN_ARGS, "--learner-workers", str(asked)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert lines[0].startswith(f"Error: the run asks for {asked} learner workers with 1 CPU each")
+    assert lines[0].endswith(f"lower --learner-workers to {cores}" + (" or less" if cores > 1 else ""))
+    assert f" with 0 GPU, {cores} CPU):" in lines[0]
+    assert not (tmp_path / "r").exists()

@@ -154,14 +154,67 @@ def test_resume_after_sigkill_during_collection_an_update_and_a_checkpoint_write
     idx = [g["info"]["game_idx"] for g in read_jsonl(games)]
     assert len(idx) == len(set(idx))  # no game recorded twice across the four processes
 
-    # 5) a checkpoint the learner cannot read: the run stops with the cause, not only the resume hint
-    (folder / "optimizer.safetensors").write_bytes(b"not a safetensors file")
+    # 5) a checkpoint whose files load but that the learner refuses (another learner wrote it; a file that
+    # does not load is skipped for an older checkpoint, see test_resume_fallback.py): the run stops with
+    # the cause, not only the resume hint
+    state["learner"] = "A2CLearner"
+    (folder / "learner_state.json").write_text(json.dumps(state))
     broken = resume(run_dir, "--learning-steps", "6")
     assert broken.returncode == 1
     line = [x for x in broken.stderr.splitlines() if x.startswith("Error: ")]
     assert len(line) == 1 and "Traceback" not in broken.stderr, broken.stderr[-3000:]
-    assert line[0].startswith("Error: the learner actor failed to start (SafetensorError: "), line[0]
+    assert line[0].startswith(
+        f"Error: the learner actor failed to start (checkpoint {folder} was written by A2CLearner, not "
+        "REINFORCELearner; use that learner); "
+    ), line[0]
     assert f"fix that, then continue it with `unstable run --resume {run_dir}`" in line[0]
+
+
+def test_resume_skips_a_last_checkpoint_that_does_not_load(tiny_model, tmp_path):
+    """The issue's case: a 2-step run whose last adapter is damaged (`SafetensorError: header too large`).
+    Before: `--resume` said the run was complete (step 2 of 2), and with more steps the learner actor
+    failed to start with a 40-line traceback. Now the files are read before Ray: the run resumes from step
+    1 with one line saying so, and its logs hold no line of the damaged step 2 but the new one."""
+    import struct
+
+    run_dir = tmp_path / "r"
+    _, err = start(tiny_model, tmp_path, "--run-name", "r").communicate(timeout=300)  # 2 steps
+    assert steps_of(run_dir) == [1, 2], err[-3000:]
+    adapter = run_dir / "checkpoints" / "step-2" / "adapter_model.safetensors"
+    adapter.write_bytes(struct.pack("<Q", 1 << 40) + adapter.read_bytes()[8:])
+    old_step_2 = [r for r in read_jsonl(run_dir / "metrics.jsonl") if is_learner_record(r) and r["step"] == 2]
+
+    done = resume(run_dir)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout[-2000:] + done.stderr[-3000:]
+    assert done.stdout.splitlines()[0] == (
+        f"checkpoint step 2 does not load ({adapter}: Error while deserializing header: header too large "
+        "(SafetensorError)): resuming from step 1, the newest that does; set aside as "
+        "checkpoints/step-2.unreadable"
+    )
+    assert steps_of(run_dir) == [1, 2] and (run_dir / "checkpoints" / "step-2.unreadable").is_dir()
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in records if is_learner_record(r)] == [1, 2]  # the new step 2 only
+    assert read_jsonl(run_dir / "metrics.rolled-back.jsonl") == old_step_2
+    (resumed,) = [r for r in records if r.get("event") == "resume"]
+    assert resumed["resumed_from_step"] == 1 and resumed["skipped_checkpoints"][0]["step"] == 2
+    league = json.loads(league_path(run_dir).read_text())
+    checkpoints = [m["uid"] for m in league["models"] if m["uid"].startswith("ckpt-")]
+    assert league["current"] == "ckpt-2" and checkpoints == ["ckpt-0", "ckpt-1", "ckpt-2"]
+    rolled = run_dir / "games" / "games.rolled-back.jsonl"
+    idx = [g["info"]["game_idx"] for g in read_jsonl(run_dir / "games" / "games.jsonl") + read_jsonl(rolled)]
+    assert len(idx) == len(set(idx))
+
+    # no checkpoint loads: one line naming the newest's file, before anything starts
+    for k in (1, 2):
+        path = run_dir / "checkpoints" / f"step-{k}" / "adapter_model.safetensors"
+        path.write_bytes(struct.pack("<Q", 1 << 40) + path.read_bytes()[8:])
+    none = resume(run_dir, "--learning-steps", "3", timeout=60)
+    assert none.returncode == 2 and "Ray" not in none.stdout + none.stderr
+    assert none.stderr.strip() == (
+        f"Error: --resume {run_dir}: no checkpoint of the run loads: {run_dir}/checkpoints/step-2/"
+        "adapter_model.safetensors: Error while deserializing header: header too large (SafetensorError) "
+        "(nor does the older one); restore that file from a copy, or start a new run"
+    )
 
 
 def files_of(run_dir: Path) -> dict[str, tuple[int, int]]:
@@ -323,3 +376,28 @@ def test_scheduler_state_round_trip_continues_the_samplers_streams():
     assert [g.game_idx for g in again] == list(range(100, 120))
     fresh = scheduler(index_base=100)
     assert [fresh.next_train(league).env_id for _ in range(20)] != [g.env_id for g in again]
+
+
+def test_a_dead_learner_worker_stops_the_run_naming_its_rank(tiny_model, tmp_path):
+    """`--learner-workers 2`, rank 1 killed while it holds the batch of update 2 and rank 0 waits for it in
+    the update's collectives. Before: `Error: run stopped: the learner failed: RuntimeError: [.../gloo/
+    transport/tcp/pair.cc:553] Connection closed by peer ...`; now the dead rank and how to continue."""
+    run_dir, marker = tmp_path / "r", tmp_path / "paused"
+    proc = start(tiny_model, tmp_path, "--run-name", "r", "--learning-steps", "50", "--learner-workers", "2",
+                 pause_at="rank-1-batch-2", marker=marker)  # fmt: skip
+    try:
+        wait_for(lambda: marker.exists() and marker.read_text().strip(), proc)
+        os.kill(int(marker.read_text()), signal.SIGKILL)
+        out, err = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in err + out
+    lines = [line for line in err.splitlines() if line.startswith("Error: ")]
+    assert lines == [
+        "Error: the learner worker of rank 1 actor died (its process died); the run stopped at its last "
+        f"complete checkpoint (step 1): continue it with `unstable run --resume {run_dir}`"
+    ], err[-3000:]
+    died = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("event") == "actor_died"]
+    assert [r["actor"] for r in died] == ["the learner worker of rank 1"]

@@ -17,7 +17,8 @@ def pause_point(point: str) -> None:
     """At the point UNSTABLE_TEST_PAUSE_AT names: write the marker file (this process's id), then sleep
     PAUSE_S seconds (or UNSTABLE_TEST_PAUSE_S) for the test to kill the run. Points: `batch-<k>` (the
     learner took the batch of update k, collection goes on), `update-<k>` (update k done in memory, not
-    saved), `checkpoint-step-<k>` (checkpoint k written to its temporary folder, not yet renamed). A name
+    saved), `checkpoint-step-<k>` (checkpoint k written to its temporary folder, not yet renamed),
+    `rank-<r>-batch-<k>` (learner worker rank r > 0 got the batch of update k from rank 0). A name
     ending in `*` pauses at every point it begins (`update-*`: a learner slow at every update)."""
     spec = os.environ.get(ENV)
     if not spec:

@@ -37,7 +37,11 @@ def run(config_path: str | None, resume_dir: str | None, **options: Any) -> None
             raise ConfigError("--resume reads the run's own config.toml: drop --config")
         cfg, changed = resume_config(resume_dir, overrides_from(options))
         title = f"unstable run --resume ({cfg.learner}, {cfg.sampler})"
-        execute(Run.open(cfg, resume=resume_dir, resume_changes=changed), cfg.learning_steps, title)
+        run = Run.open(cfg, resume=resume_dir, resume_changes=changed)
+        fallback = run.resume_point.fallback_line() if run.resume_point is not None else None
+        if fallback is not None:
+            click.echo(fallback)
+        execute(run, cfg.learning_steps, title)
         return
     cfg = load_config(config_path, overrides_from(options))
     execute(Run.open(cfg), cfg.learning_steps, f"unstable run ({cfg.learner}, {cfg.sampler})")

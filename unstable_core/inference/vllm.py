@@ -6,7 +6,8 @@ vLLM batches continuously inside its engine, so gathered batches are handed over
 the previous one (`overlap_batches`). The engine lives on its own event loop in a daemon thread, so
 `generate` works from any event loop and `generate_batch` from plain code. LoRA adapters become
 `LoRARequest`s with a stable integer id per adapter version (a rewritten folder gets a new id), loaded
-before their first request and unloaded beyond `max_loras`. An engine that dies marks the backend dead
+before their first request (once, however many requests ask at once: `AdapterLoads`) and unloaded beyond
+`max_loras`. An engine that dies marks the backend dead
 (`dead`): the inference actor then exits, for Ray to restart it with a new engine.
 vLLM is imported only in the constructor: this module imports without it.
 """
@@ -25,7 +26,8 @@ from typing import Any
 import attrs
 
 from unstable_core.errors import UnstableError
-from unstable_core.inference.adapters import AdapterLRU, AdapterSlot, adapter_problem, adapter_version
+from unstable_core.inference.adapter_loads import AdapterLoads
+from unstable_core.inference.adapters import AdapterSlot, adapter_problem, adapter_version
 from unstable_core.inference.base import (
     GenerationOutput,
     GenerationRequest,
@@ -165,8 +167,7 @@ class VLLMBackend(InferenceBackend):
         )
         if max_cpu_loras is not None:  # vLLM's host-side cache of adapters we unloaded (default: none)
             self.engine_kwargs["max_cpu_loras"] = max(int(max_cpu_loras), self.max_loras)
-        self._adapters = AdapterLRU(self.max_loras)
-        self._lora_ids = itertools.count(1)  # vLLM reserves 0
+        self._adapters = AdapterLoads(self.max_loras, self._add_lora, self._remove_lora)
         self._request_ids = itertools.count()
         self._tokenizer: Any = None
         self.dead: str | None = None  # why the engine is gone, once it is
@@ -332,33 +333,32 @@ class VLLMBackend(InferenceBackend):
 
     async def _lora_request(self, path: str) -> tuple[Any, str | None]:
         """The LoRARequest of the adapter at `path` in its current version, loaded into the engine (and the
-        least recently used beyond `max_loras` unloaded); or the one line why it cannot be served."""
+        least recently used beyond `max_loras` unloaded; concurrent first requests share one load); or the
+        one line why it cannot be served."""
         problem = adapter_problem(path)
         if problem is not None:
             return None, problem
-        version = adapter_version(path)
-        slot = self._adapters.touch(path)
-        if slot is not None and slot.version == version:
-            return self._request_of(slot, path), None
         try:
-            if slot is not None:  # the folder was rewritten: vLLM must load it afresh, under a new id
-                self._adapters.remove(path)
-                await self._guarded(self._engine.remove_lora(slot.handle))
-            slot = AdapterSlot(handle=next(self._lora_ids), version=version)
-            request = self._request_of(slot, path)
-            try:
-                await self._guarded(self._engine.add_lora(request))
-            except Exception as exc:
-                if isinstance(exc, EngineDied) or getattr(self._engine, "errored", False):
-                    raise
-                first = str(exc).splitlines()[0] if str(exc) else ""
-                return None, f"vLLM could not load the LoRA adapter {path!r}: {type(exc).__name__}: {first}"
-            self._adapters.insert(path, slot)
-            for _, old in self._adapters.overflow(keep=(path,)):
-                await self._guarded(self._engine.remove_lora(old.handle))
+            slot = await self._adapters.slot(path, adapter_version(path))
+        except AdapterNotLoaded as exc:
+            return None, str(exc)
         except Exception as exc:
             return None, self._engine_failure(exc)
-        return request, None
+        return self._request_of(slot, path), None
+
+    async def _add_lora(self, slot: AdapterSlot, path: str) -> None:
+        try:
+            await self._guarded(self._engine.add_lora(self._request_of(slot, path)))
+        except Exception as exc:
+            if isinstance(exc, EngineDied) or getattr(self._engine, "errored", False):
+                raise
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise AdapterNotLoaded(
+                f"vLLM could not load the LoRA adapter {path!r}: {type(exc).__name__}: {first}"
+            ) from exc
+
+    async def _remove_lora(self, handle: int) -> None:
+        await self._guarded(self._engine.remove_lora(handle))
 
     def _request_of(self, slot: AdapterSlot, path: str) -> Any:
         return self._api.lora_request(
@@ -367,7 +367,7 @@ class VLLMBackend(InferenceBackend):
 
     def loaded_adapters(self) -> dict[str, int]:
         """The adapter folders loaded now and their versions (adapter weights' mtime, ns)."""
-        return {path: int(slot.version) for path, slot in self._adapters.slots()}
+        return {path: int(slot.version) for path, slot in self._adapters.lru.slots()}
 
     def _release(self) -> None:
         """Shut the engine down on its own loop (from another thread its output handler races the
@@ -383,6 +383,10 @@ class VLLMBackend(InferenceBackend):
 
 class EngineDied(UnstableError):
     """vLLM's engine is gone: no request can be served until the inference actor restarts."""
+
+
+class AdapterNotLoaded(UnstableError):
+    """vLLM refused a LoRA adapter (its requests fail with this line; the engine serves the others)."""
 
 
 def _is_vllm_process(proc: Any) -> bool:

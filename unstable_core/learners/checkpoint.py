@@ -132,3 +132,52 @@ def read_json(path: Path) -> Any:
     if not path.is_file():
         raise UnstableError(f"checkpoint file {path} is missing; pass a folder written by save_checkpoint()")
     return json.loads(path.read_text())
+
+
+#: what every checkpoint folder holds beside an algorithm's extras (`save_checkpoint`)
+CHECKPOINT_FILES = (
+    "learner_state.json",
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "optimizer.safetensors",
+)
+
+
+def checkpoint_problem(folder: Path, required: tuple[str, ...] = CHECKPOINT_FILES) -> str | None:
+    """Why the checkpoint in `folder` would not load, naming the file, or None if every file reads whole:
+    the `required` files are there, every JSON file parses, every safetensors file's header and tensors
+    load (an algorithm's extras, such as A2C's critic/, included). Reads each tensor once, on the CPU."""
+    folder = Path(folder)
+    for name in required:
+        if not (folder / name).is_file():
+            return f"{folder / name} is missing"
+    for path in sorted(folder.rglob("*")):
+        problem = None
+        if path.suffix == ".json":
+            problem = _json_problem(path)
+        elif path.suffix == ".safetensors":
+            problem = _safetensors_problem(path)
+        if problem is not None:
+            return f"{path}: {problem}"
+    return None
+
+
+def _json_problem(path: Path) -> str | None:
+    try:
+        json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return f"{exc} ({type(exc).__name__})"
+    return None
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            for key in f.keys():  # noqa: SIM118 (a safe_open handle is not iterable)
+                f.get_tensor(key)
+    except Exception as exc:  # safetensors' own error type, OSError, ...: the file does not load
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return f"{first} ({type(exc).__name__})" if first else type(exc).__name__
+    return None

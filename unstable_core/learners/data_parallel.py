@@ -8,17 +8,40 @@ PPO's pi_old pass) runs on every rank alike, so it equals one worker's by constr
 
 from __future__ import annotations
 
+import contextlib
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
 import attrs
 
+from unstable_core.fault_points import pause_point
+
 T = TypeVar("T")
 
 #: how long a worker waits for the others at a collective (an update on a large model can take minutes)
 COLLECTIVE_TIMEOUT_S = 1800
+
+
+class CollectiveFailed(RuntimeError):
+    """A collective of the learner group failed: another rank died, or left the group after an error of its
+    own (which, not this, is why the run stops)."""
+
+
+@contextlib.contextmanager
+def collective(what: str) -> Iterator[None]:
+    """Where this rank meets the others: a failure there (gloo's "Connection closed by peer", NCCL's
+    errors: RuntimeError and torch's DistError) is a CollectiveFailed, told apart from a rank's own error."""
+    try:
+        yield
+    except CollectiveFailed:
+        raise
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CollectiveFailed(
+            f"the learner group's {what} failed (another worker died or left the group): {first}"
+        ) from exc
 
 
 def free_address() -> tuple[str, int]:
@@ -66,14 +89,16 @@ class DataParallel:
         """Sum each rank's gradient total over the group, in place: one all_reduce of one flat buffer."""
         import torch.distributed as dist
 
-        dist.all_reduce(gradients.total, op=dist.ReduceOp.SUM)
+        with collective("all_reduce"):
+            dist.all_reduce(gradients.total, op=dist.ReduceOp.SUM)
 
     def gather(self, obj: Any) -> list[Any]:
         """Every rank's `obj` (picklable), in rank order."""
         import torch.distributed as dist
 
         out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj)
+        with collective("all_gather"):
+            dist.all_gather_object(out, obj)
         return out
 
     def sum_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
@@ -97,15 +122,23 @@ class DataParallel:
         import torch.distributed as dist
 
         box = [obj if self.rank == 0 else None]
-        dist.broadcast_object_list(box, src=0)
+        with collective("broadcast"):
+            dist.broadcast_object_list(box, src=0)
         return box[0]
+
+    def abort(self) -> None:
+        """Leave the group from the middle of anything: the other ranks' pending and next collectives fail
+        at once (gloo: "Connection closed by peer") instead of waiting COLLECTIVE_TIMEOUT_S for a call of
+        this rank that will not come."""
+        leave()
 
     def broadcast_parameters(self, params: Sequence[Any]) -> None:
         """Copy rank 0's values of `params` to every rank (in place)."""
         import torch.distributed as dist
 
-        for p in params:
-            dist.broadcast(p.data, src=0)
+        with collective("broadcast"):
+            for p in params:
+                dist.broadcast(p.data, src=0)
 
 
 class GradientSum:
@@ -147,10 +180,32 @@ def merge_sums(a: Any, b: Any) -> Any:
     return type(a)(**values)
 
 
+def lead(group: DataParallel | None, body: Callable[[], T]) -> T:
+    """Rank 0's part of training: `body()`, then the other ranks' end. After a normal end they wait for
+    their next batch, and a broadcast None ends them; after an error they may be waiting in any collective
+    of an update, which no broadcast would match, so the group is aborted and their collectives fail."""
+    if group is None:
+        return body()
+    try:
+        result = body()
+    except BaseException:
+        group.abort()
+        raise
+    group.broadcast(None)
+    return result
+
+
 def follow(learner: Any) -> None:
-    """A rank > 0's part of training: update on each batch rank 0 broadcasts, until it broadcasts None."""
-    while (batch := learner.data_parallel.broadcast(None)) is not None:
-        learner.update(batch)
+    """A rank > 0's part of training: update on each batch rank 0 broadcasts, until it broadcasts None.
+    After an error (its own, or a collective's) it aborts the group, so that no rank waits for it."""
+    group = learner.data_parallel
+    try:
+        while (batch := group.broadcast(None)) is not None:
+            pause_point(f"rank-{group.rank}-batch-{learner.step + 1}")
+            learner.update(batch)
+    except BaseException:
+        group.abort()
+        raise
 
 
 def to_cpu(value: Any) -> Any:

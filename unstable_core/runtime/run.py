@@ -29,6 +29,7 @@ from unstable_core.runtime.launch.build import (
 from unstable_core.runtime.launch.cluster import end_watchdog, start_ray, stop_ray
 from unstable_core.runtime.launch.plan import RunPlan
 from unstable_core.runtime.launch.preflight import claim_run_dir
+from unstable_core.runtime.recovery.learner_group import group_failure
 from unstable_core.runtime.recovery.liveness import (
     FAILED_TO_START,
     ActorDied,
@@ -65,18 +66,27 @@ class Run:
         its folder and lock it. `resume`: the folder of the run to continue (its config is `cfg`, see
         `resume_config`). A refused run leaves no folder, and an existing one is never touched (but the one
         --resume continues); the lock makes one process per run directory (a second --resume, or a resume
-        of a run that is still going, is refused naming the process)."""
+        of a run that is still going, is refused naming the process). A resumed run's checkpoint is chosen
+        and its files read here (`find_resume_point`): one that does not load is skipped for an older one
+        (`resume_point.fallback_line()` says so), and none loading is a ConfigError naming the file."""
         plan = RunPlan.resolve(cfg, learn)
         resume_dir = Path(resume).resolve() if resume is not None else None
         plan.check(resume=resume_dir is not None)
         run_dir = resume_dir or claim_run_dir(cfg.runs_dir, cfg.run_name)
-        return cls(
+        run = cls(
             plan,
             run_dir,
             RunLock.acquire(run_dir),
             resumed=resume_dir is not None,
             resume_changes=resume_changes,
         )
+        if resume_dir is not None:  # the checkpoint's files are read here, before Ray and the model
+            try:
+                run.resume_point = find_resume_point(run_dir)
+            except BaseException:
+                run.lock.release()
+                raise
+        return run
 
     def __init__(
         self,
@@ -168,12 +178,11 @@ class Run:
                 self.run_dir.rmdir()  # only an empty directory
 
     def _open_logs(self) -> dict[str, Any] | None:
-        """A new run saves its config; a resumed one finds its last complete checkpoint and trims its logs
-        to it (returns the resume record to complete once the actors have their state back)."""
+        """A new run saves its config; a resumed one trims its logs to its resume point (`Run.open` found
+        it) and returns the resume record to complete once the actors have their state back."""
         if self.resume_dir is None:
             self.cfg.save(self.run_dir / "config.toml")
             return None
-        self.resume_point = find_resume_point(self.run_dir)
         record = prepare_logs(self.resume_point, self.run_dir, self.resume_changes)
         self.index_base = record["next_game_index"]
         return record
@@ -259,6 +268,10 @@ class Run:
             cause = exc.cause if getattr(exc, "cause", None) is not None else exc
             if isinstance(cause, ray.exceptions.RayActorError):
                 raise self._stop_after_death(cause) from None
+            if who == "the learner":  # a data-parallel learner: a dead worker, or the one error of its own
+                exc = group_failure(self.actors, learning, exc)
+                if isinstance(exc, ActorDied):
+                    raise self._stop_after_death(exc) from None
             self.stop()
             hint = "" if debug_enabled() else " (rerun with --debug for the traceback)"
             if isinstance(root_cause(exc), OSError):  # the run folder became unwritable, the disk full, ...

@@ -155,3 +155,68 @@ def compare_workers(
     shared = set(single["metrics"]) & set(ranks[0]["metrics"]) - {"time/prepare_s", "time/update_s"}
     metric_gap = max((abs(single["metrics"][k] - ranks[0]["metrics"][k]) for k in shared), default=0.0)
     return Agreement(learner, world_size, worst, identical, len(base), metric_gap)
+
+
+def _rank_zero_fails(
+    rank: int, world_size: int, port: int, model_path: str, batch: list[Step], out: str
+) -> None:
+    """Rank `rank` of a gloo group of real learners on one batch, where rank 0 raises in its first
+    micro-batch (as an out-of-memory error or a bug would) while the others compute theirs and then wait
+    in the update's collectives. Writes `out/rank-<rank>`: how this rank's part ended."""
+    import torch
+
+    from unstable_core import plugins
+    from unstable_core.learners.data_parallel import DataParallel, follow, lead
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as run_dir:
+        agent = plugins.load("learner", "reinforce").create(
+            model_path, run_dir=run_dir, device="cpu", mini_batch_size=2, batch_size=len(batch), seed=3
+        )
+        agent.initialize_algorithm()
+        group = DataParallel.join(rank, world_size, "127.0.0.1", port, "gloo")
+        agent.join_data_parallel(group)
+        ended = "returned"
+        try:
+            if rank == 0:
+
+                def fail(micro: list[Any], scale: float) -> dict[str, float]:
+                    raise RuntimeError("rank 0 failed mid-update")
+
+                agent._update = fail
+                lead(group, lambda: (group.broadcast(batch), agent.update(batch)))
+            else:
+                follow(agent)
+        except Exception as exc:  # what this rank's train() would raise
+            ended = f"raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        Path(out, f"rank-{rank}").write_text(ended)
+
+
+def when_rank_zero_fails(
+    model_path: str, batch: list[Step], world_size: int = 2, timeout_s: float = 600
+) -> list[str | None]:
+    """How each rank of a `world_size` gloo group ended when rank 0 raised mid-update (`_rank_zero_fails`),
+    waiting at most `timeout_s` for each process: None for a rank still waiting then (it is killed)."""
+    import multiprocessing
+
+    from unstable_core.learners.data_parallel import free_address
+
+    ctx = multiprocessing.get_context("spawn")
+    port = free_address()[1]
+    with tempfile.TemporaryDirectory() as out:
+        procs = [
+            ctx.Process(target=_rank_zero_fails, args=(rank, world_size, port, model_path, batch, out))
+            for rank in range(world_size)
+        ]
+        for p in procs:
+            p.start()
+        try:
+            for p in procs:
+                p.join(timeout_s)
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+        files = [Path(out, f"rank-{rank}") for rank in range(world_size)]
+        return [f.read_text() if f.is_file() else None for f in files]

@@ -27,7 +27,9 @@ class ActorGraph:
         """Name -> actor of those whose state a run cannot lose (Ray restarts only the inference actors)."""
         named = {f"the {k}": getattr(self, k) for k in ("recorder", "league", "buffer", "learner")}
         named.update({f"the collector-{i}": c for i, c in enumerate(self.collectors)})
-        named.update({f"the learner-{r}": w for r, w in enumerate(self.learner_workers, start=1)})
+        named.update(
+            {f"the learner worker of rank {r}": w for r, w in enumerate(self.learner_workers, start=1)}
+        )
         return {name: a for name, a in named.items() if a is not None}
 
     def names(self) -> dict[str, str]:

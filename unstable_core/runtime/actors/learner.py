@@ -137,11 +137,9 @@ class LearnerActor:
         group = self.learner.data_parallel
         if group is not None and group.rank > 0:
             return self._follow()
-        try:
-            return self._lead(learning_steps, group)
-        finally:
-            if group is not None:
-                group.broadcast(None)  # the other ranks' end, however rank 0's ended
+        from unstable_core.learners.data_parallel import lead
+
+        return lead(group, lambda: self._lead(learning_steps, group))  # the other ranks end with it
 
     def _follow(self) -> dict[str, Any]:
         from unstable_core.learners.data_parallel import follow

@@ -11,7 +11,7 @@ from typing import Any
 from unstable_core.league.league import league_path
 from unstable_core.learners.base import LearnerConfig
 from unstable_core.runtime.actors.graph import ActorGraph
-from unstable_core.runtime.launch.placement import CpuThreads, Placement
+from unstable_core.runtime.launch.placement import LEARNER_WORKER_CPUS, CpuThreads, Placement
 from unstable_core.runtime.launch.plan import RunPlan
 from unstable_core.runtime.recovery.resume import ResumePoint, record_resume
 
@@ -305,13 +305,13 @@ def driver_node_gpus() -> float:
 
 
 def learner_placement_group(workers: int, gpus_each: float) -> Any:
-    """A placement group of one bundle per learner worker (a whole GPU each on GPUs), packed onto as few
+    """A placement group of one bundle per learner worker (a CPU, and a whole GPU on GPUs), packed onto as few
     nodes as fit; bundle 0 (rank 0, which writes the run directory) on this driver's node."""
     import ray
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    bundle: dict[str, float] = {"CPU": 0.001}  # a bundle must reserve something; the cores are shared
+    bundle: dict[str, float] = {"CPU": LEARNER_WORKER_CPUS}  # a core each, as the plan checked
     if gpus_each:
         bundle["GPU"] = gpus_each
     here = {f"node:{ray.util.get_node_ip_address()}": 0.001}

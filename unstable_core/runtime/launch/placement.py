@@ -184,21 +184,43 @@ def split_cpu_threads(
 
 @attrs.frozen
 class Node:
-    """One alive node of the Ray cluster: its address and its whole GPUs (Ray's `GPU` resource)."""
+    """One alive node of the Ray cluster: its address, its whole GPUs and its CPUs (Ray's `GPU` and `CPU`
+    resources), and whether the driver (`unstable run`, the node of the run directory) runs on it."""
 
     address: str
     gpus: int
+    cpus: float = math.inf
+    driver: bool = False
 
 
-def cluster_nodes() -> list[Node]:
-    """The alive nodes of the started Ray cluster (`ray.nodes()`), with their GPU counts."""
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity, which a container or taskset may narrow)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def cluster_nodes(local_cores: int | None = None) -> list[Node]:
+    """The alive nodes of the started Ray cluster (`ray.nodes()`), with their GPUs and CPUs. A local
+    cluster declares more logical CPUs than the machine has (`cluster.LOCAL_CPUS`): with `local_cores` the
+    driver's node counts no more than those."""
     import ray
 
-    return [
-        Node(str(n.get("NodeManagerAddress", "?")), int(float(n.get("Resources", {}).get("GPU", 0.0))))
-        for n in ray.nodes()
-        if n.get("Alive")
-    ]
+    here = ray.get_runtime_context().get_node_id()
+    nodes = []
+    for n in ray.nodes():
+        if not n.get("Alive"):
+            continue
+        resources, driver = n.get("Resources", {}), n.get("NodeID") == here
+        cpus = float(resources.get("CPU", 0.0))
+        if driver and local_cores is not None:
+            cpus = min(cpus, float(local_cores))
+        address = str(n.get("NodeManagerAddress", "?"))
+        nodes.append(Node(address, int(float(resources.get("GPU", 0.0))), cpus, driver))
+    return nodes
 
 
 def gpu_demands(placement: Placement, num_other_engines: int) -> list[tuple[str, float]]:
@@ -219,18 +241,53 @@ def gpu_demands(placement: Placement, num_other_engines: int) -> list[tuple[str,
 
 
 _UNIT = 10_000  # Ray counts GPU shares in 1e-4 units: fit in integers, as it does
+LEARNER_WORKER_CPUS = 1  # what each of N > 1 learner workers reserves of Ray (its placement group bundle)
+WORKER = "learner worker "  # the demands of data-parallel learner workers: `learner worker 1..N`
 
 
-def fit_on_nodes(demands: list[tuple[str, float]], nodes: list[Node]) -> dict[str, tuple[str, list[int]]]:
-    """Place each (actor, num_gpus) as Ray would, or raise PlacementError before anything starts: a share
-    below 1 goes on one GPU with that much left; n >= 1 needs n whole free GPUs on one node (Ray never
-    splits an actor over nodes). Largest first, first fit. Returns actor -> (node address, GPU indices)."""
+def _demand(d: tuple) -> tuple[str, float, float, bool]:
+    """(actor, num_gpus[, num_cpus[, on the driver's node]]) with the defaults: no CPU, any node."""
+    return (d[0], d[1], d[2] if len(d) > 2 else 0.0, bool(d[3]) if len(d) > 3 else False)
+
+
+def fit_on_nodes(demands: list[tuple], nodes: list[Node]) -> dict[str, tuple[str, list[int]]]:
+    """Place each (actor, num_gpus[, num_cpus[, on the driver's node]]) as Ray would, or raise
+    PlacementError before anything starts: a GPU share below 1 goes on one GPU with that much left; n >= 1
+    needs n whole free GPUs on one node (Ray never splits an actor over nodes), beside its CPUs. Those
+    bound to the driver's node go first (nodes described without a driver's bind nothing), then the
+    largest, first fit. Returns actor -> (node address, GPU indices)."""
+    full = [_demand(d) for d in demands]
+    where, failed = _place(full, nodes)
+    if failed is None:
+        return where
+    actor, gpus, _, _ = failed
+    if actor.startswith(WORKER):
+        raise PlacementError(_workers_do_not_fit(actor, full, nodes))
+    one_node = " on one node (Ray does not split an actor over nodes)" if gpus > 1 else ""
+    raise PlacementError(
+        f"the run's actors do not fit the Ray cluster's nodes: {actor} needs {gpus:g} GPU(s){one_node}; "
+        f"the run asks for {_asked(demands)}; the nodes have {_have(nodes)}: "
+        "lower tensor_parallel_size or --num-inference-actors, or add GPUs to a node"
+    )
+
+
+def _place(
+    demands: list[tuple[str, float, float, bool]], nodes: list[Node]
+) -> tuple[dict[str, tuple[str, list[int]]], tuple[str, float, float, bool] | None]:
+    """`fit_on_nodes`'s placement: where each actor went, and the first demand that fit nowhere (or None)."""
     free = [[_UNIT] * node.gpus for node in nodes]  # per node, per GPU: what is left
+    cpus = [node.cpus for node in nodes]
+    bind = any(node.driver for node in nodes)
     where: dict[str, tuple[str, list[int]]] = {}
-    for actor, gpus in sorted(demands, key=lambda d: -d[1]):
+    for demand in sorted(demands, key=lambda d: (not (bind and d[3]), -d[1])):
+        actor, gpus, need_cpus, on_driver = demand
         need = round(gpus * _UNIT)
         for n, left in enumerate(free):
-            if need < _UNIT:
+            if (bind and on_driver and not nodes[n].driver) or cpus[n] < need_cpus:
+                continue
+            if need == 0:
+                picked: list[int] | None = []
+            elif need < _UNIT:
                 picked = next(([g] for g, room in enumerate(left) if room >= need), None)
             else:
                 whole = [g for g, room in enumerate(left) if room == _UNIT]
@@ -238,22 +295,42 @@ def fit_on_nodes(demands: list[tuple[str, float]], nodes: list[Node]) -> dict[st
             if picked is not None:
                 for g in picked:
                     left[g] -= need if need < _UNIT else _UNIT
+                cpus[n] -= need_cpus
                 where[actor] = (nodes[n].address, picked)
                 break
         else:
-            one_node = " on one node (Ray does not split an actor over nodes)" if gpus > 1 else ""
-            raise PlacementError(
-                f"the run's actors do not fit the Ray cluster's nodes: {actor} needs {gpus:g} GPU(s){one_node}; "
-                f"the run asks for {_asked(demands)}; the nodes have {_have(nodes)}: "
-                "lower tensor_parallel_size or --num-inference-actors, or add GPUs to a node"
-            )
-    return where
+            return where, demand
+    return where, None
 
 
-def _asked(demands: list[tuple[str, float]]) -> str:
+def _workers_do_not_fit(actor: str, demands: list[tuple[str, float, float, bool]], nodes: list[Node]) -> str:
+    """Why the learner workers do not fit the nodes, and the --learner-workers that does."""
+    workers = [d for d in demands if d[0].startswith(WORKER)]
+    _, gpus, cpus, _ = workers[0]
+    each = " and ".join([f"{gpus:g} GPU"] * bool(gpus) + [f"{cpus:g} CPU"] * bool(cpus))
+    have = "; ".join(f"{n.address} with {n.gpus} GPU, {n.cpus:g} CPU" for n in nodes) or "none alive"
+    if actor == f"{WORKER}1":  # rank 0, bound to the driver's node
+        driver = next((n.address for n in nodes if n.driver), "?")
+        return (
+            f"rank 0 of the {len(workers)} learner workers writes the run directory, so it runs on the "
+            f"driver's node ({driver}) and needs {each} there (the cluster's nodes: {have}): run `unstable "
+            "run` on a node that has them, or give --learner-workers 1 (a single learner runs wherever its GPU is)"
+        )
+    others = [d for d in demands if not d[0].startswith(WORKER)]
+    fits = next(
+        (k for k in range(len(workers) - 1, 1, -1) if _place(workers[:k] + others, nodes)[1] is None), 1
+    )
+    return (
+        f"the run asks for {len(workers)} learner workers with {each} each (the other actors ask Ray for "
+        f"no CPU), but the Ray cluster has room for {fits} (its nodes: {have}): lower --learner-workers "
+        f"to {fits}" + (" or less" if fits > 1 else " (a single learner asks for no CPU of its own)")
+    )
+
+
+def _asked(demands: list[tuple]) -> str:
     """`learner 1 GPU, 3 inference actor(s) x 2 GPUs`: the demands grouped by kind and size, in order."""
     groups: dict[tuple[str, float], int] = {}
-    for actor, gpus in demands:
+    for actor, gpus, *_ in demands:
         key = (actor.rstrip("0123456789 "), gpus)
         groups[key] = groups.get(key, 0) + 1
     return ", ".join(
@@ -267,10 +344,25 @@ def _have(nodes: list[Node]) -> str:
     return ", ".join(f"{node.address}: {node.gpus} GPU" for node in nodes) or "no alive node"
 
 
+def learner_worker_demands(placement: Placement) -> list[tuple[str, float, float, bool]]:
+    """(actor, num_gpus, num_cpus, on the driver's node) of N > 1 data-parallel learner workers, as their
+    placement group's bundles ask Ray: `LEARNER_WORKER_CPUS` each, on GPUs a GPU each, rank 0 (`learner
+    worker 1`, which writes the run directory) on the driver's node. None for a single learner."""
+    if placement.learner_workers < 2:
+        return []
+    return [
+        (f"{WORKER}{i + 1}", placement.learner_gpus, float(LEARNER_WORKER_CPUS), i == 0)
+        for i in range(placement.learner_workers)
+    ]
+
+
 def check_nodes(placement: Placement, nodes: list[Node], num_other_engines: int) -> None:
-    """The plan against each node's GPUs, not only their total: an actor Ray cannot fit on any one node
-    would wait forever, so fail now with what was asked and what every node has."""
-    fit_on_nodes(gpu_demands(placement, num_other_engines), nodes)
+    """The plan against each node's GPUs and CPUs, not only their total: an actor Ray cannot fit on any one
+    node would wait forever, so fail now with what was asked and what every node has (and, for learner
+    workers, how many fit)."""
+    workers = learner_worker_demands(placement)
+    others = [d for d in gpu_demands(placement, num_other_engines) if not d[0].startswith(WORKER)]
+    fit_on_nodes([*workers, *others], nodes)
 
 
 def placed_on(device: Any) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from unstable_core.runtime.launch.placement import (
     cluster_nodes,
     plan_placement,
     split_cpu_threads,
+    usable_cores,
 )
 from unstable_core.types import EvalEnvSpec, GameSpec
 
@@ -179,7 +180,8 @@ class RunPlan:
             ),
             learner_workers=self.cfg.learner_workers,
         )
-        check_nodes(plan, cluster_nodes(), others)
+        # a local cluster declares more CPUs than this machine has: count its cores
+        check_nodes(plan, cluster_nodes(None if self.cfg.ray_address else usable_cores()), others)
         return plan
 
     def cpu_threads(self, placement: Placement, cores: int) -> CpuThreads:

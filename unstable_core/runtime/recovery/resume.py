@@ -1,4 +1,4 @@
-"""Continuing a run from its last complete checkpoint (`unstable run --resume RUN_DIR`).
+"""Continuing a run from its last complete checkpoint that loads (`unstable run --resume RUN_DIR`).
 
 Every checkpoint folder holds, beside the learner's files, `run_state.json`: the league as it was
 just before the checkpoint was registered, the reward transforms' state, each collector's sampler state
@@ -10,6 +10,10 @@ complete, so metrics.jsonl never holds a step beyond the last complete checkpoin
 cut off is appended from its checkpoint's run_state.json on resume. Games played after the last checkpoint
 stay in games.jsonl (they were played) but not in the restored ratings; the resumed collectors number new
 games after every game recorded, so no game index repeats.
+
+A checkpoint is read whole before the run resumes from it (`checkpoint_problem`); newer ones that do not
+load are set aside as `step-<k>.unreadable`, and the logs are rolled back to the older step
+(`rollback.py`): the only rewrite of a log, which moves its later lines aside.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ import attrs
 from unstable_core.config import RunConfig, config_from_dict, merge_layers
 from unstable_core.errors import ConfigError
 from unstable_core.io import append_jsonl, read_jsonl
-from unstable_core.learners.checkpoint import recover_folder
+from unstable_core.learners.checkpoint import CHECKPOINT_FILES, checkpoint_problem, recover_folder
+from unstable_core.runtime.recovery.rollback import roll_back_logs
 
 RUN_STATE = "run_state.json"
 RESUME_HINT = "continue it with `unstable run --resume {run_dir}`"
@@ -52,6 +57,17 @@ RESUMABLE_OPTIONS = frozenset(
     }
 )
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+UNREADABLE = ".unreadable"  # a checkpoint folder that does not load, set aside by a resume
+
+
+@attrs.define
+class Skipped:
+    """A checkpoint newer than the resume point that does not load: why (naming the file), and the
+    folder it was set aside as (`checkpoints/step-<k>.unreadable`)."""
+
+    step: int
+    problem: str
+    kept_as: str | None = None
 
 
 @attrs.define
@@ -62,6 +78,24 @@ class ResumePoint:
     step: int
     checkpoint: Path
     state: dict[str, Any]
+    skipped: list[Skipped] = attrs.field(factory=list)  # newer checkpoints that do not load
+
+    def fallback_line(self) -> str | None:
+        """The one line that says the run resumes from an older checkpoint than its last, or None."""
+        if not self.skipped:
+            return None
+        newest = self.skipped[0]
+        others = [s.step for s in self.skipped[1:]]
+        return (
+            f"checkpoint step {newest.step} does not load ({newest.problem})"
+            + (
+                f", nor {'steps' if len(others) > 1 else 'step'} {', '.join(map(str, others))}"
+                if others
+                else ""
+            )
+            + f": resuming from step {self.step}, the newest that does; set aside as "
+            + ", ".join(f"checkpoints/{s.kept_as}" for s in self.skipped)
+        )
 
     @property
     def league(self) -> dict[str, Any]:
@@ -95,14 +129,54 @@ def checkpoint_steps(run_dir: Path, recover: bool = True) -> list[int]:
     return sorted(steps)
 
 
+def newest_loadable(run_dir: Path, recover: bool = True) -> tuple[int, list[Skipped]]:
+    """The step of the newest complete checkpoint whose files all load (`checkpoint_problem`), 0 when the
+    run has none yet, and the newer ones that do not load, newest first. Every checkpoint failing is a
+    ConfigError naming the newest's file. Without `recover`, as `checkpoint_steps`: nothing is written."""
+    folder = Path(run_dir) / "checkpoints"
+    skipped: list[Skipped] = []
+    for step in reversed(checkpoint_steps(run_dir, recover)):
+        path = folder / f"step-{step}"
+        if not recover and not path.is_dir():
+            path = folder / f"step-{step}.old"
+        problem = checkpoint_problem(path, (*CHECKPOINT_FILES, RUN_STATE))
+        if problem is None:
+            return step, skipped
+        skipped.append(Skipped(step, problem))
+    if skipped:
+        older = len(skipped) - 1
+        others = {0: "", 1: " (nor does the older one)"}.get(older, f" (nor do the {older} older ones)")
+        raise ConfigError(
+            f"--resume {run_dir}: no checkpoint of the run loads: {skipped[0].problem}{others}; restore that "
+            "file from a copy, or start a new run"
+        )
+    return 0, []
+
+
+def set_aside(folder: Path) -> str:
+    """Rename a checkpoint folder that does not load to `<name>.unreadable` (a free name): no longer a
+    checkpoint, but kept for a look. Returns its new name."""
+    target = folder.with_name(folder.name + UNREADABLE)
+    n = 1
+    while target.exists():
+        n += 1
+        target = folder.with_name(f"{folder.name}{UNREADABLE}-{n}")
+    os.replace(folder, target)
+    return target.name
+
+
 def find_resume_point(run_dir: str | os.PathLike) -> ResumePoint | None:
-    """The last complete checkpoint of `run_dir`, or None when the run has none yet (it restarts at 0)."""
+    """The newest complete checkpoint of `run_dir` whose files load, or None when the run has none yet (it
+    restarts at 0). Newer checkpoints that do not load are set aside (`ResumePoint.skipped`); when none
+    loads, a ConfigError names the file. Call it holding the run's lock: it writes."""
     run_dir = Path(run_dir).resolve()
-    steps = checkpoint_steps(run_dir)
-    if not steps:
+    step, skipped = newest_loadable(run_dir)
+    if not step:
         return None
-    folder = run_dir / "checkpoints" / f"step-{steps[-1]}"
-    return ResumePoint(run_dir, steps[-1], folder, json.loads((folder / RUN_STATE).read_text()))
+    for s in skipped:
+        s.kept_as = set_aside(run_dir / "checkpoints" / f"step-{s.step}")
+    folder = run_dir / "checkpoints" / f"step-{step}"
+    return ResumePoint(run_dir, step, folder, json.loads((folder / RUN_STATE).read_text()), skipped)
 
 
 def resume_config(run_dir: str | os.PathLike, overrides: dict[str, Any]) -> tuple[RunConfig, dict[str, Any]]:
@@ -134,7 +208,7 @@ def resume_config(run_dir: str | os.PathLike, overrides: dict[str, Any]) -> tupl
             f"{cli_flag(key)} or start a new run"
         )
     cfg = config_from_dict(merge_layers(base, {k: v[1] for k, v in changed.items()}))
-    done = max(checkpoint_steps(run_dir, recover=False), default=0)
+    done, _ = newest_loadable(run_dir, recover=False)  # a last checkpoint that does not load is not done
     if done >= cfg.learning_steps:
         raise ConfigError(
             f"--resume {run_dir}: the run is complete (learner step {done} of {cfg.learning_steps}): to train it "
@@ -173,13 +247,16 @@ def max_game_index(run_dir: Path) -> int:
 
 
 def prepare_logs(point: ResumePoint | None, run_dir: Path, changed: dict[str, Any]) -> dict[str, Any]:
-    """Make the run's logs ready to be appended to: a line cut short by the crash is closed, learner steps
-    up to the checkpoint missing from metrics.jsonl are appended from their checkpoints. Returns the
-    resume record (for `record_resume`)."""
+    """Make the run's logs ready to be appended to: a line cut short by the crash is closed, a resume from
+    an older checkpoint than the last (`point.skipped`) rolls the logs back to it (`roll_back_logs`),
+    learner steps up to the checkpoint missing from metrics.jsonl are appended from their checkpoints.
+    Returns the resume record (for `record_resume`)."""
     metrics_path = run_dir / "metrics.jsonl"
     games_path = run_dir / "games" / "games.jsonl"
     cut = [str(p.relative_to(run_dir)) for p in (metrics_path, games_path) if _end_partial_line(p)]
     step = point.step if point is not None else 0
+    next_game = max_game_index(run_dir) + 1  # after every game played, those rolled back included
+    rolled_back = roll_back_logs(run_dir, step) if point is not None and point.skipped else {}
     logged = {r["step"] for r in read_jsonl(metrics_path) if is_learner_record(r)}
     restored = []
     for k in checkpoint_steps(run_dir):
@@ -197,8 +274,11 @@ def prepare_logs(point: ResumePoint | None, run_dir: Path, changed: dict[str, An
         "changed": changed,
         "metrics_restored_steps": [r["step"] for r in restored],
         "cut_lines_closed": cut,
-        "next_game_index": max_game_index(run_dir) + 1,
+        "next_game_index": next_game,
     }
+    if point is not None and point.skipped:
+        record["skipped_checkpoints"] = [attrs.asdict(s) for s in point.skipped]
+        record["rolled_back_lines"] = rolled_back
     return record
 
 
