@@ -9,9 +9,9 @@ from importlib import metadata
 import pytest
 from unstable_rewards import (
     ComposeFinalRewardTransforms,
-    EntropyBonus,
     ComposeSamplingRewardTransforms,
     ComposeStepRewardTransforms,
+    EntropyBonus,
     GroupRelative,
     NormalizeRewards,
     NormalizeRewardsByEnv,
