@@ -471,6 +471,14 @@ def test_third_party_plugins_are_listed(installed):
             "version": "1.2.3",
             "hooks": ["register_reward_transforms"],
             "provides": {"reward_transform": ["utp-win-bonus", "utp-shared"]},
+            "components": [
+                {"kind": "reward_transform", "name": "utp-win-bonus", "description": "adds 0.5 to wins"},
+                {  # registered without a description: its docstring's
+                    "kind": "reward_transform",
+                    "name": "utp-shared",
+                    "description": "Adds 0.5 to the final reward of every winning seat.",
+                },
+            ],
             "error": conflict,
         },
         "unstable-testplug-broken": {
@@ -478,6 +486,7 @@ def test_third_party_plugins_are_listed(installed):
             "version": "1.2.3",
             "hooks": [],
             "provides": {},
+            "components": [],
             "error": "could not import 'utp_broken': RuntimeError: utp broken on purpose",
         },
         "unstable-testplug-dup": {
@@ -485,6 +494,7 @@ def test_third_party_plugins_are_listed(installed):
             "version": "1.2.3",
             "hooks": ["register_reward_transforms"],
             "provides": {"reward_transform": ["utp-negate"]},
+            "components": [{"kind": "reward_transform", "name": "utp-negate", "description": ""}],
             "error": conflict,
         },
         "unstable-testplug-games": {
@@ -492,6 +502,10 @@ def test_third_party_plugins_are_listed(installed):
             "version": "1.2.3",
             "hooks": ["register_envs"],
             "provides": {"env": ["UtpNim-v0", "utp-capitals"]},
+            "components": [
+                {"kind": "env", "name": "UtpNim-v0", "description": "take 1-3 stones; the last one wins"},
+                {"kind": "env", "name": "utp-capitals", "description": "name the capital"},
+            ],
         },
     }
 
@@ -534,6 +548,7 @@ def test_third_party_games_and_tasks_are_listed_and_played(installed):
 
 
 def test_third_party_table(installed):
+    """A row per component with the description its plugin registered, under its package and version."""
     result = run_cli(installed, "-m", "unstable_core", "plugins", UNSTABLE_LOAD_PLUGINS=OURS)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -542,7 +557,10 @@ def test_third_party_table(installed):
         "1.2.3" in broken and "could not import 'utp_broken': RuntimeError: utp broken on purpose" in broken
     )
     (bonus,) = [line for line in lines if line.startswith("│ unstable-testplug-bonus ")]
-    assert "reward_transform: utp-win-bonus, utp-shared" in bonus
+    assert "1.2.3" in bonus and "reward_transform" in bonus and "utp-win-bonus" in bonus
+    assert "adds 0.5 to wins" in bonus
+    (nim,) = [line for line in lines if "UtpNim-v0" in line]
+    assert "take 1-3 stones; the last one wins" in nim
     assert "unstable-core" not in result.stdout
 
 
