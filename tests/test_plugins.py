@@ -314,10 +314,23 @@ class WinBonus(FinalRewardTransform):
         return {pid: r + 0.5 if r > 0 else r for pid, r in rewards.items()}
 
 
+class Strict(FinalRewardTransform):
+    """Scales rewards; its constructor refuses a bad scale with a plain ValueError, not a ConfigError."""
+
+    def __init__(self, scale=1.0):
+        if scale <= 0:
+            raise ValueError("scale must be positive")
+        self.scale = scale
+
+    def __call__(self, rewards, env_id=None):
+        return {pid: r * self.scale for pid, r in rewards.items()}
+
+
 @hookimpl
 def register_reward_transforms(register):
     register("utp-win-bonus", "utp_bonus:WinBonus", "adds 0.5 to wins")
     register("utp-shared", WinBonus)
+    register("utp-strict", Strict, "scales rewards")
 '''
 
 DUPLICATE = '''
@@ -470,7 +483,7 @@ def test_third_party_plugins_are_listed(installed):
             "name": "unstable-testplug-bonus",
             "version": "1.2.3",
             "hooks": ["register_reward_transforms"],
-            "provides": {"reward_transform": ["utp-win-bonus", "utp-shared"]},
+            "provides": {"reward_transform": ["utp-win-bonus", "utp-shared", "utp-strict"]},
             "components": [
                 {"kind": "reward_transform", "name": "utp-win-bonus", "description": "adds 0.5 to wins"},
                 {  # registered without a description: its docstring's
@@ -478,6 +491,7 @@ def test_third_party_plugins_are_listed(installed):
                     "name": "utp-shared",
                     "description": "Adds 0.5 to the final reward of every winning seat.",
                 },
+                {"kind": "reward_transform", "name": "utp-strict", "description": "scales rewards"},
             ],
             "error": conflict,
         },
@@ -596,6 +610,25 @@ def test_third_party_components_resolve_by_name(installed):
         "shared": "reward_transform 'utp-shared' is registered twice: by unstable-testplug-bonus and by "
         "unstable-testplug-dup; uninstall one of the two distributions",
     }
+
+
+@pytest.mark.parametrize(
+    ("transform", "expected"),
+    [
+        ("utp-strict:scale=-1", "--final-transform utp-strict: ValueError: scale must be positive; utp-strict takes scale"),
+        ("utp-strict:alpha=1", "--final-transform utp-strict: unknown option alpha; utp-strict takes scale"),
+        ("utp-strict:scale=abc", "--final-transform utp-strict: TypeError: '<=' not supported between instances of 'str' and 'int'; utp-strict takes scale"),
+    ],
+    ids=["constructor-raises-valueerror", "unknown-option", "bad-value"],
+)  # fmt: skip
+def test_a_third_party_constructor_that_raises_ends_in_one_line(installed, tmp_path, transform, expected):
+    """Whatever a plugin's constructor raises, not only a ConfigError, is one line and exit status 2 before
+    anything starts, naming the option, the registered name and the keys it takes."""
+    result = run_cli(
+        installed, "-m", "unstable_core", "run", "--runs-dir", str(tmp_path), "--final-transform", transform
+    )
+    assert (result.returncode, result.stderr.strip().splitlines()) == (2, [f"Error: {expected}"])
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_load_filter_selects_distributions(installed):

@@ -301,6 +301,17 @@ def list_plugins(include_builtins: bool = False) -> list[PluginInfo]:
     return [p for p in get_state().plugins if include_builtins or not p.builtin]
 
 
+def registered_name(kind: str, target: Any) -> str:
+    """The name `target` (a class or factory) is registered under as a `kind`, for messages that speak the
+    user's words (`cispo`, not `CISPOLearner`); its own name when no plugin registered it."""
+    own = getattr(target, "__qualname__", getattr(target, "__name__", repr(target)))
+    wanted = f"{getattr(target, '__module__', '?')}:{own}"
+    for component in get_registry().by_kind(kind):
+        if component.target is target or component.target_name == wanted:
+            return component.name
+    return getattr(target, "__name__", own)
+
+
 def load(kind: str, name: str) -> Any:
     """Shortcut: the class or factory registered as `name` of `kind`."""
     return get_registry().load(kind, name)
