@@ -780,3 +780,31 @@ def test_an_env_id_textarena_has_or_bad_env_options_are_refused(site):
         from unstable_core.registry import check_options
 
         check_options("tracker", {"players": 2}, "x")
+
+
+def test_a_plugins_template_is_the_one_the_game_loop_renders(site):
+    """Before, `get_template` read the built-in templates only: a registered one was listed but unusable."""
+    from unstable_core.games.templates import answer_prefix, get_template
+
+    site(
+        "utp-templates",
+        {
+            "utp_templates": """
+                from unstable_core import hookimpl
+
+                def short(observation, tokenizer):
+                    return f"{observation} ->"
+
+                short.answer_prefix = ">"
+
+                @hookimpl
+                def register_templates(register):
+                    register("utp-short", short, "the observation and an arrow")
+            """
+        },
+        {"utp_templates": "utp_templates"},
+    )
+    template = get_template("utp-short")
+    assert (template("x", None), answer_prefix(template)) == ("x ->", ">")
+    with pytest.raises(UnstableError, match="unknown prompt template 'nope'; use one of: .*utp-short"):
+        get_template("nope")
