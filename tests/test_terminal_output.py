@@ -214,8 +214,8 @@ def test_a_training_run_prints_its_reward_pipeline_at_start_and_in_its_summary(t
     assert (
         lines
         == [
-            "reward pipeline: final role-advantage-by-env | step reward-for-format(reward=1.5, penalty=0.0), "
-            "penalty-for-invalid-move(reward=1.0, penalty=-1.0), reward-for-format(reward=0.5) | sampling "
+            "reward pipeline: final role-advantage-by-env -> step reward-for-format(reward=1.5, penalty=0.0), "
+            "penalty-for-invalid-move(reward=1.0, penalty=-1.0), reward-for-format(reward=0.5) -> sampling "
             "normalize-by-env(z_score=True)"
         ]
         * 2

@@ -57,4 +57,4 @@ def test_the_pipeline_names_each_transform_with_its_options():
         "role-advantage-by-env",
         "role-advantage(ema_alpha=0.9)",
     ]  # unbuilt: as given
-    assert pipeline_text(stages).endswith("| sampling -")
+    assert pipeline_text(stages).endswith(" -> sampling -")

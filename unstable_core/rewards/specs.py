@@ -82,5 +82,6 @@ def pipeline(cfg: Any, components: Any = None) -> dict[str, list[str]]:
 
 
 def pipeline_text(stages: Mapping[str, Sequence[str]]) -> str:
-    """One line: `final a(...) | step b(...), c(...) | sampling d(...)` (`-` for an empty stage)."""
-    return " | ".join(f"{stage} {', '.join(names) or '-'}" for stage, names in stages.items())
+    """One line, in the order a reward goes through them: `final a(...) -> step b(...), c(...) -> sampling
+    d(...)` (`-` for an empty stage)."""
+    return " -> ".join(f"{stage} {', '.join(names) or '-'}" for stage, names in stages.items())
