@@ -65,7 +65,7 @@ A2C_HIDDEN = {"UNSTABLE_LOAD_PLUGINS": "unstable-samplers,unstable-rewards,unsta
 @pytest.mark.parametrize(
     ("args", "env", "expected"),
     [
-        (["--learner", "nope"], {}, "unknown learner 'nope'; installed learners: a2c, ppo, reinforce"),
+        (["--learner", "nope"], {}, "unknown learner 'nope'; installed learners: a2c, cispo, ppo, reinforce"),
         (["--learner", "a2c"], A2C_HIDDEN, "installed learners: reinforce; 'a2c' is provided by unstable-a2c: pip install unstable-a2c"),
         (["--batch-size", "0"], {}, "batch_size must be >= 1, got 0"),
         (["--error-allowance", "-1"], {}, "error_allowance must be >= 0, got -1"),
@@ -82,12 +82,12 @@ A2C_HIDDEN = {"UNSTABLE_LOAD_PLUGINS": "unstable-samplers,unstable-rewards,unsta
         (["--run-name", "../escape"], {}, "must be a plain folder name"),
         # every option, the components' own included, before Ray and before the run folder (issue 18.6)
         (["--top-p", "0", "--run-name", "t"], {}, "top_p must be > 0.0 and <= 1, got 0.0"),
-        (["--sampler-config", '{"bogus": 1}'], {}, "--sampler-config: MirrorModelSampler got unknown option(s) bogus"),
-        (["--sampler", "lagged", "--sampler-config", '{"k": 0}'], {}, "--sampler-config: AsynchronousModelSampler: k must be an integer >= 1"),
-        (["--env-sampler-config", '{"bogus": 1}'], {}, "--env-sampler-config: UniformRandomEnvSampler got unknown option(s) bogus"),
-        (["--algorithm-config", '{"bogus": 1}'], {}, "--algorithm-config: unknown REINFORCELearner option(s) bogus; allowed: none"),
+        (["--sampler-config", '{"bogus": 1}'], {}, "--sampler-config mirror: unknown option bogus; mirror takes no options"),
+        (["--sampler", "lagged", "--sampler-config", '{"k": 0}'], {}, "--sampler-config lagged: AsynchronousModelSampler: k must be an integer >= 1, got 0; lagged takes k"),
+        (["--env-sampler-config", '{"bogus": 1}'], {}, "--env-sampler-config random: unknown option bogus; random takes repeat"),
+        (["--algorithm-config", '{"bogus": 1}'], {}, "--algorithm-config: unknown reinforce option(s) bogus; allowed: none"),
         (["--learner", "a2c", "--algorithm-config", '{"gamma": 2}'], {}, "--algorithm-config: a2c gamma must be in [0, 1], got 2"),
-        (["--learner", "ppo", "--importance-cap", "2"], {}, "ppo truncates its behaviour weight itself (behaviour_weight_cap in --algorithm-config); drop --importance-cap"),
+        (["--learner", "ppo", "--importance-cap", "2"], {}, "--importance-cap: ppo truncates its behaviour weight itself (behaviour_weight_cap in --algorithm-config); drop --importance-cap"),
         (["--lora-config", '{"lora_rank": 0}'], {}, "lora_config.lora_rank must be an integer >= 1, got 0"),
         (["--lora-config", '{"target_modules": ["nope"]}'], {}, "none of lora_config.target_modules ['nope'] is a linear layer"),
         (["--env", "TicTacToe-v0-train:3"], {}, "--env TicTacToe-v0-train:3: the game cannot be set up for 3 players"),

@@ -17,7 +17,7 @@ LEARNERS = get_registry().names("learner")
 
 
 def test_every_shipped_learner_is_installed():
-    assert {"reinforce", "a2c", "ppo"} <= set(LEARNERS)
+    assert {"reinforce", "a2c", "ppo", "cispo"} <= set(LEARNERS)
 
 
 @pytest.mark.parametrize("name", LEARNERS)

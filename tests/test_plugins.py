@@ -314,10 +314,23 @@ class WinBonus(FinalRewardTransform):
         return {pid: r + 0.5 if r > 0 else r for pid, r in rewards.items()}
 
 
+class Strict(FinalRewardTransform):
+    """Scales rewards; its constructor refuses a bad scale with a plain ValueError, not a ConfigError."""
+
+    def __init__(self, scale=1.0):
+        if scale <= 0:
+            raise ValueError("scale must be positive")
+        self.scale = scale
+
+    def __call__(self, rewards, env_id=None):
+        return {pid: r * self.scale for pid, r in rewards.items()}
+
+
 @hookimpl
 def register_reward_transforms(register):
     register("utp-win-bonus", "utp_bonus:WinBonus", "adds 0.5 to wins")
     register("utp-shared", WinBonus)
+    register("utp-strict", Strict, "scales rewards")
 '''
 
 DUPLICATE = '''
@@ -470,7 +483,16 @@ def test_third_party_plugins_are_listed(installed):
             "name": "unstable-testplug-bonus",
             "version": "1.2.3",
             "hooks": ["register_reward_transforms"],
-            "provides": {"reward_transform": ["utp-win-bonus", "utp-shared"]},
+            "provides": {"reward_transform": ["utp-win-bonus", "utp-shared", "utp-strict"]},
+            "components": [
+                {"kind": "reward_transform", "name": "utp-win-bonus", "description": "adds 0.5 to wins"},
+                {  # registered without a description: its docstring's
+                    "kind": "reward_transform",
+                    "name": "utp-shared",
+                    "description": "Adds 0.5 to the final reward of every winning seat.",
+                },
+                {"kind": "reward_transform", "name": "utp-strict", "description": "scales rewards"},
+            ],
             "error": conflict,
         },
         "unstable-testplug-broken": {
@@ -478,6 +500,7 @@ def test_third_party_plugins_are_listed(installed):
             "version": "1.2.3",
             "hooks": [],
             "provides": {},
+            "components": [],
             "error": "could not import 'utp_broken': RuntimeError: utp broken on purpose",
         },
         "unstable-testplug-dup": {
@@ -485,6 +508,7 @@ def test_third_party_plugins_are_listed(installed):
             "version": "1.2.3",
             "hooks": ["register_reward_transforms"],
             "provides": {"reward_transform": ["utp-negate"]},
+            "components": [{"kind": "reward_transform", "name": "utp-negate", "description": ""}],
             "error": conflict,
         },
         "unstable-testplug-games": {
@@ -492,6 +516,10 @@ def test_third_party_plugins_are_listed(installed):
             "version": "1.2.3",
             "hooks": ["register_envs"],
             "provides": {"env": ["UtpNim-v0", "utp-capitals"]},
+            "components": [
+                {"kind": "env", "name": "UtpNim-v0", "description": "take 1-3 stones; the last one wins"},
+                {"kind": "env", "name": "utp-capitals", "description": "name the capital"},
+            ],
         },
     }
 
@@ -534,6 +562,7 @@ def test_third_party_games_and_tasks_are_listed_and_played(installed):
 
 
 def test_third_party_table(installed):
+    """A row per component with the description its plugin registered, under its package and version."""
     result = run_cli(installed, "-m", "unstable_core", "plugins", UNSTABLE_LOAD_PLUGINS=OURS)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -542,7 +571,10 @@ def test_third_party_table(installed):
         "1.2.3" in broken and "could not import 'utp_broken': RuntimeError: utp broken on purpose" in broken
     )
     (bonus,) = [line for line in lines if line.startswith("│ unstable-testplug-bonus ")]
-    assert "reward_transform: utp-win-bonus, utp-shared" in bonus
+    assert "1.2.3" in bonus and "reward_transform" in bonus and "utp-win-bonus" in bonus
+    assert "adds 0.5 to wins" in bonus
+    (nim,) = [line for line in lines if "UtpNim-v0" in line]
+    assert "take 1-3 stones; the last one wins" in nim
     assert "unstable-core" not in result.stdout
 
 
@@ -578,6 +610,25 @@ def test_third_party_components_resolve_by_name(installed):
         "shared": "reward_transform 'utp-shared' is registered twice: by unstable-testplug-bonus and by "
         "unstable-testplug-dup; uninstall one of the two distributions",
     }
+
+
+@pytest.mark.parametrize(
+    ("transform", "expected"),
+    [
+        ("utp-strict:scale=-1", "--final-transform utp-strict: ValueError: scale must be positive; utp-strict takes scale"),
+        ("utp-strict:alpha=1", "--final-transform utp-strict: unknown option alpha; utp-strict takes scale"),
+        ("utp-strict:scale=abc", "--final-transform utp-strict: TypeError: '<=' not supported between instances of 'str' and 'int'; utp-strict takes scale"),
+    ],
+    ids=["constructor-raises-valueerror", "unknown-option", "bad-value"],
+)  # fmt: skip
+def test_a_third_party_constructor_that_raises_ends_in_one_line(installed, tmp_path, transform, expected):
+    """Whatever a plugin's constructor raises, not only a ConfigError, is one line and exit status 2 before
+    anything starts, naming the option, the registered name and the keys it takes."""
+    result = run_cli(
+        installed, "-m", "unstable_core", "run", "--runs-dir", str(tmp_path), "--final-transform", transform
+    )
+    assert (result.returncode, result.stderr.strip().splitlines()) == (2, [f"Error: {expected}"])
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_load_filter_selects_distributions(installed):
@@ -729,3 +780,31 @@ def test_an_env_id_textarena_has_or_bad_env_options_are_refused(site):
         from unstable_core.registry import check_options
 
         check_options("tracker", {"players": 2}, "x")
+
+
+def test_a_plugins_template_is_the_one_the_game_loop_renders(site):
+    """Before, `get_template` read the built-in templates only: a registered one was listed but unusable."""
+    from unstable_core.games.templates import answer_prefix, get_template
+
+    site(
+        "utp-templates",
+        {
+            "utp_templates": """
+                from unstable_core import hookimpl
+
+                def short(observation, tokenizer):
+                    return f"{observation} ->"
+
+                short.answer_prefix = ">"
+
+                @hookimpl
+                def register_templates(register):
+                    register("utp-short", short, "the observation and an arrow")
+            """
+        },
+        {"utp_templates": "utp_templates"},
+    )
+    template = get_template("utp-short")
+    assert (template("x", None), answer_prefix(template)) == ("x ->", ">")
+    with pytest.raises(UnstableError, match="unknown prompt template 'nope'; use one of: .*utp-short"):
+        get_template("nope")

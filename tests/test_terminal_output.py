@@ -202,3 +202,23 @@ def test_the_summary_opens_with_what_was_learned_and_never_prints_nan(tmp_path, 
     assert "nan" not in out and "z = " not in out and "…" not in out
     assert "  invalid moves per turn, ckpt 0 vs ckpt 3: 1.000 [0.439, 1.000] (n=3) -> 1.000 [0.439, 1.000] " \
         "(n=3): no test, the same outcome (1.00) in all 6 turns" in lines  # fmt: skip
+
+
+def test_a_training_run_prints_its_reward_pipeline_at_start_and_in_its_summary(tmp_path, capsys):
+    from unstable_core.config import load_config
+
+    run = FakeRun(tmp_path, snapshot())
+    run.cfg = load_config(None, {"step_transforms": ["+reward-for-format:reward=0.5"]})
+    execute(run, 3, "unstable run (reinforce, mirror)")
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("reward pipeline: ")]
+    assert (
+        lines
+        == [
+            "reward pipeline: final role-advantage-by-env -> step reward-for-format(reward=1.5, penalty=0.0), "
+            "penalty-for-invalid-move(reward=1.0, penalty=-1.0), reward-for-format(reward=0.5) -> sampling "
+            "normalize-by-env(z_score=True)"
+        ]
+        * 2
+    )
+    execute(run, None, "unstable play (TicTacToe-v0-train)")  # play trains nothing: no pipeline
+    assert "reward pipeline" not in capsys.readouterr().out

@@ -22,6 +22,7 @@ from unstable_core.envs.sources import HF_PREFIX
 from unstable_core.errors import ConfigError
 from unstable_core.learners.lora import DEFAULT_LORA_CFG, resolve_lora_config
 from unstable_core.models import DEFAULT_MODEL, is_api_model
+from unstable_core.rewards.specs import STAGE_KEYS, resolve_additions
 from unstable_core.types import EvalEnvSpec, TrainEnvSpec
 from unstable_core.validators import above, at_least_one, choice, in_range, int64, non_negative
 
@@ -342,7 +343,8 @@ class RunConfig:
     final_transforms: list[Any] = attrs.field(
         factory=lambda: ["role-advantage-by-env"],
         metadata=_help(
-            "final reward transform name[:k=v,...] (repeatable)",
+            "final reward transform name[:k=v,...] (repeatable); +name[:k=v,...] adds one to the default "
+            "(or the config file's) list instead of replacing it",
             cli="--final-transform",
             section="reward shaping",
         ),
@@ -352,13 +354,19 @@ class RunConfig:
             "reward-for-format:reward=1.5,penalty=0.0",
             "penalty-for-invalid-move:reward=1.0,penalty=-1.0",
         ],
-        metadata=_help("step reward transform name[:k=v,...] (repeatable)", cli="--step-transform"),
+        metadata=_help(
+            "step reward transform name[:k=v,...] (repeatable); +name adds one to the list",
+            cli="--step-transform",
+        ),
     )
     sampling_transforms: list[Any] = attrs.field(
         factory=lambda: [
             "normalize-by-env:z_score=true"
         ],  # UnstableBaselines v0.2's NormalizeRewardsByEnv(True)
-        metadata=_help("sampling reward transform name[:k=v,...] (repeatable)", cli="--sampling-transform"),
+        metadata=_help(
+            "sampling reward transform name[:k=v,...] (repeatable); +name adds one to the list",
+            cli="--sampling-transform",
+        ),
     )
     num_train_workers: int = attrs.field(
         default=8,  # with 16 on a 2-core CPU, 57% of the steps went stale or were evicted before use
@@ -703,12 +711,19 @@ def vllm_backend_options() -> set[str]:
     return set(inspect.signature(VLLMBackend.__init__).parameters) - _RUN_SET_VLLM_OPTIONS
 
 
+def transform_defaults() -> dict[str, list[Any]]:
+    """Each stage's default reward transforms, what a `+name` adds to when nothing earlier set the stage."""
+    fields = attrs.fields_dict(RunConfig)
+    return {key: fields[key].default.factory() for key in STAGE_KEYS.values()}
+
+
 def merge_layers(*layers: Mapping[str, Any]) -> dict[str, Any]:
     """Config dicts merged, later ones winning (None: not given), each first read by the compat module
     (`unstable_core.compat.unstable_baselines`), so that an old name or a vllm_config key of an earlier
     layer yields to a later layer's field: `--temperature` beats a file's vllm_config.temperature."""
     out: dict[str, Any] = {}
     for layer in map(ub.translate, layers):
+        layer = resolve_additions(layer, out, transform_defaults())  # `+name` adds to what came before
         names = ub.fields_set_by(layer)
         earlier = out.get("vllm_config")
         if isinstance(earlier, Mapping) and "vllm_config" not in layer:
@@ -726,7 +741,7 @@ def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
     for key in data:
         if ub.RENAMED.get(key, key) not in fields and key not in ub.IGNORED:
             raise ConfigError(f"unknown config key {key!r}; see `unstable run --help` for the keys")
-    clean = ub.translate(data)
+    clean = resolve_additions(ub.translate(data), {}, transform_defaults())
     defaults = {name: fields[name].default for name in ("model_name", "max_model_len")}
     clean = ub.apply_vllm_config(clean, defaults)
     try:

@@ -44,18 +44,29 @@ class PluginInfo:
     provides: dict[str, list[str]] = attrs.field(factory=dict)
     error: str | None = None
     builtin: bool = False
+    descriptions: dict[tuple[str, str], str] = attrs.field(factory=dict)  # (kind, name) -> as registered
+
+    def components(self) -> list[dict[str, str]]:
+        """Each component this distribution provides: kind, name and the description it registered."""
+        return [
+            {"kind": kind, "name": name, "description": self.descriptions.get((kind, name), "")}
+            for kind, names in self.provides.items()
+            for name in names
+        ]
 
     def add_error(self, message: str) -> None:
         """Keep one more problem of this plugin (all of them are shown, joined by '; ')."""
         self.error = message if not self.error else f"{self.error}; {message}"
 
     def to_json(self) -> dict[str, Any]:
-        """The `unstable plugins --json` entry: name, version, hooks, provides and, if any, error."""
+        """The `unstable plugins --json` entry: name, version, hooks, provides (names by kind), components
+        (kind, name, description) and, if any, error."""
         data: dict[str, Any] = {
             "name": self.name,
             "version": self.version,
             "hooks": list(self.hooks),
             "provides": {kind: list(names) for kind, names in self.provides.items()},
+            "components": self.components(),
         }
         if self.error:
             data["error"] = self.error
@@ -230,8 +241,16 @@ def _register_callback(state: PluginState, info: PluginInfo, plugin: str, kind: 
             _fail(state, info, str(exc), exc)
             return
         info.provides.setdefault(kind, []).append(name)
+        info.descriptions[(kind, name)] = component.description or _doc_line(target)
 
     return register
+
+
+def _doc_line(target: Any) -> str:
+    """A description for a component registered without one: its docstring's first paragraph (a lazy
+    target is not imported for it)."""
+    doc = None if isinstance(target, str) else getattr(target, "__doc__", None)
+    return " ".join(doc.strip().split("\n\n")[0].split()) if doc and doc.strip() else ""
 
 
 def add_commands(cli: Any) -> None:
@@ -280,6 +299,17 @@ def get_plugin_manager() -> pluggy.PluginManager:
 def list_plugins(include_builtins: bool = False) -> list[PluginInfo]:
     """The discovered distributions, in name order (the core's built-ins first, when included)."""
     return [p for p in get_state().plugins if include_builtins or not p.builtin]
+
+
+def registered_name(kind: str, target: Any) -> str:
+    """The name `target` (a class or factory) is registered under as a `kind`, for messages that speak the
+    user's words (`cispo`, not `CISPOLearner`); its own name when no plugin registered it."""
+    own = getattr(target, "__qualname__", getattr(target, "__name__", repr(target)))
+    wanted = f"{getattr(target, '__module__', '?')}:{own}"
+    for component in get_registry().by_kind(kind):
+        if component.target is target or component.target_name == wanted:
+            return component.name
+    return getattr(target, "__name__", own)
 
 
 def load(kind: str, name: str) -> Any:

@@ -32,7 +32,12 @@ KINDS: dict[str, str] = {
 # which package to install (kept by hand, as the plugins may be absent; tests/test_registry.py checks it
 # against what the installed plugins register).
 KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
-    "learner": {"reinforce": "unstable-reinforce", "a2c": "unstable-a2c", "ppo": "unstable-ppo"},
+    "learner": {
+        "reinforce": "unstable-reinforce",
+        "a2c": "unstable-a2c",
+        "ppo": "unstable-ppo",
+        "cispo": "unstable-cispo",
+    },
     "env_sampler": {"random": "unstable-samplers", "adaptive": "unstable-samplers"},
     "model_sampler": {
         name: "unstable-samplers" for name in ("mirror", "fixed", "lagged", "trueskill", "win-rate")
@@ -57,6 +62,7 @@ _LOCAL_PLUGIN_DIRS = {
     "unstable-reinforce": "plugins/unstable_reinforce",
     "unstable-a2c": "plugins/unstable_a2c",
     "unstable-ppo": "plugins/unstable_ppo",
+    "unstable-cispo": "plugins/unstable_cispo",
     "unstable-samplers": "plugins/unstable_samplers",
     "unstable-rewards": "plugins/unstable_rewards",
 }

@@ -61,11 +61,18 @@ def plugins(as_json: bool, show_all: bool) -> None:
     from rich.text import Text
 
     table = Table(title="unstable plugins")
-    for col in ("distribution", "version", "provides", "error"):
+    for col in ("package", "version", "kind", "name", "description"):
         table.add_column(col, overflow="fold")
     for p in infos:
-        provides = "\n".join(f"{kind}: {', '.join(names)}" for kind, names in p.provides.items()) or "-"
-        table.add_row(Text(p.name), Text(p.version), Text(provides), Text(p.error or "", style="red"))
+        rows = [(c["kind"], c["name"], Text(c["description"])) for c in p.components()]
+        if p.error:
+            rows.append(("error", "", Text(p.error, style="red")))
+        for i, (kind, name, description) in enumerate(rows or [("-", "", Text(""))]):
+            first = i == 0
+            table.add_row(
+                Text(p.name if first else ""), Text(p.version if first else ""), kind, name, description
+            )
+        table.add_section()
     Console().print(table)
 
 

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from unstable_core.errors import RunFailed, describe
+from unstable_core.rewards.specs import pipeline_text
 from unstable_core.runtime.actors.scheduled_eval import evals_table, last_eval_lines
 from unstable_core.runtime.launch.cluster import raise_interrupt
 
@@ -166,6 +167,16 @@ def _newest_eval(snap: dict[str, Any]) -> int:
     return max(snap.get("evals") or (), default=-1)
 
 
+def reward_stages(run: Any, learning_steps: int | None) -> dict[str, list[str]]:
+    """The reward pipeline of a run that learns, by stage (`rewards.specs.pipeline`); empty for `play`."""
+    from unstable_core.rewards.specs import pipeline
+
+    cfg = getattr(run, "cfg", None)
+    if learning_steps is None or not hasattr(cfg, "final_transforms"):
+        return {}
+    return pipeline(cfg, getattr(run, "components", None))
+
+
 def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: Any) -> dict[str, Any]:
     """Start a run, show live progress, stop cleanly on Ctrl-C, print the summary."""
     from rich.console import Console
@@ -174,6 +185,9 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
 
     console = Console()
     console.print(f"[bold]{title}[/bold]: run directory [cyan]{run.run_dir}[/cyan]")
+    stages = reward_stages(run, learning_steps)
+    if stages:
+        console.print(f"reward pipeline: {escape(pipeline_text(stages))}", soft_wrap=True)
     console.print("starting Ray actors and loading the model (a minute on a laptop CPU)...")
     previous = signal.getsignal(signal.SIGTERM)
     try:
@@ -216,6 +230,8 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
     verdict = learning_verdict(rates) if learning_steps is not None else None  # `play` does not learn
     if verdict is not None:  # one line however wide (soft_wrap): a log's grep finds it whole
         console.print(f"[bold]result:[/bold] {escape(verdict.sentence)}", soft_wrap=True)
+    if stages:
+        console.print(f"reward pipeline: {escape(pipeline_text(stages))}", soft_wrap=True)
     console.print(_progress_table(summary, learning_steps, f"{title}: summary"))
     if summary.get("league"):
         console.print(ratings_table(summary["league"]))

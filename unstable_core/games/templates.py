@@ -133,15 +133,23 @@ TEMPLATES: dict[str, Template] = {
 
 
 def get_template(name: str, templates: Mapping[str, Template] | None = None) -> Template:
-    """The template called `name` in `templates` (default: the built-in TEMPLATES)."""
-    templates = TEMPLATES if templates is None else templates
-    try:
+    """The template called `name` in `templates` (default: those registered: the built-in TEMPLATES and
+    every plugin's `register_templates`)."""
+    if templates is None:
+        from unstable_core.plugins import get_registry
+
+        registry = get_registry()
+        if name in registry.names("template"):
+            return registry.load("template", name)
+        known = registry.names("template")
+    elif name in templates:
         return templates[name]
-    except KeyError:
-        known = ", ".join(sorted(templates))
-        raise UnstableError(
-            f"unknown prompt template {name!r}; use one of: {known} (or install the plugin that provides it)"
-        ) from None
+    else:
+        known = sorted(templates)
+    raise UnstableError(
+        f"unknown prompt template {name!r}; use one of: {', '.join(known)} (or install the plugin that "
+        "provides it)"
+    )
 
 
 def render_prompt(

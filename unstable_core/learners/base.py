@@ -38,6 +38,7 @@ from unstable_core.learners.lora import make_lora_config, present_target_modules
 from unstable_core.learners.off_policy import OffPolicyStats, importance_weights
 from unstable_core.learners.shared_prefix import decoder_hidden, micro_batch_order
 from unstable_core.models import plain_linear_head
+from unstable_core.plugins import registered_name
 from unstable_core.types import Step
 
 POLICY_ADAPTER = "default"  # peft's name for the adapter saved at a checkpoint folder's root
@@ -145,7 +146,7 @@ class BaseLearner:
             and cls.initialize_algorithm is not BaseLearner.initialize_algorithm
         ):
             return  # options of its own, undeclared: its initialize_algorithm checks them in the actor
-        algorithm_config(cls.__name__, cls.algorithm_config_class, dict(algorithm_kwargs))
+        algorithm_config(registered_name("learner", cls), cls.algorithm_config_class, dict(algorithm_kwargs))
 
     @classmethod
     def create(
@@ -253,7 +254,7 @@ class BaseLearner:
             raise UnstableError(
                 f"{type(self).__name__}.initialize_algorithm() was already called; call it once"
             )
-        cfg = algorithm_config(type(self).__name__, config_cls, kwargs)
+        cfg = algorithm_config(registered_name("learner", type(self)), config_cls, kwargs)
         self.algorithm_cfg = attrs.asdict(cfg) if cfg is not None else {}
         self._algorithm_ready = True
         return cfg

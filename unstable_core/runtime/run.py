@@ -18,6 +18,7 @@ from typing import Any
 
 from unstable_core.config import RunConfig, config_from_dict, merge_layers
 from unstable_core.errors import ConfigError, RunFailed, RunStopped, debug_enabled, describe, root_cause
+from unstable_core.rewards.specs import pipeline
 from unstable_core.run_lock import LOCK_NAME, RunLock
 from unstable_core.runtime.actors.graph import ActorGraph
 from unstable_core.runtime.launch.build import (
@@ -368,6 +369,8 @@ class Run:
         snap = close_files(actors, self.run_dir, self.index_base, restarts)
         close_adapter_caches(actors)
         self.summary = {"run_dir": str(self.run_dir), "elapsed_s": time.time() - self.started_at, **snap}
+        if self.learn:
+            self.summary["reward_pipeline"] = pipeline(self.cfg, self.components)
         self.actors = None
         if self._owns_ray:
             stop_ray()

@@ -323,7 +323,7 @@ def test_bad_options_name_the_key(tiny_model, tmp_path, kwargs, message):
 
 
 def test_unknown_option_and_importance_cap_are_refused(tiny_model, tmp_path):
-    with pytest.raises(UnstableError, match="unknown PPOLearner option.*clip_range.*allowed: clip_low"):
+    with pytest.raises(UnstableError, match="unknown ppo option.*clip_range.*allowed: clip_low"):
         PPOLearner.create(tiny_model, device="cpu", run_dir=tmp_path).initialize_algorithm(clip_range=0.2)
     capped = PPOLearner.create(tiny_model, device="cpu", run_dir=tmp_path, importance_cap=2.0)
     with pytest.raises(ConfigError, match="drop --importance-cap"):

@@ -12,17 +12,16 @@ from unstable_core.config import RunConfig, parse_transform
 from unstable_core.errors import ConfigError
 from unstable_core.plugins import get_registry
 from unstable_core.rewards import check_stage
+from unstable_core.runtime.launch.plugin_options import construct
 from unstable_core.runtime.launch.preflight import check_trackers
 
 
-def instantiate(kind: str, spec: Any, **extra: Any) -> Any:
-    """Build a registered component from `name` or `name:key=value,...` (or a TOML table)."""
+def instantiate(kind: str, spec: Any, flag: str | None = None) -> Any:
+    """Build a registered component from `name` or `name:key=value,...` (or a TOML table); what its
+    constructor refuses is one ConfigError line naming `flag` (default: the kind), the name and its keys."""
     name, params = parse_transform(spec)
     cls = get_registry().load(kind, name)
-    try:
-        return cls(**{**extra, **params})
-    except TypeError as exc:
-        raise ConfigError(f"{kind.replace('_', ' ')} {name!r}: {exc}") from exc
+    return construct(flag or kind.replace("_", " "), name, cls, params)
 
 
 @attrs.define
@@ -49,12 +48,17 @@ class Components:
         transforms = {}
         for stage in ("final", "step", "sampling"):
             transforms[stage] = [
-                instantiate("reward_transform", t) for t in getattr(cfg, f"{stage}_transforms")
+                instantiate("reward_transform", t, f"--{stage}-transform")
+                for t in getattr(cfg, f"{stage}_transforms")
             ]
-            try:
-                check_stage(transforms[stage], stage)
-            except TypeError as exc:
-                raise ConfigError(f"{stage}_transforms: {exc}") from exc
+            for spec, transform in zip(getattr(cfg, f"{stage}_transforms"), transforms[stage], strict=True):
+                try:
+                    check_stage([transform], stage)
+                except TypeError as exc:
+                    name = parse_transform(spec)[0]
+                    raise ConfigError(
+                        f"--{stage}-transform {name}: {exc}; give it with its own stage's option"
+                    ) from None
         trackers = []
         for name in cfg.trackers:
             tracker_cls = reg.load("tracker", name)

@@ -30,6 +30,7 @@ from unstable_core.runtime.launch.placement import (
     split_cpu_threads,
     usable_cores,
 )
+from unstable_core.runtime.launch.plugin_options import check_components
 from unstable_core.types import EvalEnvSpec, GameSpec
 
 DEFAULT_MAX_LORAS = (
@@ -280,7 +281,7 @@ class RunPlan:
             if not is_api_model(model):  # an API model is checked by check_api_models
                 pre.check_model(model, "--model" if key == "main" else "fixed opponent")
         pre.check_device(cfg.device, cfg.ray_address)
-        pre.check_components(cfg, comp.env_sampler, comp.model_sampler, comp.learner, evals)
+        check_components(cfg, comp.env_sampler, comp.model_sampler, comp.learner, evals)
         if self.learn:
             pre.check_lora_targets(cfg.model_name, cfg.lora_config, DEFAULT_LORA_CFG["target_modules"])
         check_backend_available(cfg.backend, cfg.device, cfg.ray_address)

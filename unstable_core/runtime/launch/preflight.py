@@ -1,7 +1,7 @@
 """Checks of a run before anything starts: env ids and their player counts, prompt templates, trackers'
-packages, models, the device, the components' own options (samplers, learner, LoRA targets) and the run
-directory. Each failure is one ConfigError line (exit 2) instead of a traceback from an actor after Ray and
-the model have started."""
+packages, models, the device, LoRA targets and the run directory (the components' own options are
+`plugin_options`'). Each failure is one ConfigError line (exit 2) instead of a traceback from an actor
+after Ray and the model have started."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -42,32 +42,6 @@ def check_env_players(specs: Iterable[Any], what: str = "--env") -> None:
             raise ConfigError(
                 f"{what} {env_id}:{players}: the game cannot be set up for {players} players ({describe(exc)})"
             ) from None
-
-
-def built(what: str, make: Callable[[], Any]) -> Any:
-    """`make()`, with its complaint about the options (UnstableError, TypeError, ValueError) as one
-    ConfigError line that names the option."""
-    try:
-        return make()
-    except UnstableError as exc:
-        raise ConfigError(f"{what}: {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{what}: {type(exc).__name__}: {exc}") from None
-
-
-def check_components(
-    cfg: Any, env_sampler: Any, model_sampler: Any, learner: Any, eval_specs: list[Any]
-) -> None:
-    """The components' own options as their classes take them, without Ray and without a model: the env
-    and opponent samplers are built once, the learner checks its algorithm options (`check_options`)."""
-    built(
-        "--env-sampler-config",
-        lambda: env_sampler(cfg.train_specs(), eval_specs, seed=cfg.seed, **cfg.env_sampler_config),
-    )
-    built("--sampler-config", lambda: model_sampler(seed=cfg.seed, **cfg.sampler_config))
-    check = getattr(learner, "check_options", None)
-    if check is not None:
-        built("--algorithm-config", lambda: check(cfg.algorithm_config, importance_cap=cfg.importance_cap))
 
 
 def check_device(device: str | None, ray_address: str | None = None) -> None:

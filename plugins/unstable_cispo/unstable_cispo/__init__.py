@@ -1,0 +1,3 @@
+"""unstable-cispo: the CISPO learner plugin of unstable."""
+
+__version__ = "0.1.0"
