@@ -208,6 +208,31 @@ def test_bad_registrations_are_reported_and_the_rest_kept(site):
         plugins.load("env_sampler", "utp-ok")
 
 
+def test_bad_game_analyses_are_reported_and_the_rest_kept(site):
+    source = """
+    from unstable_core import hookimpl
+
+    @hookimpl
+    def register_game_analyses(register):
+        register("utp-nokind", "utp_an:P", games=["TicTacToe"])
+        register("utp-badkind", "utp_an:P", games=["TicTacToe"], kind="bot")
+        register("utp-nogames", "utp_an:P", games=[], kind="player")
+        register("utp-extra", "utp_an:P", games=["TicTacToe"], kind="probe", players=2)
+        register("utp-fine", "utp_an:P", "a player", games=["TicTacToe", "TicTacToe"], kind="player")
+    """
+    site("utp-an", {"utp_an": source}, {"a": "utp_an"})
+    info = by_name(plugins.list_plugins())["utp-an"]
+    assert info.provides == {"player": ["utp-fine"]} and "register_game_analyses" in info.hooks
+    assert "'utp-nokind': kind must be 'probe' or 'player', got None" in info.error
+    assert "'utp-badkind': kind must be 'probe' or 'player', got 'bot'" in info.error
+    assert "'utp-nogames': games must be a non-empty list" in info.error
+    assert "'utp-extra': unknown option(s) players; a game analysis takes games= and kind=" in info.error
+    assert plugins.get_registry().get("analysis", "utp-fine").options == {
+        "games": ["TicTacToe"],
+        "kind": "player",
+    }
+
+
 def test_two_providers_of_one_name(site):
     site("utp-first", {"utp_first": GOOD}, {"f": "utp_first"})
     site("utp-second", {"utp_second": GOOD.replace("Tracker", "Other")}, {"s": "utp_second"})

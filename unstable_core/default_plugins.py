@@ -51,3 +51,30 @@ def register_envs(register):
             f"generated integer arithmetic ({shape}); answers checked by value",
             task=True,
         )
+
+
+@hookimpl
+def register_game_analyses(register):
+    from unstable_core.games.random_player import supported_games
+
+    register(
+        "random",
+        "unstable_core.games.random_player:RandomPlayer",
+        "a uniformly random legal move",
+        games=supported_games(),
+        kind="player",
+    )
+    register(
+        "optimal",
+        "unstable_core.games.analysis.tictactoe:OptimalPlayer",
+        "perfect play (minimax; ties broken at random)",
+        games=["TicTacToe"],
+        kind="player",
+    )
+    register(
+        "heuristic",
+        "unstable_core.games.analysis.tictactoe:HeuristicPlayer",
+        "takes a win, else blocks one, else a random legal cell",
+        games=["TicTacToe"],
+        kind="player",
+    )

@@ -84,7 +84,8 @@ class _Progress:
     "--opponent",
     "opponents",
     multiple=True,
-    help="Opponent (repeatable): random, base, a run dir, a checkpoint, a model, openai:MODEL. Default: base.",
+    help="Opponent (repeatable): a scripted player (random, optimal, heuristic), base, a run dir, a checkpoint, "
+    "a model, openai:MODEL. Default: base.",
 )
 @click.option(
     "--env", "envs", multiple=True, help=f"Two-player TextArena env (repeatable). Default: {DEFAULT_ENV}."

@@ -83,7 +83,7 @@ def plan_task_items(
 
 def engines_of(targets: list[EvalTarget]) -> dict[str, str]:
     """Engine name -> model: `main` for the checkpoints' base model (and that model named itself), one
-    engine per other whole model or API model; `random` needs none."""
+    engine per other whole model or API model; a scripted player needs none."""
     main = main_model(targets)
     engines: dict[str, str] = {}
     for t in targets:
@@ -159,7 +159,7 @@ def plan_evaluation(
     length unless given)."""
     from unstable_core.envs.catalogue import canonical_id
     from unstable_core.eval.targets import resolve_players, run_setting
-    from unstable_core.games.random_player import RANDOM, check_random_supported
+    from unstable_core.games.analysis.catalogue import check_players
     from unstable_core.games.templates import get_template
 
     tasks = [canonical_id(t) for t in tasks]
@@ -177,10 +177,10 @@ def plan_evaluation(
         "max_generation_len",
         run_setting(mine, "max_generation_len", _RUN.max_generation_len.default, "--max-generation-len"),
     )
-    if any(t.kind == RANDOM for t in mine + theirs):
-        check_random_supported(envs)
-    if tasks and any(t.kind == RANDOM for t in mine):
-        raise ConfigError("`random` plays games only; it cannot answer a --task")
+    check_players((t.label, env) for t in mine + theirs if t.kind == "player" for env in envs)
+    for t in mine:
+        if tasks and t.kind == "player":
+            raise ConfigError(f"`{t.label}` (a scripted player) plays games only; it cannot answer a --task")
     players = list(dict.fromkeys(mine + (theirs if envs else [])))
     cfg = eval_config(players, **options)
     planned = plan_games(mine, theirs, envs, games, cfg.seed, template)
