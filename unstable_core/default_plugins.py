@@ -78,3 +78,17 @@ def register_game_analyses(register):
         games=["TicTacToe"],
         kind="player",
     )
+    register(
+        "kuhn-exploitability",
+        "unstable_core.games.analysis.kuhn:KuhnExploitability",
+        "exact exploitability of the first-round policy (OpenSpiel); uniform 0.458, Nash 0",
+        games=["KuhnPoker"],
+        kind="probe",
+    )
+    register(
+        "tictactoe-tactics",
+        "unstable_core.games.analysis.tactics:TicTacToeTactics",
+        "probability mass on winning and blocking cells at 64 positions from real games",
+        games=["TicTacToe"],
+        kind="probe",
+    )
