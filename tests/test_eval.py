@@ -100,7 +100,7 @@ def test_tokens_per_turn_come_from_token_ids_else_the_apis_usage_else_are_unknow
 
 def test_seats_alternate_and_every_model_meets_the_same_seeds():
     models = [EvalTarget("a", "model", "x"), EvalTarget("b", "model", "y")]
-    opponents = [EvalTarget("random", "random"), EvalTarget("base", "model", "x")]
+    opponents = [EvalTarget("random", "player"), EvalTarget("base", "model", "x")]
     planned = plan_games(models, opponents, [ENV, "KuhnPoker-v0-train"], games=5, seed=3)
     assert len(planned) == 2 * 2 * 2 * 5 and len({g.spec.game_idx for g in planned}) == len(planned)
     by_triple = {}
@@ -156,7 +156,7 @@ def test_a_run_dir_is_its_latest_checkpoint_or_all_of_them_and_base_its_base_mod
     assert (ckpt.label, ckpt.model, ckpt.run_dir) == ("ckpt-1", tiny_model, str(run_dir.resolve()))
     models, opponents = resolve_players([str(run_dir)], ["random", "base"], all_checkpoints=True)
     assert [t.label for t in models] == ["ckpt-1", "ckpt-3"]
-    assert opponents == [EvalTarget("random", "random"), EvalTarget("base", "model", tiny_model)]
+    assert opponents == [EvalTarget("random", "player"), EvalTarget("base", "model", tiny_model)]
 
 
 def test_a_checkpoint_plays_with_its_runs_template_unless_runs_disagree(tmp_path):
@@ -170,7 +170,7 @@ def test_a_checkpoint_plays_with_its_runs_template_unless_runs_disagree(tmp_path
     old = ckpt_of("old", 'model_name = "m"\n')  # written before the setting existed: the default
     boxed = ckpt_of("boxed", 'prompt_template = "default"\nmax_generation_len = 24\n')
     moved = ckpt_of("moved", 'prompt_template = "move"\n')
-    random_player = EvalTarget("random", "random")
+    random_player = EvalTarget("random", "player")
     assert run_setting([random_player], "prompt_template", "move", "--template") == "move"
     assert run_setting([old], "prompt_template", "qwen3", "--template") == "qwen3"
     assert run_setting([boxed, random_player], "prompt_template", "move", "--template") == "default"

@@ -38,7 +38,7 @@ def test_an_evaluation_is_a_plan_that_does_not_learn_and_plays_its_fixed_games(t
     (adapter / "adapter_config.json").write_text('{"r": 48}')
     ckpt = EvalTarget("ckpt-3", "adapter", model=tiny_model, adapter=str(adapter), step=3)
     base = EvalTarget("base", "model", model=tiny_model)
-    rand = EvalTarget("random", "random")
+    rand = EvalTarget("random", "player")
     targets = [ckpt, base, rand]
     planned = plan_games([ckpt, base], [rand], [ENV], games=3, seed=7)
     cfg = eval_config(targets, seed=7, backend="transformers")

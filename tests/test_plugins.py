@@ -208,6 +208,31 @@ def test_bad_registrations_are_reported_and_the_rest_kept(site):
         plugins.load("env_sampler", "utp-ok")
 
 
+def test_bad_game_analyses_are_reported_and_the_rest_kept(site):
+    source = """
+    from unstable_core import hookimpl
+
+    @hookimpl
+    def register_game_analyses(register):
+        register("utp-nokind", "utp_an:P", games=["TicTacToe"])
+        register("utp-badkind", "utp_an:P", games=["TicTacToe"], kind="bot")
+        register("utp-nogames", "utp_an:P", games=[], kind="player")
+        register("utp-extra", "utp_an:P", games=["TicTacToe"], kind="probe", players=2)
+        register("utp-fine", "utp_an:P", "a player", games=["TicTacToe", "TicTacToe"], kind="player")
+    """
+    site("utp-an", {"utp_an": source}, {"a": "utp_an"})
+    info = by_name(plugins.list_plugins())["utp-an"]
+    assert info.provides == {"player": ["utp-fine"]} and "register_game_analyses" in info.hooks
+    assert "'utp-nokind': kind must be 'probe' or 'player', got None" in info.error
+    assert "'utp-badkind': kind must be 'probe' or 'player', got 'bot'" in info.error
+    assert "'utp-nogames': games must be a non-empty list" in info.error
+    assert "'utp-extra': unknown option(s) players; a game analysis takes games= and kind=" in info.error
+    assert plugins.get_registry().get("analysis", "utp-fine").options == {
+        "games": ["TicTacToe"],
+        "kind": "player",
+    }
+
+
 def test_two_providers_of_one_name(site):
     site("utp-first", {"utp_first": GOOD}, {"f": "utp_first"})
     site("utp-second", {"utp_second": GOOD.replace("Tracker", "Other")}, {"s": "utp_second"})
@@ -351,9 +376,10 @@ def register_reward_transforms(register):
 '''
 
 GAMES = '''
-"""A third-party plugin of unstable: a game (Nim) and a single-turn task."""
+"""A third-party plugin of unstable: a game (Nim), a single-turn task, a scripted player and a probe."""
 from unstable_core import hookimpl
 from unstable_core.envs import Task, TaskItem
+from unstable_core.games.analysis import Figure, Position, ProbeResult, ScriptedPlayer
 
 
 class Nim:
@@ -392,6 +418,42 @@ class Capitals(Task):
 def register_envs(register):
     register("UtpNim-v0", Nim, "take 1-3 stones; the last one wins", players=2)
     register("utp-capitals", "utp_games:Capitals", "name the capital", task=True)
+
+
+class PerfectTaker(ScriptedPlayer):
+    """Leaves the opponent a multiple of 4 stones where it can (else takes 1)."""
+
+    def __init__(self, env_id, seed):
+        self.env_id = env_id
+
+    def move(self, env, observation):
+        return f"[{int(observation.split()[0]) % 4 or 1}]"
+
+
+class Takes:
+    """The policy's mass on the winning take at the first move of games seeded 0, 1, 2 (5, 6, 7 stones)."""
+
+    default_env = "UtpNim-v0"
+
+    def __call__(self, policy, env_id):
+        from unstable_core.envs.catalogue import make_env
+
+        positions = []
+        for seed in (0, 1, 2):
+            env = make_env(env_id)
+            env.reset(num_players=2, seed=seed)
+            pid, observation = env.get_observation()
+            answers = {f"[{k}]": (f"[{k}]",) for k in (1, 2, 3)}
+            positions.append(Position(str(seed), env_id, env, pid, observation, answers))
+        found = policy(positions)
+        right = [probs[f"[{int(p.observation.split()[0]) % 4}]"] for p, probs in zip(positions, found)]
+        return ProbeResult("utp-nim-takes", env_id, {"right_mass": Figure.mean(right)})
+
+
+@hookimpl
+def register_game_analyses(register):
+    register("utp-nim-perfect", PerfectTaker, "leaves a multiple of 4", games=["UtpNim"], kind="player")
+    register("utp-nim-takes", "utp_games:Takes", "mass on the winning take", games=["UtpNim-v0"], kind="probe")
 '''
 
 PROJECTS = {
@@ -514,11 +576,17 @@ def test_third_party_plugins_are_listed(installed):
         "unstable-testplug-games": {
             "name": "unstable-testplug-games",
             "version": "1.2.3",
-            "hooks": ["register_envs"],
-            "provides": {"env": ["UtpNim-v0", "utp-capitals"]},
+            "hooks": ["register_envs", "register_game_analyses"],
+            "provides": {
+                "env": ["UtpNim-v0", "utp-capitals"],
+                "player": ["utp-nim-perfect"],
+                "probe": ["utp-nim-takes"],
+            },
             "components": [
                 {"kind": "env", "name": "UtpNim-v0", "description": "take 1-3 stones; the last one wins"},
                 {"kind": "env", "name": "utp-capitals", "description": "name the capital"},
+                {"kind": "player", "name": "utp-nim-perfect", "description": "leaves a multiple of 4"},
+                {"kind": "probe", "name": "utp-nim-takes", "description": "mass on the winning take"},
             ],
         },
     }
@@ -559,6 +627,60 @@ def test_third_party_games_and_tasks_are_listed_and_played(installed):
     assert json.loads(played.stdout) == [
         True, {"0": -1.0, "1": 1.0}, {"0": 1.0}, "--env UtpNim-v0:3: UtpNim-v0 is played by 2 players"
     ]  # fmt: skip
+
+
+def test_third_party_players_and_probes_play_and_measure(installed):
+    """A plugin's scripted player plays its game through the game loop and is an `unstable eval` player;
+    its probe measures that player (1.0) and the uniform policy (1/3), from Python and from `unstable eval
+    --probe`; a probe or player on a game it does not cover is one line naming the known ones."""
+    script = textwrap.dedent("""
+        import asyncio, json
+        from unstable_core.errors import ConfigError
+        from unstable_core.games.analysis import measure, uniform_policy
+        from unstable_core.games.analysis.catalogue import check_players, make_player
+        from unstable_core.games.loop import play_game
+        from unstable_core.inference.base import SamplingParams
+        from unstable_core.types import GameSpec, PlayerSpec
+
+        spec = GameSpec(0, "UtpNim-v0", 1, [PlayerSpec(0, "utp-nim-perfect"), PlayerSpec(1, "utp-nim-perfect")])
+        players = {pid: make_player("utp-nim-perfect", "UtpNim-v0", 1, pid) for pid in (0, 1)}
+        result = asyncio.run(play_game(spec, players, {0: None, 1: None}, lora_paths={0: None, 1: None},
+                                       policy_versions={0: -1, 1: -1}, params=SamplingParams()))
+        errors = []
+        for call in (lambda: check_players([("utp-nim-perfect", "TicTacToe-v0-train")]),
+                     lambda: measure("utp-nim-takes", uniform_policy, "KuhnPoker-v0-train")):
+            try:
+                call()
+            except ConfigError as exc:
+                errors.append(str(exc))
+        print(json.dumps([result.info.final_rewards, measure("utp-nim-takes", uniform_policy).to_dict()["figures"],
+                          errors]))
+    """)
+    played = run_cli(installed, "-c", script, UNSTABLE_LOAD_PLUGINS="unstable-testplug-games")
+    assert played.returncode == 0, played.stderr
+    rewards, figures, errors = json.loads(played.stdout)
+    assert rewards == {"0": 1.0, "1": -1.0}  # 6 stones: the first player takes 2 and wins
+    assert figures["right_mass"]["value"] == pytest.approx(1 / 3) and figures["right_mass"]["n"] == 3
+    assert errors[0].startswith("opponent 'utp-nim-perfect' cannot play TicTacToe-v0-train: it plays UtpNim")
+    assert errors[1].startswith(
+        "probe 'utp-nim-takes' cannot measure KuhnPoker-v0-train: it measures UtpNim-v0"
+    )
+    assert "kuhn-exploitability (KuhnPoker)" in errors[1] and "\n" not in "".join(errors)
+
+    evaluated = run_cli(installed, "-m", "unstable_core", "eval", "utp-nim-perfect", "--probe", "utp-nim-takes",
+                        "--json", "--out", str(installed.parent / "eval"), UNSTABLE_LOAD_PLUGINS="unstable-testplug-games")  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr
+    (probed,) = json.loads(evaluated.stdout)["probe_results"]
+    assert (probed["model"], probed["probe"], probed["env_id"]) == (
+        "utp-nim-perfect",
+        "utp-nim-takes",
+        "UtpNim-v0",
+    )
+    assert probed["figures"]["right_mass"]["value"] == 1.0
+    refused = run_cli(installed, "-m", "unstable_core", "eval", "random", "--probe", "utp-nim-takes",
+                      UNSTABLE_LOAD_PLUGINS="unstable-testplug-games")  # fmt: skip
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "opponent 'random' cannot play UtpNim-v0" in refused.stderr
 
 
 def test_third_party_table(installed):

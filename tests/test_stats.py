@@ -93,3 +93,27 @@ def test_correlated_moves_are_weaker_evidence_than_independent_ones():
     # one move per seat: the clustered test is the unpooled z-test (up to the G / (G - 1) correction)
     single = clustered_two_proportion_test([(1, 1)] * 20 + [(0, 1)] * 20, [(1, 1)] * 5 + [(0, 1)] * 35)
     assert single.method == "cluster-z" and single.p_value < 0.001
+
+
+def test_t_quantile_against_the_tables():
+    """97.5% quantiles of Student's t from the standard tables (4 decimals)."""
+    from unstable_core.report.stats import t_quantile
+
+    table = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706, 10: 2.2281, 31: 2.0395, 63: 1.9983}
+    for df, expected in table.items():
+        assert t_quantile(df) == pytest.approx(expected, abs=3e-4), df
+    assert t_quantile(10**6) == pytest.approx(1.959964, abs=1e-5)
+    with pytest.raises(ValueError):
+        t_quantile(0)
+
+
+def test_a_mean_figure_has_the_t_interval_and_stays_in_bounds():
+    from unstable_core.games.analysis.probe import Figure
+
+    figure = Figure.mean([0.5, 1.0, 1.0, 1.0, 0.5, 1.0])  # mean 5/6, sd sqrt(1/15): +- 2.5706 sd / sqrt(6)
+    assert (figure.value, figure.n, figure.exact) == (pytest.approx(5 / 6), 6, False)
+    assert figure.low == pytest.approx(5 / 6 - 2.5706 * math.sqrt(1 / 90), abs=1e-4)
+    assert figure.high == 1.0
+    assert Figure.mean([0.0, 1.0, 1.0, 1.0]).low == 0.0  # 0.75 - 3.1824 * 0.25 < 0: kept in [0, 1]
+    exact = Figure.of_exact(0.5, 12).to_dict()
+    assert exact == {"value": 0.5, "low": 0.5, "high": 0.5, "n": 12, "exact": True}

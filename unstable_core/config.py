@@ -241,7 +241,8 @@ class RunConfig:
     fixed_opponents: list[str] = attrs.field(
         factory=list,
         metadata=_help(
-            "fixed opponent: 'base' (the untrained base model), 'random' (a random legal move), a LoRA folder, "
+            "fixed opponent: 'base' (the untrained base model), a scripted player ('random': a random legal "
+            "move; TicTacToe's 'optimal' and 'heuristic'; `unstable plugins --all`), a LoRA folder, "
             "another model, or openai:MODEL on an OpenAI-compatible server (repeatable)",
             cli="--fixed-opponent",
         ),

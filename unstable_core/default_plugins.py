@@ -66,3 +66,44 @@ def register_envs(register):
             f"generated integer arithmetic ({shape}); answers checked by value",
             task=True,
         )
+
+
+@hookimpl
+def register_game_analyses(register):
+    from unstable_core.games.random_player import supported_games
+
+    register(
+        "random",
+        "unstable_core.games.random_player:RandomPlayer",
+        "a uniformly random legal move",
+        games=supported_games(),
+        kind="player",
+    )
+    register(
+        "optimal",
+        "unstable_core.games.analysis.tictactoe:OptimalPlayer",
+        "perfect play (minimax; ties broken at random)",
+        games=["TicTacToe"],
+        kind="player",
+    )
+    register(
+        "heuristic",
+        "unstable_core.games.analysis.tictactoe:HeuristicPlayer",
+        "takes a win, else blocks one, else a random legal cell",
+        games=["TicTacToe"],
+        kind="player",
+    )
+    register(
+        "kuhn-exploitability",
+        "unstable_core.games.analysis.kuhn:KuhnExploitability",
+        "exact exploitability of the first-round policy (OpenSpiel); uniform 0.458, Nash 0",
+        games=["KuhnPoker"],
+        kind="probe",
+    )
+    register(
+        "tictactoe-tactics",
+        "unstable_core.games.analysis.tactics:TicTacToeTactics",
+        "probability mass on winning and blocking cells at 64 positions from real games",
+        games=["TicTacToe"],
+        kind="probe",
+    )

@@ -30,7 +30,8 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 class Register(Protocol):
     """The callback a `register_*` hook is given: `register(name, target, description="")`
-    (`register_envs` also takes `players=`, `task=` and `wrappers=`)."""
+    (`register_envs` also takes `players=`, `task=` and `wrappers=`; `register_game_analyses` takes
+    `games=` and `kind=`)."""
 
     def __call__(self, name: str, target: Any, description: str = "", **options: Any) -> None: ...
 
@@ -137,6 +138,29 @@ def register_envs(register: Register) -> None:
         def register_envs(register):
             register("Nim-v0", "my_games.nim:NimEnv", "take 1-3 stones; the last one wins", players=2)
             register("capitals", "my_tasks:capitals", "name the capital", task=True)
+    """
+
+
+@hookspec
+def register_game_analyses(register: Register) -> None:
+    """Register what a game ships beside its rules: probes (exact yardsticks of a model's policy) and
+    scripted players (opponents played by code), each for the games it names.
+
+    `games=[...]`: game names (an env id up to `-v`: every variant, e.g. `"TicTacToe"`) or exact env ids.
+    `kind="player"`: a factory `(env_id, seed) -> ScriptedPlayer` (`unstable_core.games.analysis`): its
+    `move(env, observation)` returns the move of the seat it plays, from the real env; the seed is drawn
+    from the game's seed and seat, so a replayed game replays its moves. A player is an opponent wherever
+    `random` is one (`unstable eval --opponent NAME`, `--fixed-opponent NAME`, an eval env's opponent).
+    `kind="probe"`: a callable `(policy, env_id) -> ProbeResult` that drives the env to its positions and
+    asks `policy` (a `Policy`: a model's probability of each legal answer) about them; `unstable eval
+    --probe NAME` and `unstable_core.games.analysis.run_probe` run it. Names are unique across both kinds::
+
+        @hookimpl
+        def register_game_analyses(register):
+            register("nim-optimal", "my_games.nim:OptimalPlayer", "takes to a multiple of 4",
+                     games=["Nim"], kind="player")
+            register("nim-tactics", "my_games.nim:tactics", "mass on winning takes", games=["Nim"],
+                     kind="probe")
     """
 
 

@@ -21,7 +21,7 @@ import pluggy
 
 from unstable_core import hookspecs
 from unstable_core.errors import UnstableError
-from unstable_core.registry import KINDS, Component, DuplicateComponentError, Registry
+from unstable_core.registry import KINDS, Component, DuplicateComponentError, Registry, listed_kind
 
 ENTRY_POINT_GROUP = "unstable"
 CORE_DIST = "unstable-core"
@@ -240,8 +240,9 @@ def _register_callback(state: PluginState, info: PluginInfo, plugin: str, kind: 
         except UnstableError as exc:  # a bad name or target: keep the plugin's other components
             _fail(state, info, str(exc), exc)
             return
-        info.provides.setdefault(kind, []).append(name)
-        info.descriptions[(kind, name)] = component.description or _doc_line(target)
+        listed = listed_kind(component)
+        info.provides.setdefault(listed, []).append(name)
+        info.descriptions[(listed, name)] = component.description or _doc_line(target)
 
     return register
 

@@ -26,7 +26,10 @@ KINDS: dict[str, str] = {
     "backend": "register_backends",
     "template": "register_templates",
     "env": "register_envs",
+    "analysis": "register_game_analyses",
 }
+
+ANALYSIS_KINDS = ("probe", "player")  # the `kind=` of a game analysis
 
 # Names our own plugin distributions provide, so that asking for one that is not installed says
 # which package to install (kept by hand, as the plugins may be absent; tests/test_registry.py checks it
@@ -148,10 +151,12 @@ class Component:
 
 
 def check_options(kind: str, options: dict[str, Any], who: str) -> dict[str, Any]:
-    """The options of a registration, checked and completed: only an env takes any (`players`: an int or
-    the list of player counts it supports, default 2; `task`: a single-turn task, one player; `wrappers`:
-    a game's TextArena wrappers, classes or import strings, applied in order as TextArena's `register`
-    takes them)."""
+    """The options of a registration, checked and completed: an env's (`players`: an int or the list of
+    player counts it supports, default 2; `task`: a single-turn task, one player; `wrappers`: a game's
+    TextArena wrappers, classes or import strings, applied in order as TextArena's `register` takes them)
+    and a game analysis's (`games`, `kind`, see `_check_analysis`); no other kind takes any."""
+    if kind == "analysis":
+        return _check_analysis(options, who)
     if kind != "env":
         if options:
             raise UnstableError(f"{who}: a {kind} takes no options, got {', '.join(sorted(options))}")
@@ -178,6 +183,34 @@ def check_options(kind: str, options: dict[str, Any], who: str) -> dict[str, Any
     if "wrappers" in options:
         checked["wrappers"] = _check_wrappers(options["wrappers"], task, who)
     return checked
+
+
+def _check_analysis(options: dict[str, Any], who: str) -> dict[str, Any]:
+    """A game analysis's options: `games`, a non-empty list of game names or env ids, and `kind`, "probe"
+    or "player"; both required."""
+    unknown = sorted(set(options) - {"games", "kind"})
+    if unknown:
+        raise UnstableError(
+            f"{who}: unknown option(s) {', '.join(unknown)}; a game analysis takes games= and kind="
+        )
+    kind = options.get("kind")
+    if kind not in ANALYSIS_KINDS:
+        raise UnstableError(f"{who}: kind must be 'probe' or 'player', got {kind!r}")
+    games = options.get("games")
+    if (
+        not isinstance(games, list | tuple)
+        or not games
+        or not all(isinstance(g, str) and _NAME.match(g) for g in games)
+    ):
+        raise UnstableError(
+            f"{who}: games must be a non-empty list of game names or env ids (e.g. ['TicTacToe']), got {games!r}"
+        )
+    return {"games": list(dict.fromkeys(games)), "kind": kind}
+
+
+def listed_kind(component: Component) -> str:
+    """What `unstable plugins` lists a component as: its kind, or for a game analysis "probe" or "player"."""
+    return component.options["kind"] if component.kind == "analysis" else component.kind
 
 
 def _check_wrappers(wrappers: Any, task: bool, who: str) -> list[Any]:

@@ -1,5 +1,6 @@
 """`unstable eval MODEL... --opponent OPP --env ENV --games N`: models against fixed opponents, seats
-alternated, many games in flight, a table with 95% intervals, every game and a summary on disk."""
+alternated, many games in flight, a table with 95% intervals, every game and a summary on disk; with
+`--probe NAME`, a game's exact yardsticks of each model's policy too."""
 
 from __future__ import annotations
 
@@ -84,7 +85,8 @@ class _Progress:
     "--opponent",
     "opponents",
     multiple=True,
-    help="Opponent (repeatable): random, base, a run dir, a checkpoint, a model, openai:MODEL. Default: base.",
+    help="Opponent (repeatable): a scripted player (random, optimal, heuristic), base, a run dir, a checkpoint, "
+    "a model, openai:MODEL. Default: base.",
 )
 @click.option(
     "--env", "envs", multiple=True, help=f"Two-player TextArena env (repeatable). Default: {DEFAULT_ENV}."
@@ -94,6 +96,13 @@ class _Progress:
     "tasks",
     multiple=True,
     help="Single-turn task (repeatable): a task id (`unstable envs --tasks`), a .jsonl file, hf:DATASET.",
+)
+@click.option(
+    "--probe",
+    "probes",
+    multiple=True,
+    help="Probe each MODEL (repeatable): NAME on each --env it covers (else its own default env), or "
+    "NAME:ENV. Probes: `unstable plugins --all`. With probes only, no game is played.",
 )
 @click.option(
     "--games",
@@ -125,26 +134,54 @@ class _Progress:
     help="Exit 0 even when some games failed (they count as failed, not in the rates); without it the exit "
     "status is 1 when any game failed.",
 )
-def eval_command(models, opponents, envs, tasks, games, all_checkpoints, concurrency, template,
+def eval_command(models, opponents, envs, tasks, probes, games, all_checkpoints, concurrency, template,
                  out, as_json, allow_failures, **options) -> None:  # fmt: skip
     """Evaluate MODEL(s) (run dirs, checkpoints, models, base, openai:MODEL) against fixed opponents on games
-    (--env), and on single-turn tasks (--task: accuracy). A checkpoint plays with its run's
-    --max-generation-len unless given; the same --seed plays the same games (local models)."""
+    (--env), on single-turn tasks (--task: accuracy) and with probes (--probe: exact yardsticks of the
+    policy). A checkpoint plays with its run's --max-generation-len unless given; the same --seed plays the
+    same games (local models)."""
     from unstable_core.eval.out_dir import default_out_dir, prepare_out_dir
     from unstable_core.eval.session import check_before_start, evaluation_plan, plan_evaluation
 
-    evaluation = plan_evaluation(models, opponents, envs, tasks, games, all_checkpoints, template, options)
+    evaluation = plan_evaluation(
+        models, opponents, envs, tasks, games, all_checkpoints, template, options, probes
+    )
     plan = evaluation_plan(evaluation.targets, evaluation.planned, evaluation.cfg)
-    check_before_start(plan)  # the backend, and the API models answer
+    if evaluation.planned:
+        check_before_start(plan)  # the backend, and the API models answer
     out_dir, made = prepare_out_dir(out or default_out_dir(evaluation.models))
     err = click.echo if not as_json else lambda m: click.echo(m, err=True)
-    err(
-        f"unstable eval: {len(evaluation.planned)} games into {out_dir}; starting Ray and loading the models..."
-    )
     started = time.time()
-    results = _play(plan, out_dir, made, concurrency)
-    stats = report(evaluation, results, out_dir, time.time() - started, as_json, err)
-    check_failures(stats, len(evaluation.planned), out_dir, allow_failures)
+    results = []
+    if evaluation.planned:
+        err(
+            f"unstable eval: {len(evaluation.planned)} games into {out_dir}; starting Ray and loading the "
+            "models..."
+        )
+        results = _play(plan, out_dir, made, concurrency)
+    probed = _probe(evaluation, err)
+    stats = report(evaluation, results, out_dir, time.time() - started, as_json, err, probed)
+    if evaluation.planned:
+        check_failures(stats, len(evaluation.planned), out_dir, allow_failures)
+
+
+def _probe(evaluation: Any, err: Any) -> list[dict[str, Any]]:
+    """Each probe of the evaluation on each evaluated model, as JSON-ready results with the model's label."""
+    if not evaluation.probes:
+        return []
+    from unstable_core.games.analysis.run import probe_players
+
+    asked = ", ".join(f"{name} ({env})" for name, env in evaluation.probes)
+    err(f"unstable eval: probing {len(evaluation.models)} model(s) with {asked}; loading the models...")
+    try:
+        found = probe_players(
+            evaluation.probes, evaluation.models, evaluation.template, evaluation.cfg.device
+        )
+    except UnstableError:
+        raise
+    except Exception as exc:  # a model that cannot load, a probe that fails: one line, status 1
+        raise RunFailed(f"probe failed: {failure_line(exc)}") from exc
+    return [{"model": label, **result.to_dict()} for label, runs in found.items() for _, result in runs]
 
 
 def _play(plan: Any, out_dir: Path, made: list[Path], concurrency: int) -> list[Any]:
@@ -170,15 +207,24 @@ def _play(plan: Any, out_dir: Path, made: list[Path], concurrency: int) -> list[
 
 
 def report(
-    evaluation: Any, results: list[Any], out_dir: Path, wall_s: float, as_json: bool, err: Any
+    evaluation: Any,
+    results: list[Any],
+    out_dir: Path,
+    wall_s: float,
+    as_json: bool,
+    err: Any,
+    probed: list[dict[str, Any]] = (),
 ) -> list[Any]:
-    """The table of rates with their intervals (or the JSON summary), and summary.json; returns the stats."""
+    """The table of rates with their intervals and the probes' table (or the JSON summary), and
+    summary.json; returns the stats."""
     from unstable_core.io import atomic_write_json, dumps_json
+    from unstable_core.report import probes as probe_tables
     from unstable_core.report.evaluation import aggregate, plain_table, rich_table
 
     stats = aggregate(evaluation.planned, results)
     summary = {"out_dir": str(out_dir), **evaluation.summary(), "wall_s": wall_s}
     summary["results"] = [s.to_dict() for s in stats]
+    summary["probe_results"] = list(probed)
     atomic_write_json(out_dir / "summary.json", summary)
     what = [f"{evaluation.games} games per pair, seats alternated"] if evaluation.envs else []
     what += ["items in order per task"] if evaluation.tasks else []
@@ -189,11 +235,21 @@ def report(
     from rich.console import Console
 
     console = Console()
-    if console.is_terminal:
-        console.print(rich_table(stats, title))
-    else:
-        click.echo(plain_table(stats, title))
-    err(f"games: {out_dir / 'games' / 'games.jsonl'}\nsummary: {out_dir / 'summary.json'}")
+    probe_title = "unstable eval: probes, 95% t intervals over positions (exact: computed on every position)"
+    for shown, table, title_of in (
+        (stats, rich_table, title),
+        (list(probed), probe_tables.rich_table, probe_title),
+    ):
+        if shown and console.is_terminal:
+            console.print(table(shown, title_of))
+    if not console.is_terminal:
+        if stats:
+            click.echo(plain_table(stats, title))
+        if probed:
+            click.echo(probe_tables.plain_table(list(probed), probe_title))
+    if stats:
+        err(f"games: {out_dir / 'games' / 'games.jsonl'}")
+    err(f"summary: {out_dir / 'summary.json'}")
     return stats
 
 

@@ -83,7 +83,7 @@ def plan_task_items(
 
 def engines_of(targets: list[EvalTarget]) -> dict[str, str]:
     """Engine name -> model: `main` for the checkpoints' base model (and that model named itself), one
-    engine per other whole model or API model; `random` needs none."""
+    engine per other whole model or API model; a scripted player needs none."""
     main = main_model(targets)
     engines: dict[str, str] = {}
     for t in targets:
@@ -113,6 +113,7 @@ class Evaluation:
     template: str
     cfg: RunConfig
     planned: list[PlannedGame]
+    probes: list[tuple[str, str]] = attrs.field(factory=list)  # (probe, env id) to run on each model
 
     @property
     def targets(self) -> list[EvalTarget]:
@@ -129,6 +130,7 @@ class Evaluation:
             "tasks": self.tasks,
             "games_per_pair": self.games,
             "settings": {**settings, "template": self.template},
+            "probes": [{"probe": name, "env_id": env} for name, env in self.probes],
         }
 
 
@@ -153,23 +155,28 @@ def plan_evaluation(
     all_checkpoints: bool,
     template: str | None,
     options: dict[str, Any],
+    probes: Sequence[str] = (),
 ) -> Evaluation:
     """The command's arguments checked and resolved (no model loaded): players, envs, tasks, the games of
-    each, and the RunConfig they play with (`options` given; a checkpoint's run's template and answer
-    length unless given)."""
+    each, the probes (`NAME` or `NAME:ENV`, see `plan_probes`) and the RunConfig they play with (`options`
+    given; a checkpoint's run's template and answer length unless given). With only tasks or probes asked
+    for (no --env, and for probes no --opponent), no game is played."""
     from unstable_core.envs.catalogue import canonical_id
     from unstable_core.eval.targets import resolve_players, run_setting
-    from unstable_core.games.random_player import RANDOM, check_random_supported
+    from unstable_core.games.analysis.catalogue import check_players
     from unstable_core.games.templates import get_template
 
     tasks = [canonical_id(t) for t in tasks]
     if tasks and opponents and not envs:
         raise ConfigError("--opponent plays games (--env); a --task has no opponent: leave --opponent out")
-    envs = list(envs) or ([] if tasks else [DEFAULT_ENV])
+    asked = plan_probes(probes, list(envs))
+    envs = list(envs) or ([] if tasks or (asked and not opponents) else [DEFAULT_ENV])
     check_envs(envs, tasks)
     if template is not None:
         get_template(template)
-    mine, theirs = resolve_players(list(models), list(opponents) or ["base"], all_checkpoints)
+    mine, theirs = resolve_players(
+        list(models), list(opponents) or (["base"] if envs else []), all_checkpoints
+    )
     template = template or run_setting(mine, "prompt_template", _RUN.prompt_template.default, "--template")
     get_template(template)
     options = {k: v for k, v in options.items() if v is not None}
@@ -177,15 +184,38 @@ def plan_evaluation(
         "max_generation_len",
         run_setting(mine, "max_generation_len", _RUN.max_generation_len.default, "--max-generation-len"),
     )
-    if any(t.kind == RANDOM for t in mine + theirs):
-        check_random_supported(envs)
-    if tasks and any(t.kind == RANDOM for t in mine):
-        raise ConfigError("`random` plays games only; it cannot answer a --task")
+    check_players((t.label, env) for t in mine + theirs if t.kind == "player" for env in envs)
+    check_players((t.label, env) for t in mine if t.kind == "player" for _, env in asked)
+    for t in mine:
+        if tasks and t.kind == "player":
+            raise ConfigError(f"`{t.label}` (a scripted player) plays games only; it cannot answer a --task")
     players = list(dict.fromkeys(mine + (theirs if envs else [])))
     cfg = eval_config(players, **options)
     planned = plan_games(mine, theirs, envs, games, cfg.seed, template)
     planned += plan_task_items(mine, tasks, games, cfg.seed, template, first=len(planned))
-    return Evaluation(mine, theirs, envs, tasks, games, template, cfg, planned)
+    for t in mine if asked else []:
+        if t.kind == "api":
+            raise ConfigError(
+                f"--probe measures a model's probabilities of answers, which an API model does not give: "
+                f"{t.label}; probe local models, checkpoints and scripted players"
+            )
+    return Evaluation(mine, theirs, envs, tasks, games, template, cfg, planned, asked)
+
+
+def plan_probes(probes: Sequence[str], envs: list[str]) -> list[tuple[str, str]]:
+    """(probe, env id) pairs of `--probe` values: `NAME:ENV` on that env, `NAME` on each --env it covers
+    (its own default env when there is no --env); an unknown probe, an env it does not cover or a missing
+    requirement (OpenSpiel) is one ConfigError line naming the probes."""
+    from unstable_core.games.analysis.run import probe_envs, probe_of
+
+    pairs: list[tuple[str, str]] = []
+    for value in probes:
+        name, _, env = value.partition(":")
+        for env_id in [env] if env else probe_envs(name, envs):
+            probe_of(name, env_id)
+            if (name, env_id) not in pairs:
+                pairs.append((name, env_id))
+    return pairs
 
 
 def eval_config(targets: list[EvalTarget], **options: Any) -> RunConfig:

@@ -1,6 +1,7 @@
 """What `unstable eval` plays: its MODEL and --opponent arguments resolved to models, without loading any.
 
-An argument is `random`, `base` (the base model of the evaluated models), `openai:MODEL`, a run directory
+An argument is a scripted player (`random`, `optimal`, ...: `unstable plugins --all` lists them), `base`
+(the base model of the evaluated models), `openai:MODEL`, a run directory
 (its latest checkpoint, or every one with --all-checkpoints), a checkpoint folder (a LoRA adapter), a
 local model folder, or an alias / hub id. Checkpoints keep the run's uids (`ckpt-N`), so that a run's
 leaderboard reads the evaluation's games as its own.
@@ -17,7 +18,7 @@ from typing import Any
 import attrs
 
 from unstable_core.errors import ConfigError, UnstableError
-from unstable_core.games.random_player import RANDOM
+from unstable_core.games.analysis.catalogue import is_player, names
 from unstable_core.models import is_api_model
 
 if sys.version_info >= (3, 11):
@@ -32,7 +33,8 @@ STEP_DIR = re.compile(r"step-(\d+)")
 @attrs.frozen
 class EvalTarget:
     """One player of the evaluation. `kind`: "adapter" (a LoRA checkpoint on `model`), "model" (a whole
-    model), "api" (openai:MODEL) or "random". `label` is its uid in the games and the tables."""
+    model), "api" (openai:MODEL) or "player" (a scripted player, by its name). `label` is its uid in the
+    games and the tables."""
 
     label: str
     kind: str
@@ -43,8 +45,8 @@ class EvalTarget:
 
 
 PLAYERS = (
-    "a run directory, a checkpoint folder, a model folder, an alias or hub id, openai:MODEL, 'base' or "
-    "'random'"
+    "a run directory, a checkpoint folder, a model folder, an alias or hub id, openai:MODEL, 'base' or a "
+    "scripted player"
 )
 
 
@@ -112,8 +114,10 @@ def _checkpoint(folder: Path, step: int | None = None) -> EvalTarget:
 def resolve_argument(arg: str, all_checkpoints: bool = False, what: str = "model") -> list[EvalTarget]:
     """The players one argument names (`base` is left as is: it depends on the others); `what` (model,
     opponent) names the argument in errors. A model that does not exist is refused here, before Ray."""
-    if arg in (RANDOM, BASE):
+    if arg == BASE:
         return [EvalTarget(arg, arg)]
+    if is_player(arg):
+        return [EvalTarget(arg, "player")]
     if is_api_model(arg):
         return [EvalTarget(arg, "api", arg)]
     path = Path(arg).expanduser()
@@ -133,7 +137,7 @@ def resolve_argument(arg: str, all_checkpoints: bool = False, what: str = "model
     try:
         check_model(arg, what)  # a folder that exists, an alias, a hub id in the cache or on the hub
     except UnstableError as exc:
-        raise ConfigError(f"{exc}; a {what} is {PLAYERS}") from None
+        raise ConfigError(f"{exc}; a {what} is {PLAYERS} ({', '.join(names('player'))})") from None
     return [EvalTarget(arg, "model", arg)]
 
 
@@ -150,7 +154,11 @@ def resolve_players(
         if len(bases) != 1:
             raise ConfigError(
                 "'base' is the base model of the evaluated models, but they have "
-                + (f"several ({', '.join(sorted(bases))})" if bases else "none (random or API models only)")
+                + (
+                    f"several ({', '.join(sorted(bases))})"
+                    if bases
+                    else "none (scripted players or API models only)"
+                )
                 + "; name the base model itself instead"
             )
         (base,) = bases

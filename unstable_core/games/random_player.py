@@ -4,8 +4,9 @@ can be read.
 Legal moves come from the env's state where it holds them (TicTacToe's board, Kuhn Poker's action tree,
 Othello's valid moves, Chess's python-chess board), else from the last list of moves in the observation
 ("Available Moves: [0], [1]"), else from a game's fixed move set (Rock-Paper-Scissors). "Legal" is what the
-env accepts: a Snake that moves into a wall loses, but its move was legal. Every other game is refused by
-`check_random_supported` before any game starts, naming the env.
+env accepts: a Snake that moves into a wall loses, but its move was legal. It is registered as the player
+`random` of these games (`default_plugins`), so every other game is refused before any game starts, naming
+the env (`check_random_supported` says why).
 
 Surveyed on TextArena 0.7.4's two-player `-train` envs (see LEGAL_MOVES for the supported ones). Refused:
 - the moves are neither listed nor kept in the state, and enumerating them means re-implementing the
@@ -31,7 +32,7 @@ from typing import Any
 
 from unstable_core.errors import ConfigError, UnstableError
 
-RANDOM = "random"  # the opponent's name on the command line and its uid in the league
+RANDOM = "random"  # the opponent's name on the command line and its uid in the league (a registered player)
 
 LegalMoves = Callable[[Any, str], list[str]]
 
@@ -143,7 +144,9 @@ def check_random_supported(env_ids: Iterable[str]) -> None:
 
 class ScriptedPlayer:
     """A seat played by code instead of a model: the game loop calls `move` with the env and its
-    observation, and records the move with no prompt tokens, no completion tokens and no log-probs."""
+    observation, and records the move with no prompt tokens, no completion tokens and no log-probs.
+    Registered players (`register_game_analyses(..., kind="player")`) are factories `(env_id, seed)` of
+    these; the collector seeds each from the game's seed and its seat (`analysis.catalogue.seat_seed`)."""
 
     def move(self, env: Any, observation: str) -> str:
         raise NotImplementedError
@@ -163,8 +166,3 @@ class RandomPlayer(ScriptedPlayer):
         if not moves:
             raise UnstableError(f"opponent 'random' found no legal move in {self.env_id} to choose from")
         return self.rng.choice(moves)
-
-
-def random_seat_seed(game_seed: int, pid: int) -> int:
-    """The seed of the random player at seat `pid` of the game seeded `game_seed`."""
-    return random.Random(f"{RANDOM}:{game_seed}:{pid}").randrange(2**31)

@@ -18,8 +18,8 @@ from typing import Any
 import attrs
 
 from unstable_core.errors import UnstableError, describe, root_cause
+from unstable_core.games.analysis.catalogue import is_player, make_player
 from unstable_core.games.loop import InferenceUnavailable, play_game
-from unstable_core.games.random_player import RANDOM, RandomPlayer, random_seat_seed
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
 from unstable_core.league.league import League
 from unstable_core.runtime.actors.request_batching import ActorRequests, PassBatch
@@ -44,8 +44,9 @@ class Route:
 
 
 def route_of(league: League, uid: str, engines: set[str]) -> Route:
-    """Checkpoints and the fixed opponent 'base' (or a LoRA folder) run on the main engine; `random` on no
-    engine (a RandomPlayer in the collector); any other fixed model on the engine named after it."""
+    """Checkpoints and the fixed opponent 'base' (or a LoRA folder) run on the main engine; a scripted
+    player (`random`, `optimal`, ...) on no engine (code in the collector, its name as the route's
+    engine); any other fixed model on the engine named after it."""
     meta = league.find(uid)
     if meta is None:
         raise KeyError(f"model {uid!r} is not in the league")
@@ -54,8 +55,8 @@ def route_of(league: League, uid: str, engines: set[str]) -> Route:
     name = meta.path_or_name
     if name in (None, "base"):
         return Route(MAIN_ENGINE, None, -1)
-    if name == RANDOM:
-        return Route(RANDOM, None, -1)
+    if is_player(name):
+        return Route(name, None, -1)
     if name in engines:
         return Route(name, None, -1)
     return Route(MAIN_ENGINE, name, -1)  # a LoRA adapter folder on the main model
@@ -153,9 +154,10 @@ class Collector:
         return generate
 
     def _player(self, spec: GameSpec, pid: int, engine: str, attempt: int) -> Any:
-        """What plays seat `pid`: a RandomPlayer seeded by the game, or a generator on `engine`."""
-        if engine == RANDOM:
-            return RandomPlayer(spec.env_id, random_seat_seed(spec.seed, pid))
+        """What plays seat `pid`: the scripted player `engine` seeded by the game and seat, or a generator on
+        `engine`."""
+        if engine not in self.engines and is_player(engine):
+            return make_player(engine, spec.env_id, spec.seed, pid)
         return self._generator(engine, attempt, spec.game_idx)
 
     async def play(self, spec: GameSpec, league: League) -> GameResult:
@@ -166,7 +168,7 @@ class Collector:
         for attempt in range(self.max_retries + 1):
             try:
                 routes = {p.pid: route_of(league, p.model_uid, set(self.engines)) for p in spec.players}
-                missing = {r.engine for r in routes.values()} - set(self.engines) - {RANDOM}
+                missing = {r.engine for r in routes.values() if not is_player(r.engine)} - set(self.engines)
                 if missing:
                     raise KeyError(f"no inference engine for {sorted(missing)}")
             except KeyError as exc:
@@ -188,7 +190,7 @@ class Collector:
                 self.counts["retries"] += 1
                 self.recorder.add_count.remote("inference_retries")  # in metrics.jsonl as counts/...
                 log.warning("game %d: %s; replaying (attempt %d)", spec.game_idx, error, attempt + 1)
-                engines = {r.engine for r in routes.values()} - {RANDOM}
+                engines = {r.engine for r in routes.values()} & set(self.engines)
                 deadline = deadline or time.monotonic() + self.restart_timeout_s
                 if not await self._await_actors(engines, attempt + 1, spec.game_idx, deadline):
                     return _failed(

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from unstable_core.config import RunConfig
-from unstable_core.games.random_player import RANDOM
+from unstable_core.games.analysis.catalogue import is_player
 from unstable_core.inference.vllm import vllm_max_lora_rank, vllm_platform
 from unstable_core.inference.vllm_memory import KvCachePlan, model_kv_cache
 from unstable_core.models import is_api_model
@@ -116,7 +116,7 @@ class RunPlan:
             return dict(self.schedule.engines)
         engines = {"main": self.cfg.model_name}
         for name in self.fixed_opponents():
-            if name not in ("base", RANDOM) and not is_adapter_dir(name):
+            if name != "base" and not is_player(name) and not is_adapter_dir(name):
                 engines[name] = name
         return engines
 
@@ -128,10 +128,14 @@ class RunPlan:
         opponent = self.cfg.fixed_opponents[0] if self.cfg.fixed_opponents else "base"
         return _with_tasks([eval_like(spec, opponent) for spec in self.cfg.train_specs()], self.cfg)
 
-    def random_envs(self) -> list[str]:
-        """The env ids where the `random` opponent may sit (each must list its legal moves)."""
-        envs = [s.env_id for s in self.cfg.train_specs()] if RANDOM in self.cfg.fixed_opponents else []
-        return envs + [e.env_id for e in self.eval_specs() if e.fixed_opponent == RANDOM]
+    def player_envs(self) -> list[tuple[str, str]]:
+        """(scripted player, env id) for every env where a scripted opponent (`random`, `optimal`, ...) may
+        sit: each must be able to play it."""
+        players = [name for name in self.cfg.fixed_opponents if is_player(name)]
+        pairs = [(name, s.env_id) for name in players for s in self.cfg.train_specs()]
+        return pairs + [
+            (e.fixed_opponent, e.env_id) for e in self.eval_specs() if is_player(e.fixed_opponent)
+        ]
 
     def fixed_opponents(self) -> list[str]:
         """Every fixed model of the run: --fixed-opponent values and the eval envs' opponents."""
@@ -259,7 +263,7 @@ class RunPlan:
     def check(self, resume: bool = False) -> None:
         """Every check of a run before anything starts (no Ray, no folder): what can fail inside an actor is
         found here, as one ConfigError line. A resumed run keeps its folder's name."""
-        from unstable_core.games.random_player import check_random_supported
+        from unstable_core.games.analysis.catalogue import check_players
         from unstable_core.learners.lora import DEFAULT_LORA_CFG
         from unstable_core.models import is_api_model
         from unstable_core.runtime.launch.placement import check_backend_available
@@ -290,4 +294,4 @@ class RunPlan:
             from unstable_core.inference.engines import check_api_models
 
             check_api_models(cfg)  # a bad key, URL or model name stops the run before Ray starts
-        check_random_supported(self.random_envs())
+        check_players(self.player_envs())
