@@ -34,6 +34,16 @@ def register_templates(register):
 
     for name, fn in TEMPLATES.items():
         register(name, fn)
+    register(
+        "kuhn-compact",
+        "unstable_core.games.compact_templates:kuhn_compact",
+        "Kuhn Poker in a few lines: rules, card, this round's moves, legal moves (answer opened with [)",
+    )
+    register(
+        "tictactoe-compact",
+        "unstable_core.games.compact_templates:tictactoe_compact",
+        "TicTacToe in a few lines: your mark, the board, legal moves (answer opened with [)",
+    )
 
 
 @hookimpl
