@@ -37,5 +37,5 @@ if [ -n "$vllm" ]; then
         # start ("operator torchvision::nms does not exist"); text models need none of them
         pip uninstall -y torchvision torchaudio torchcodec
     fi
-    python3 -c "from unstable_core.inference.vllm import vllm_platform; print('vLLM installed for', vllm_platform())"
+    python3 -c "from unstable_core.inference.vllm.backend import vllm_platform; print('vLLM installed for', vllm_platform())"
 fi

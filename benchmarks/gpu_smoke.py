@@ -87,7 +87,7 @@ def installed_learners() -> list[str]:
 def check_transformers(model: str, max_tokens: int, tmp: str, device: str) -> list[tuple[str, str]]:
     import torch
 
-    from unstable_core.inference.hf import TransformersBackend
+    from unstable_core.inference.hf.backend import TransformersBackend
     from unstable_core.testing import sampled_steps
 
     backend = TransformersBackend(model, device=device, dtype=torch.bfloat16, max_batch_size=32)
@@ -163,7 +163,7 @@ def check_data_parallel(model: str, device: str) -> list[tuple[str, str]]:
 def check_vllm(
     model: str, max_tokens: int, tmp: str, device: str, adapter_scale: float
 ) -> list[tuple[str, str]]:
-    from unstable_core.inference.vllm import VLLMBackend
+    from unstable_core.inference.vllm.backend import VLLMBackend
     from unstable_core.testing.parity import measure_parity
 
     memory = (
@@ -210,7 +210,7 @@ def main() -> None:
 
     import torch
 
-    from unstable_core.inference.vllm import vllm_platform
+    from unstable_core.inference.vllm.backend import vllm_platform
 
     rows: list[tuple[str, str]] = [("torch", f"{torch.__version__} (CUDA {torch.version.cuda})")]
     if args.device.startswith("cuda") and not torch.cuda.is_available():

@@ -178,7 +178,8 @@ def measured_layer_bytes_per_token(
     from peft import get_peft_model
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from unstable_core.learners.lora import DEFAULT_LORA_CFG, make_lora_config
+    from unstable_core.config.lora import DEFAULT_LORA_CFG
+    from unstable_core.learners.lora import make_lora_config
 
     config = Qwen3Config(
         hidden_size=a.hidden,

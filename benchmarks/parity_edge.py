@@ -32,7 +32,7 @@ def main() -> None:
 
     from unstable_core.inference.base import GenerationRequest, SamplingParams
     from unstable_core.inference.sampling import nucleus_mask
-    from unstable_core.inference.vllm import VLLMBackend
+    from unstable_core.inference.vllm.backend import VLLMBackend
     from unstable_core.testing import sampled_steps_from
     from unstable_core.testing.parity import PARITY_TEXTS, parity_learner
 

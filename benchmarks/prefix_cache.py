@@ -36,7 +36,7 @@ def training_prompts(run_dir: Path, seed: int = 0) -> list[tuple[int, ...]]:
 def requests_per_s(model: str, prompts: list, batch: int, batches: int, max_tokens: int, cache: int) -> tuple:
     """(requests/s, share of prompt tokens reused) of `batches` batches after one warm-up batch."""
     from unstable_core.inference.base import GenerationRequest, SamplingParams
-    from unstable_core.inference.hf import TransformersBackend
+    from unstable_core.inference.hf.backend import TransformersBackend
 
     backend = TransformersBackend(model, prefix_cache_tokens=cache)
     params = SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=1)

@@ -384,7 +384,7 @@ class BackendAlone:
 
     def tokens_per_s(self, seed: int = 0, prompts: list[list[int]] | None = None) -> float:
         """Generated tokens per second of one batch: the B prompts, or `prompts`."""
-        from unstable_core.inference.bench import measure_backend_throughput
+        from backend_bench import measure_backend_throughput
 
         prompts = prompts or self.prompts
         n = len(prompts)
@@ -420,7 +420,7 @@ class BackendAlone:
         (the backend's forward pass and fp32 logits, no sampling; no adapter): the median of `steps` steps."""
         import torch
 
-        from unstable_core.inference.kv_cache import in_place_cache
+        from unstable_core.inference.hf.kv_cache import in_place_cache
 
         backend, device = self.backend, self.backend.device
         sync = torch.cuda.synchronize if device.startswith("cuda") else lambda: None
@@ -470,7 +470,7 @@ def matmul_flops(rows: int, inner: int, cols: int, kernel: str = "torch", second
     weight packed once, as the backend's packed layers run it."""
     import torch
 
-    from unstable_core.inference.packed_linear import apply_packed, pack_weight
+    from unstable_core.inference.hf.packed_linear import apply_packed, pack_weight
 
     a, b = torch.randn(rows, inner), torch.randn(inner, cols)
     if kernel == "onednn":
@@ -493,7 +493,7 @@ def matmul_flops(rows: int, inner: int, cols: int, kernel: str = "torch", second
 
 def best_matmul_flops(rows: int, inner: int, cols: int) -> tuple[float, dict[str, float]]:
     """The machine's fp32 matmul at this shape: the faster kernel's FLOP/s, and each kernel's."""
-    from unstable_core.inference.packed_linear import packing_available
+    from unstable_core.inference.hf.packed_linear import packing_available
 
     kernels = ("torch", "onednn") if packing_available() else ("torch",)
     each = {k: matmul_flops(rows, inner, cols, kernel=k) for k in kernels}
@@ -905,7 +905,7 @@ def run(
 def check_vllm() -> None:
     """UnstableError, naming the fix, unless vLLM's CPU build is installed (it is imported by the backend)."""
     from unstable_core.errors import UnstableError
-    from unstable_core.inference.vllm import VLLM_MISSING, vllm_platform
+    from unstable_core.inference.vllm.backend import VLLM_MISSING, vllm_platform
 
     platform = vllm_platform()
     if platform is None:
@@ -921,7 +921,7 @@ def vllm_options(model: str, quick: bool) -> dict[str, Any]:
     """VLLMBackend's options on the CPU beside the backends already loaded: a KV cache planned from the
     memory free now for two engines (the inference actor's and the one alone), room for 64 sequences at
     most; with `quick`, no compilation (eager: minutes saved on a tiny model)."""
-    from unstable_core.inference.vllm_memory import plan_kv_cache
+    from unstable_core.inference.vllm.memory import plan_kv_cache
     from unstable_core.models import hf_model_folder
 
     plan = plan_kv_cache(

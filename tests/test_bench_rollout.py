@@ -152,7 +152,7 @@ def test_inprocess_rates_are_one_per_round_on_one_backend(bench, tiny_model):
 
 @pytest.mark.parametrize("kernel", ["torch", "onednn"])
 def test_matmul_flops_counts_two_flops_per_multiply_add(bench, monkeypatch, kernel):
-    from unstable_core.inference.packed_linear import packing_available
+    from unstable_core.inference.hf.packed_linear import packing_available
 
     if kernel == "onednn" and not packing_available():
         pytest.skip("this torch build has no oneDNN packed linear")

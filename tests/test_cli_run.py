@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from unstable_core.envs.specs import train_specs
 from unstable_core.io import read_jsonl
 from unstable_core.models import load_tokenizer
 from unstable_core.testing import TINY_RUN_ARGS
@@ -146,7 +147,7 @@ def test_play_options_are_runconfigs_own(monkeypatch):
     out = CliRunner().invoke(run_cli.play, [*args, "--opponent", "base", "--runs-dir", "elsewhere"])
     assert out.exit_code == 0, out.output
     (cfg,) = seen
-    specs = [(s.env_id, s.num_players, s.num_actors) for s in cfg.train_specs()]
+    specs = [(s.env_id, s.num_players, s.num_actors) for s in train_specs(cfg)]
     assert specs == [("TicTacToe-v0-train", 2, 1), ("KuhnPoker-v0-train", 2, 2)]
     assert (cfg.sampler, cfg.fixed_opponents, cfg.num_train_workers, cfg.runs_dir) == (
         "fixed",

@@ -1,4 +1,4 @@
-"""UnstableBaselines v0.2 compatibility (`unstable_core.compat.unstable_baselines`): its build() names and
+"""UnstableBaselines v0.2 compatibility (`unstable_core.config.unstable_baselines`): its build() names and
 values, its vllm_config, and files written before its names left RunConfig, which must still load and resume
 (tests/fixtures: a TOML file and a run directory written at 7a23685, see tests/fixtures/README.md)."""
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import attrs
 import pytest
 
-from unstable_core.compat import unstable_baselines as ub
-from unstable_core.compat.unstable_baselines import map_vllm_config
 from unstable_core.config import DEFAULT_LORA_CFG, RunConfig, config_from_dict, load_config, merge_layers
+from unstable_core.config import unstable_baselines as ub
+from unstable_core.config.unstable_baselines import map_vllm_config
+from unstable_core.envs.specs import eval_specs, train_specs
 from unstable_core.errors import ConfigError, UnstableError
-from unstable_core.inference.base import SamplingParams
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 OLD_RUN = FIXTURES / "run-7a23685"
@@ -166,11 +166,11 @@ def test_reference_config_mapping():
         "max_batch_size": 128,
         "max_loras": 8,
         "max_model_len": 8192,
-        "max_lora_rank": 32,
+        "lora_rank": 32,
     }
-    assert mapped.sampling == SamplingParams(temperature=0.6, max_tokens=4096)
+    assert (mapped.temperature, mapped.max_tokens) == (0.6, 4096)
     no_limit = map_vllm_config({**REFERENCE_CFG, "max_tokens": None})
-    assert no_limit.sampling.max_tokens == 8192  # clamped per request to what the context leaves
+    assert no_limit.max_tokens == 8192  # clamped per request to what the context leaves
     with pytest.raises(UnstableError, match="max_parallel_seqs"):
         map_vllm_config({**REFERENCE_CFG, "max_parallel_seqs": 4})
     with pytest.raises(UnstableError, match="lora_rnk"):
@@ -248,11 +248,11 @@ def test_every_reference_build_parameter_with_its_reference_value(tmp_path):
     )  # fmt: skip
     assert cfg.lora_config == DEFAULT_LORA_CFG and cfg.vllm_config == {}
     assert (cfg.admission, cfg.effective_buffer_size) == ("budget", 2 * 384)  # our admission control
-    assert [s.num_actors for s in cfg.train_specs()] == [2]
+    assert [s.num_actors for s in train_specs(cfg)] == [2]
     for strategy in ("mirror", "fixed"):
         assert config_from_dict({"opponent_sampling_strategy": strategy, "fixed_opponents": ["base"]})
     evals = config_from_dict({"eval_envs": [EvalEnvSpec("KuhnPoker-v0-train", 2, "qwen3-zs")]})
-    assert evals.eval_specs()[0].env_id == "KuhnPoker-v0-train"
+    assert eval_specs(evals)[0].env_id == "KuhnPoker-v0-train"
 
 
 def test_the_references_api_opponent_is_refused_before_ray_starts():
@@ -281,8 +281,6 @@ def test_vllm_config_on_the_vllm_backend_keeps_backend_options_and_maps_the_rest
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"backend": "vllm", "vllm_config": {"bogus": 1}}, "vllm_config: unknown key 'bogus'; allowed"),
-        ({"vllm_config": {"gpu_memory_utilization": 0.5}}, "option of the vllm backend, but backend is"),
         ({"vllm_config": {"temperature": "hot"}}, "vllm_config: could not convert"),
         ({"vllm_config": {"lora_config": {"rank": 4}}}, "unknown vllm_config.lora_config keys"),
         ({"temperature": 0.7, "vllm_config": {"temperature": 0.6}}, "vllm_config.temperature = 0.6 disagrees"),
@@ -294,6 +292,22 @@ def test_vllm_config_on_the_vllm_backend_keeps_backend_options_and_maps_the_rest
 def test_bad_vllm_config_names_the_key(data, message):
     with pytest.raises(ConfigError, match=message):
         config_from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"backend": "vllm", "vllm_config": {"bogus": 1}}, "vllm_config: unknown key 'bogus'; allowed"),
+        ({"vllm_config": {"gpu_memory_utilization": 0.5}}, "option of the vllm backend, but backend is"),
+        ({"backend": "vllm", "lora_config": {"lora_rank": 600}}, "above vLLM's largest max_lora_rank"),
+    ],
+)  # fmt: skip
+def test_the_vllm_backends_options_are_checked_before_a_run_starts(data, message):
+    from unstable_core.runtime.launch.preflight import check_vllm_config
+
+    cfg = config_from_dict(data)  # the configuration alone does not look at the backend
+    with pytest.raises(ConfigError, match=message):
+        check_vllm_config(cfg)
 
 
 def test_later_layers_beat_a_vllm_config_key_of_earlier_ones(tmp_path):

@@ -9,25 +9,29 @@ from unstable_core.config import (
     RunConfig,
     config_from_dict,
     load_config,
-    parse_env,
     parse_transform,
 )
+from unstable_core.envs.specs import eval_specs, task_specs, train_spec, train_specs
 from unstable_core.errors import ConfigError
 
 
 def test_defaults_are_valid_and_mirror_seats_learner_everywhere():
     cfg = RunConfig()
-    (spec,) = cfg.train_specs()
+    (spec,) = train_specs(cfg)
     assert (spec.env_id, spec.num_players, spec.num_actors) == ("TicTacToe-v0-train", 2, 2)
     assert cfg.effective_buffer_size == 2 * cfg.batch_size and cfg.admission == "budget"  # the budget
     assert RunConfig(admission="drop").effective_buffer_size == 2 * cfg.batch_size
 
 
 def test_env_strings():
-    assert parse_env("Kuhn-v0:3", "default", mirror=False).num_actors == 1
-    assert parse_env("Kuhn-v0:3:2", "t", mirror=False).num_actors == 2
+    assert train_spec("Kuhn-v0:3", "default", mirror=False).num_actors == 1
+    assert train_spec("Kuhn-v0:3:2", "t", mirror=False).num_actors == 2
     with pytest.raises(ConfigError, match="ENV_ID"):
-        parse_env("Kuhn-v0:x", "default", mirror=True)
+        train_spec("Kuhn-v0:x", "default", mirror=True)
+    with pytest.raises(ConfigError, match="ENV_ID"):  # the syntax is checked as the config is made
+        RunConfig(train_envs=["Kuhn-v0:x"])
+    with pytest.raises(ConfigError, match="num_actors must be between 1 and num_players"):
+        train_spec("Kuhn-v0:2:3", "default", mirror=False)  # the counts, once the catalogue filled them in
 
 
 def test_transform_strings():
@@ -132,8 +136,8 @@ def test_example_configs_load_and_resolve(name, tmp_path):
         )  # fmt: skip
         assert (cfg.learning_steps, cfg.num_train_workers, cfg.num_eval_workers) == (200, 256, 16)
         assert cfg.effective_buffer_size == 768 and cfg.lora_config == DEFAULT_LORA_CFG
-        assert [s.env_id for s in cfg.train_specs()] == ["SimpleTak-v0-train"]
-        assert [s.env_id for s in cfg.eval_specs()] == ["SimpleTak-v0-train", "KuhnPoker-v0-train"]
+        assert [s.env_id for s in train_specs(cfg)] == ["SimpleTak-v0-train"]
+        assert [s.env_id for s in eval_specs(cfg)] == ["SimpleTak-v0-train", "KuhnPoker-v0-train"]
         defaults = RunConfig()  # the reference's semantics are the defaults
         for stage in ("final", "step", "sampling"):
             assert getattr(cfg, f"{stage}_transforms") == getattr(defaults, f"{stage}_transforms")
@@ -141,7 +145,7 @@ def test_example_configs_load_and_resolve(name, tmp_path):
         assert [(t.reward, t.penalty) for t in comp.step] == [(1.5, 0.0), (1.0, -1.0)]
     else:
         assert cfg.model_name == "Qwen/Qwen3-4B-Base"
-        assert [(s.env_id, s.num_actors) for s in cfg.train_specs()] == [("KuhnPoker-v0-train", 2)]
+        assert [(s.env_id, s.num_actors) for s in train_specs(cfg)] == [("KuhnPoker-v0-train", 2)]
         assert (cfg.batch_size, cfg.learning_rate, cfg.temperature, cfg.learning_steps) == (
             128,
             1e-6,
@@ -149,12 +153,12 @@ def test_example_configs_load_and_resolve(name, tmp_path):
             400,
         )
         assert [type(t).__name__ for t in comp.final] == ["SpiralRAE"] and comp.final[0].ema_alpha == 0.95
-        assert [(s.env_id, s.fixed_opponent) for s in cfg.eval_specs()] == [
+        assert [(s.env_id, s.fixed_opponent) for s in eval_specs(cfg)] == [
             ("KuhnPoker-v0-train", "random"),  # SPIRAL: random, every 16 steps
             ("KuhnPoker-v0-train", "base"),
             ("TicTacToe-v0-train", "random"),  # out of domain
         ]
-        assert [(s.env_id, s.num_players, s.prompt_template) for s in cfg.task_specs()] == [
+        assert [(s.env_id, s.num_players, s.prompt_template) for s in task_specs(cfg)] == [
             ("arithmetic-3", 1, "qwen3-reasoning")
         ]
         assert (cfg.eval_every, cfg.eval_games) == (16, 128)

@@ -1,5 +1,5 @@
-"""examples/reference.toml: every option, with its help, generated from the code (`unstable_core.config_reference`)
-and kept current here."""
+"""examples/reference.toml: every option, with its help, generated from the code (`unstable_core.config.reference`,
+written by `python -m unstable_core.cli.reference`) and kept current here."""
 
 import re
 from pathlib import Path
@@ -7,8 +7,9 @@ from pathlib import Path
 import attrs
 import pytest
 
+from unstable_core.cli.reference import installed_learners, installed_reference, main
 from unstable_core.config import RunConfig, load_config, tomllib
-from unstable_core.config_reference import COMMAND, installed_learners, main, reference_toml
+from unstable_core.config.reference import COMMAND, reference_toml
 from unstable_core.registry import KNOWN_PROVIDERS
 
 REFERENCE = Path(__file__).resolve().parents[1] / "examples" / "reference.toml"
@@ -17,13 +18,13 @@ REFERENCE = Path(__file__).resolve().parents[1] / "examples" / "reference.toml"
 @pytest.fixture(scope="module")
 def learners():
     found = installed_learners()
-    if {name for name, _ in found} != set(KNOWN_PROVIDERS["learner"]):
+    if {learner.name for learner in found} != set(KNOWN_PROVIDERS["learner"]):
         pytest.skip("the file lists this repository's learners; install exactly those (plugins/) to compare")
     return found
 
 
 def test_the_committed_file_is_what_the_code_generates(learners):
-    assert REFERENCE.read_text(encoding="utf-8") == reference_toml(learners), f"regenerate it: {COMMAND}"
+    assert REFERENCE.read_text(encoding="utf-8") == installed_reference(), f"regenerate it: {COMMAND}"
 
 
 def test_check_names_a_stale_file(learners, tmp_path, capsys):
@@ -35,7 +36,7 @@ def test_check_names_a_stale_file(learners, tmp_path, capsys):
 
 
 def test_every_run_option_is_there_with_its_help_in_its_group():
-    text = reference_toml([])
+    text = reference_toml([], ["gpu_memory_utilization"])
     for field in attrs.fields(RunConfig):
         key = re.compile(rf"^(# )?{field.name}( =|\.)", re.MULTILINE)
         assert key.search(text), f"{field.name} is missing"
@@ -58,8 +59,8 @@ def test_the_file_loads_as_the_references_run():
 def test_each_learners_commented_options_are_its_defaults(learners):
     """Uncommenting a learner's block gives exactly its defaults, which it accepts."""
     text = REFERENCE.read_text(encoding="utf-8")
-    for name, cls in learners:
-        config_cls = cls.algorithm_config_class
+    for learner in learners:
+        name, config_cls = learner.name, learner.config_class
         if config_cls is None:
             assert f"# {name}: no options" in text
             continue

@@ -238,7 +238,7 @@ def nested_keys() -> frozenset[str]:
     """Keys of the tables a setting holds: a train or eval env table's, a registered sampler's or reward
     transform's options, a learner's algorithm config, and the vLLM engine's (the backend's own options
     and the engine arguments it sets)."""
-    from unstable_core.config import vllm_backend_options
+    from unstable_core.inference.vllm.backend import vllm_backend_options
     from unstable_core.plugins import get_registry
     from unstable_core.types import EvalEnvSpec, TrainEnvSpec
 
@@ -252,7 +252,7 @@ def nested_keys() -> frozenset[str]:
         if config_cls is not None:
             keys |= _field_names(config_cls)
     keys |= vllm_backend_options()
-    vllm_source = (ROOT / "unstable_core/inference/vllm.py").read_text(encoding="utf-8")
+    vllm_source = (ROOT / "unstable_core/inference/vllm/backend.py").read_text(encoding="utf-8")
     keys |= set(re.findall(r"[\"'](\w+)[\"']", vllm_source))
     return frozenset(keys)
 

@@ -26,7 +26,7 @@ def played(tiny_model, tmp_path_factory):
     The untrained model loses at its first turns, so the seat that moves first always loses: game 2 is
     recorded as a win and game 4 as a draw of ckpt-1 (set here) so that every outcome has turns.
     Returns (run dir, results, tokenizer)."""
-    from unstable_core.inference.hf import TransformersBackend
+    from unstable_core.inference.hf.backend import TransformersBackend
 
     run_dir = tmp_path_factory.mktemp("run")
 

@@ -366,7 +366,7 @@ def test_received_action_applies_action_wrappers():
 
 
 def test_game_with_the_tiny_model_through_the_transformers_backend(tiny_model):
-    hf = pytest.importorskip("unstable_core.inference.hf")
+    hf = pytest.importorskip("unstable_core.inference.hf.backend")
     import torch
 
     torch.set_num_threads(1)

@@ -11,9 +11,9 @@ import torch
 from unstable_core.errors import UnstableError
 from unstable_core.inference import hf
 from unstable_core.inference.base import GenerationRequest, SamplingParams
-from unstable_core.inference.hf import MIN_SHARED_PREFIX, TransformersBackend, _Row
-from unstable_core.inference.prefill import prefill_groups
-from unstable_core.inference.prefix_cache import PrefixCache
+from unstable_core.inference.hf.backend import MIN_SHARED_PREFIX, TransformersBackend, _Row
+from unstable_core.inference.hf.prefill import prefill_groups
+from unstable_core.inference.hf.prefix_cache import PrefixCache
 from unstable_core.testing import plain_logprobs
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=6)

@@ -1,10 +1,16 @@
-"""measure_backend_throughput on the tiny model."""
+"""measure_backend_throughput (benchmarks/backend_bench.py) on the tiny model."""
+
+import sys
+from pathlib import Path
 
 import pytest
 
 from unstable_core.errors import UnstableError
-from unstable_core.inference.bench import measure_backend_throughput
-from unstable_core.inference.hf import TransformersBackend
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from backend_bench import measure_backend_throughput  # noqa: E402
+
+from unstable_core.inference.hf.backend import TransformersBackend
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,9 @@ import tomllib
 from unstable_core.errors import UnstableError
 from unstable_core.games.templates import render_prompt
 from unstable_core.inference.base import GenerationRequest, SamplingParams
-from unstable_core.inference.chat_prompt import MessagesTokenizer, prompt_messages
+from unstable_core.inference.chat_prompt import MessagesTokenizer, prompt_messages, tokenizer_for
 from unstable_core.inference.openai_api import ApiError, OpenAIBackend, check_api_model, retry_after_s
 from unstable_core.io import read_jsonl
-from unstable_core.models import load_tokenizer
 from unstable_core.runtime.recovery.resume import is_learner_record
 from unstable_core.testing.openai_server import FakeOpenAIServer, Scripted
 
@@ -78,7 +77,7 @@ def test_a_fixed_string_template_is_sent_verbatim_as_one_user_message():
     text, ids = render_prompt("qwen3-zs", OBS, MessagesTokenizer())
     assert MessagesTokenizer().decode(ids) == text
     assert prompt_messages(text) == [{"role": "user", "content": text}]
-    assert load_tokenizer("openai:x").__class__ is MessagesTokenizer
+    assert tokenizer_for("openai:x").__class__ is MessagesTokenizer
 
 
 def test_429_is_retried_after_the_servers_retry_after(server):
@@ -236,7 +235,7 @@ def test_retry_after_reads_seconds_and_dates():
 
 def test_an_api_seat_plays_with_a_local_model_and_only_the_local_seat_is_training_data(server, tiny_model):
     from unstable_core.games.loop import play_game
-    from unstable_core.inference.hf import TransformersBackend
+    from unstable_core.inference.hf.backend import TransformersBackend
     from unstable_core.runtime.actors.buffer import StepBuffer
     from unstable_core.types import GameSpec, PlayerSpec
 
@@ -360,9 +359,12 @@ def test_the_base_url_comes_from_the_environment_when_not_given(monkeypatch):
 )
 def test_api_settings_errors_are_one_line(kwargs, expected):
     from unstable_core.config import RunConfig
+    from unstable_core.runtime.launch.preflight import check_api_settings
 
     with pytest.raises(UnstableError) as info:
-        RunConfig(**kwargs)
+        check_api_settings(
+            RunConfig(**kwargs).base_url
+        )  # the URL: the OpenAI client's, before the run starts
     assert expected in str(info.value) and SECRET not in str(info.value) and "\n" not in str(info.value)
 
 

@@ -14,8 +14,8 @@ import attrs
 import pytest
 
 from unstable_core.errors import ConfigError, UnstableError
-from unstable_core.inference.vllm import VLLM_MISSING, VLLMBackend, vllm_platform
-from unstable_core.inference.vllm_memory import GIB, kv_bytes_per_token, plan_kv_cache
+from unstable_core.inference.vllm.backend import VLLM_MISSING, VLLMBackend, vllm_platform
+from unstable_core.inference.vllm.memory import GIB, kv_bytes_per_token, plan_kv_cache
 from unstable_core.runtime.launch.placement import PlacementError, check_vllm_placement
 
 
@@ -140,7 +140,7 @@ class StandInLoRARequest:
 @pytest.fixture
 def backend(tiny_model, monkeypatch):
     """The real VLLMBackend (its loop thread, its adapter bookkeeping) over the stand-in engine."""
-    from unstable_core.inference.vllm import VLLMApi
+    from unstable_core.inference.vllm.backend import VLLMApi
 
     api = VLLMApi(lambda **kwargs: kwargs, StandInEngine, None, StandInLoRARequest, None, "cuda")
     monkeypatch.setattr(VLLMApi, "load", classmethod(lambda cls: api))

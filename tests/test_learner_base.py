@@ -378,7 +378,7 @@ def test_top_p_logprobs_are_those_of_the_nucleus_sampled_from(tiny_model, tmp_pa
     """At T = 0.7, top_p = 0.9 the backend records the log-prob renormalised over the nucleus it sampled
     from, and a learner given the run's top_p recomputes exactly that; the full-vocabulary one differs."""
     from unstable_core.inference.base import GenerationRequest, SamplingParams
-    from unstable_core.inference.hf import TransformersBackend
+    from unstable_core.inference.hf.backend import TransformersBackend
 
     backend = TransformersBackend(tiny_model, device="cpu")
     prompts = [tuple(backend.tokenizer.encode(t)) for t in ("hello there", "one two three", "a b c d e")]
@@ -513,7 +513,7 @@ def test_with_lora_dropout_the_importance_weights_see_the_policy_not_a_dropout_m
 
 def test_an_unset_importance_cap_is_the_learners_default():
     from unstable_core.config import RunConfig
-    from unstable_core.learners.base import LearnerConfig
+    from unstable_core.learners.settings import LearnerConfig
 
     class OwnWeights(BaseLearner):
         default_importance_cap = None  # e.g. ppo: its loss truncates pi_old / mu itself
@@ -532,7 +532,7 @@ def test_learner_config_is_declared_by_runconfig():
     import attrs
 
     from unstable_core.config import RunConfig
-    from unstable_core.learners.base import LEARNER_SETTINGS, LearnerConfig
+    from unstable_core.learners.settings import LEARNER_SETTINGS, LearnerConfig
 
     run = attrs.fields_dict(RunConfig)
     assert [f.name for f in attrs.fields(LearnerConfig)] == list(LEARNER_SETTINGS)

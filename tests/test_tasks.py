@@ -19,6 +19,7 @@ from unstable_core.envs.catalogue import (
     template_for,
 )
 from unstable_core.envs.sources import ArithmeticTask, hf_task, jsonl_task, parse_hf_id
+from unstable_core.envs.specs import task_specs, train_specs
 from unstable_core.envs.tasks import SOLO
 from unstable_core.errors import ConfigError
 from unstable_core.games import play_game
@@ -151,12 +152,12 @@ def test_a_dataset_by_id_or_folder_is_a_task(tmp_path):
 
 def test_a_run_config_reads_tasks_as_one_player_envs(task_file):
     cfg = RunConfig(train_envs=["arithmetic-1", "hf:openai/gsm8k?split=test"], eval_tasks=[task_file])
-    train = cfg.train_specs()
+    train = train_specs(cfg)
     assert [(s.env_id, s.num_players, s.num_actors, s.prompt_template) for s in train] == [
         ("arithmetic-1", 1, 1, "task"),
         ("hf:openai/gsm8k?split=test", 1, 1, "task"),
     ]
-    (spec,) = cfg.task_specs()
+    (spec,) = task_specs(cfg)
     assert (spec.env_id, spec.num_players, spec.prompt_template) == (task_file, 1, "task")
 
 

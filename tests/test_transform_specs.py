@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from unstable_core.config import RunConfig, config_from_dict, load_config, merge_layers
-from unstable_core.rewards.specs import pipeline, pipeline_text, with_additions
+from unstable_core.config.transforms import with_additions
+from unstable_core.rewards.specs import pipeline, pipeline_text
 from unstable_core.runtime.launch.components import Components
 
 DEFAULT_STEP = RunConfig().step_transforms

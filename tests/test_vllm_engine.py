@@ -16,7 +16,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed: ./install.sh --vllm (
 torch = pytest.importorskip("torch")
 
 from unstable_core.inference.base import GenerationRequest, SamplingParams  # noqa: E402
-from unstable_core.inference.vllm import ENGINE_POLL_S, VLLMBackend, vllm_platform  # noqa: E402
+from unstable_core.inference.vllm.backend import ENGINE_POLL_S, VLLMBackend, vllm_platform  # noqa: E402
 from unstable_core.testing import make_tiny_model  # noqa: E402
 from unstable_core.testing.parity import (  # noqa: E402
     PARITY_TEXTS,

@@ -9,11 +9,13 @@ from unstable_core.hookspecs import hookimpl
 def register_backends(register):
     register(
         "transformers",
-        "unstable_core.inference.hf:TransformersBackend",
+        "unstable_core.inference.hf.backend:TransformersBackend",
         "any causal LM on CPU or CUDA, batched, LoRA hot-swap",
     )
     register(
-        "vllm", "unstable_core.inference.vllm:VLLMBackend", "vLLM's async engine with LoRA requests (GPU)"
+        "vllm",
+        "unstable_core.inference.vllm.backend:VLLMBackend",
+        "vLLM's async engine with LoRA requests (GPU)",
     )
     register(
         "openai",

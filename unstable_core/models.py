@@ -90,12 +90,8 @@ def resolve_model(name: str) -> ResolvedModel:
 
 
 def load_tokenizer(name: str) -> Any:
-    """The tokenizer of a model, with a pad token (the EOS token when the model has none); for an API model
-    (`openai:MODEL`) the byte-level `MessagesTokenizer`, which keeps chat messages for the API."""
-    if is_api_model(name):
-        from unstable_core.inference.chat_prompt import MessagesTokenizer
-
-        return MessagesTokenizer(name)
+    """The tokenizer of a model, with a pad token (the EOS token when the model has none); an API model's
+    is `inference.chat_prompt.tokenizer_for`'s."""
     from transformers import AutoTokenizer
 
     resolved = resolve_model(name)

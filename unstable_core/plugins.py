@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import threading
@@ -25,6 +26,7 @@ from unstable_core.registry import KINDS, Component, DuplicateComponentError, Re
 
 ENTRY_POINT_GROUP = "unstable"
 CORE_DIST = "unstable-core"
+BUILTINS = "unstable_core.default_plugins"  # the core's own plugin, loaded like any other
 LOAD_ENV = "UNSTABLE_LOAD_PLUGINS"
 STRICT_ENV = "UNSTABLE_STRICT_PLUGINS"
 HOOKS: list[str] = [*KINDS.values(), "register_commands"]
@@ -152,8 +154,7 @@ def discover() -> PluginState:
     manager.add_hookspecs(hookspecs)
     state = PluginState(manager=manager, registry=Registry(), plugins=[])
 
-    from unstable_core import default_plugins as builtins
-
+    builtins = importlib.import_module(BUILTINS)  # by name, as an entry point is loaded
     core = PluginInfo(name=CORE_DIST, version=_core_version(), builtin=True)
     state.plugins.append(core)
     _add_plugin(state, core, "builtins", builtins)

@@ -10,6 +10,7 @@ import click
 from unstable_core.cli.options import config_options, overrides_from, run_options
 from unstable_core.cli.progress import execute
 from unstable_core.config import API_FIELDS, RunConfig, env_parts, load_config
+from unstable_core.envs.specs import train_specs
 from unstable_core.errors import ConfigError, RunFailed
 
 
@@ -110,7 +111,7 @@ def play(games: int, opponent: str | None, players: int | None, **options: Any) 
         "sampling_transforms": [],
     }
     cfg = load_config(None, overrides)
-    title = f"unstable play ({', '.join(spec.env_id for spec in cfg.train_specs())})"
+    title = f"unstable play ({', '.join(spec.env_id for spec in train_specs(cfg))})"
     summary = execute(Run.open(cfg, learn=False), None, title, max_games=games)
     counts = summary.get("counts", {})
     if counts.get("train_games") and counts.get("train_failed") == counts["train_games"]:

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
+from unstable_core.config.envs import HF_PREFIX
 from unstable_core.envs.arithmetic import make_problem
 from unstable_core.envs.tasks import Task, TaskItem
 from unstable_core.errors import ConfigError
 
-HF_PREFIX = "hf:"
 PROMPT_COLUMNS = ("prompt", "question", "problem", "input")
 ANSWER_COLUMNS = ("answer", "solution", "output", "target")
 

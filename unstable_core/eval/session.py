@@ -249,13 +249,16 @@ def check_before_start(plan: RunPlan, api: bool = True) -> None:
     """What can be checked before Ray starts: the backend (for vLLM on the CPU, its model folder and
     memory) and, with `api`, that the API models answer (one line otherwise)."""
     from unstable_core.runtime.launch.placement import check_backend_available
+    from unstable_core.runtime.launch.preflight import check_api_settings, check_vllm_config
 
     cfg = plan.cfg
+    check_vllm_config(cfg)
+    check_api_settings(cfg.base_url)
     if cfg.backend != _RUN.backend.default:
         check_backend_available(cfg.backend, cfg.device, None)
         plan.vllm_kv_cache()
     if api and cfg.api_models():
-        from unstable_core.inference.engines import check_api_models
+        from unstable_core.runtime.launch.engines import check_api_models
 
         check_api_models(cfg)
 

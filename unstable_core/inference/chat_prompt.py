@@ -15,8 +15,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from unstable_core.errors import UnstableError
+from unstable_core.models import is_api_model, load_tokenizer
 
 CHAT_KEY = "messages"
+
+
+def tokenizer_for(name: str) -> Any:
+    """The tokenizer prompts for `name` are rendered with: the model's own, or for an API model
+    (`openai:MODEL`) the byte-level `MessagesTokenizer`, which keeps chat messages for the API."""
+    return MessagesTokenizer(name) if is_api_model(name) else load_tokenizer(name)
 
 
 class MessagesTokenizer:

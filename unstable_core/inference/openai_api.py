@@ -28,13 +28,12 @@ from typing import Any
 
 import attrs
 
+from unstable_core.config.api import default_base_url
 from unstable_core.errors import UnstableError
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, InferenceBackend
 from unstable_core.inference.chat_prompt import MessagesTokenizer, prompt_messages
 from unstable_core.models import API_PREFIX
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-BASE_URL_ENV = "OPENAI_BASE_URL"
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 RETRY_STATUSES = frozenset({408, 409, 425, 429})  # and every 5xx
 MAX_RETRY_AFTER_S = 120.0
@@ -58,11 +57,6 @@ def api_model_name(spec: str) -> str:
             f"{spec!r}: give the served model's name after {API_PREFIX!r}, e.g. openai:gpt-4o"
         )
     return name
-
-
-def default_base_url() -> str:
-    """$OPENAI_BASE_URL, else OpenAI's own endpoint."""
-    return os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
 
 
 def check_base_url(url: str) -> str | None:

@@ -1,7 +1,7 @@
 """Learners: `BaseLearner` (LoRA model, micro-batching, clipping, checkpoints) and the helpers algorithms use.
 
-The names below are imported on first use, so that importing one light module of this package (the LoRA
-settings that `unstable_core.config` reads) does not import `base`, which itself reads the config.
+The names below are imported on first use, so that importing one light module of this package does not
+import `base` (and torch with it). `DEFAULT_LORA_CFG` is the LoRA settings' default, `unstable_core.config.lora`'s.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import importlib
 from typing import Any
 
 _HOMES = {
-    "DEFAULT_LORA_CFG": "lora",
+    "DEFAULT_LORA_CFG": "unstable_core.config.lora",
     "POLICY_ADAPTER": "base",
     "BaseLearner": "base",
-    "LearnerConfig": "base",
+    "LearnerConfig": "settings",
     "TokenBatch": "batch",
     "collate": "batch",
     "completion_logprobs": "batch",
@@ -26,4 +26,4 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    return getattr(importlib.import_module(home if "." in home else f"{__name__}.{home}"), name)

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 import attrs
 
-from unstable_core.config import RunConfig
-from unstable_core.errors import ConfigError, UnstableError
+from unstable_core.config import config_from_dict
+from unstable_core.errors import UnstableError
 from unstable_core.learners.batch import (
     TokenBatch,
     collate,
@@ -36,75 +36,13 @@ from unstable_core.learners.data_parallel import DataParallel, GradientSum, merg
 from unstable_core.learners.dropout import has_dropout, reference_mode
 from unstable_core.learners.lora import make_lora_config, present_target_modules
 from unstable_core.learners.off_policy import OffPolicyStats, importance_weights
+from unstable_core.learners.settings import LearnerConfig, algorithm_config
 from unstable_core.learners.shared_prefix import decoder_hidden, micro_batch_order
 from unstable_core.models import plain_linear_head
 from unstable_core.plugins import registered_name
 from unstable_core.types import Step
 
 POLICY_ADAPTER = "default"  # peft's name for the adapter saved at a checkpoint folder's root
-
-
-#: the RunConfig fields a learner reads (batch_size: the steps the runtime pulls per update; temperature and
-#: top_p: the sampler's, so that the learner's log pi is that of the policy that sampled, 0 (greedy) read as 1;
-#: top_p 1: the whole vocabulary)
-LEARNER_SETTINGS = (
-    "model_name",
-    "lora_config",
-    "batch_size",
-    "mini_batch_size",
-    "learning_rate",
-    "gradient_clipping",
-    "gradient_checkpointing",
-    "max_train_len",
-    "max_generation_len",
-    "temperature",
-    "top_p",
-    "importance_cap",
-    "seed",
-)
-_RUN_FIELDS = attrs.fields_dict(RunConfig)
-
-
-@attrs.frozen(
-    these={
-        name: attrs.field(type=_RUN_FIELDS[name].type, validator=_RUN_FIELDS[name].validator)
-        for name in LEARNER_SETTINGS
-    }
-)
-class LearnerConfig:
-    """The learner's settings: the `LEARNER_SETTINGS` fields of RunConfig, with their types and checks (no
-    defaults: `from_run` takes them from a validated RunConfig), so that each is declared, defaulted and
-    checked in one place; stored in every checkpoint's learner_state.json."""
-
-    @classmethod
-    def from_run(cls, run_config: Any, learner: type | None = None) -> LearnerConfig:
-        """The learner's part of a `RunConfig` (every field of this class, by name); an unset
-        importance_cap becomes the `learner` class's `default_importance_cap`, and 0 None (no weights)."""
-        fields = {f.name: getattr(run_config, f.name) for f in attrs.fields(cls)}
-        if fields["importance_cap"] is None and learner is not None:
-            fields["importance_cap"] = getattr(learner, "default_importance_cap", None)
-        if fields["importance_cap"] == 0:
-            fields["importance_cap"] = None
-        return cls(**fields)
-
-
-def algorithm_config(learner: str, config_cls: type | None, kwargs: dict[str, Any]) -> Any:
-    """The attrs `config_cls` built from `kwargs` (None: no options allowed); an unknown key or a bad value
-    raises ConfigError naming it."""
-    allowed = [f.name for f in attrs.fields(config_cls)] if config_cls is not None else []
-    unknown = sorted(set(kwargs) - set(allowed))
-    if unknown:
-        raise ConfigError(
-            f"unknown {learner} option(s) {', '.join(unknown)}; allowed: {', '.join(allowed) if allowed else 'none'}"
-        )
-    if config_cls is None:
-        return None
-    try:
-        return config_cls(**kwargs)
-    except (TypeError, ValueError) as exc:  # a value of the wrong type met a validator's comparison
-        if isinstance(exc, ConfigError):
-            raise
-        raise ConfigError(f"{learner} options {kwargs}: {exc}") from None
 
 
 class BaseLearner:
@@ -154,8 +92,6 @@ class BaseLearner:
     ) -> Any:
         """A learner outside a run (tests, scripts): `settings` are `RunConfig` keys (`learning_rate=1e-4`),
         checked and defaulted as a run's are."""
-        from unstable_core.config import config_from_dict
-
         return cls(
             LearnerConfig.from_run(config_from_dict({"model_name": model_name, **settings}), cls),
             run_dir=run_dir,
@@ -166,7 +102,7 @@ class BaseLearner:
         import torch
         from peft import get_peft_model
 
-        from unstable_core.inference.packed_linear import pack_linear_layers
+        from unstable_core.inference.hf.packed_linear import pack_linear_layers
         from unstable_core.models import default_device, load_causal_lm
 
         self.config = config

@@ -42,7 +42,7 @@ def can_share(decoder: Any) -> bool:
     In bf16 a shared prefix would change the rounding of the rows' log-probs against an unshared pass."""
     import torch
 
-    from unstable_core.inference.kv_cache import full_attention_only
+    from unstable_core.inference.hf.kv_cache import full_attention_only
 
     if getattr(decoder, "gradient_checkpointing", False) or decoder.dtype != torch.float32:
         return False

@@ -82,7 +82,7 @@ def sampled_steps(
     backend (or the `backend` given) sampling `prompts` at `temperature`: on-policy data for a learner of
     the same model."""
     from unstable_core.inference.base import GenerationRequest, SamplingParams
-    from unstable_core.inference.hf import TransformersBackend
+    from unstable_core.inference.hf.backend import TransformersBackend
 
     backend = backend or TransformersBackend(model_path, device="cpu", dtype=dtype)
     ids = [tuple(backend.tokenizer.encode(t)) for t in prompts]

@@ -412,7 +412,7 @@ def check_learner_learns(
     spawned ones in a gloo group, each on its share of every update's micro-batches."""
     import torch
 
-    from unstable_core.inference.hf import TransformersBackend
+    from unstable_core.inference.hf.backend import TransformersBackend
 
     if game not in GAMES:
         raise ValueError(f"game must be one of {', '.join(GAMES)}, got {game!r}")

@@ -33,7 +33,7 @@ def _closing_ids(tokenizer: Any, closing: str) -> tuple[int, ...]:
 def load_model(name: str, device: str | None = None) -> tuple[Any, Any]:
     """(the causal LM `name` in eval mode, its tokenizer); on a CPU its Linear layers run on oneDNN's packed
     fp32 weights (faster; the same sums in another order)."""
-    from unstable_core.inference.packed_linear import pack_linear_layers
+    from unstable_core.inference.hf.packed_linear import pack_linear_layers
     from unstable_core.models import load_causal_lm, load_tokenizer
 
     net = load_causal_lm(name, device=device)

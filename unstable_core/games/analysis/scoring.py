@@ -20,8 +20,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from unstable_core.inference.kv_cache import full_attention_only, in_place_cache
-from unstable_core.inference.prefill import PASS_COST_POSITIONS, prefill_groups
+from unstable_core.inference.hf.kv_cache import full_attention_only, in_place_cache
+from unstable_core.inference.hf.prefill import PASS_COST_POSITIONS, prefill_groups
 from unstable_core.models import cache_kwargs, plain_linear_head
 
 MIN_SHARED = 16  # common prompt tokens below which a group's prefix is not run on its own

@@ -96,10 +96,10 @@ class Collector:
         restart_timeout_s: float = ANSWER_TIMEOUT_S,
         eval_plan: EvalPlan | None = None,
     ) -> None:
-        from unstable_core.models import load_tokenizer
+        from unstable_core.inference.chat_prompt import tokenizer_for
 
         self.engines = engines
-        self.tokenizers = {key: load_tokenizer(name) for key, name in tokenizers.items()}
+        self.tokenizers = {key: tokenizer_for(name) for key, name in tokenizers.items()}
         self.buffer, self.league, self.recorder = buffer, league, recorder
         self.scheduler = scheduler
         self.params = params

@@ -118,7 +118,7 @@ class InferenceActor:
         return os.getpid()
 
     async def tokenizer_name(self) -> str:
-        """What to pass to `unstable_core.models.load_tokenizer` to get this model's tokenizer."""
+        """What to pass to `inference.chat_prompt.tokenizer_for` to get this model's tokenizer."""
         return str(self.backend_kwargs["model"])
 
     async def close_adapters(self) -> None:
@@ -207,7 +207,7 @@ def create_engines(
     """One pool of inference actors per engine name (`main`: `main_actors` of them, others one each), each
     served by the backend `engine_spec` picks for its model; API models take no GPU, no threads and no
     adapters (`adapter_store`: the name of the actor that sends the others theirs). Each asks for `inference_resources()`."""
-    from unstable_core.inference.engines import engine_spec
+    from unstable_core.runtime.launch.engines import engine_spec
 
     resources = inference_resources()
     engines: dict[str, list[Any]] = {}

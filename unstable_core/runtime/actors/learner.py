@@ -12,7 +12,7 @@ import ray
 
 from unstable_core.errors import UnstableError
 from unstable_core.fault_points import pause_point
-from unstable_core.learners.base import LearnerConfig
+from unstable_core.learners.settings import LearnerConfig
 from unstable_core.runtime.recovery.failures import NonFiniteUpdates
 from unstable_core.runtime.recovery.liveness import ANSWER_TIMEOUT_S
 from unstable_core.runtime.recovery.resume import RUN_STATE

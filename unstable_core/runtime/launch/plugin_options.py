@@ -116,19 +116,23 @@ def _checked(flag: str, name: str, check: Callable[[], Any]) -> None:
         raise ConfigError(f"{flag}: {why}" if named else f"{flag}: learner {name}: {why}") from None
 
 
-def check_components(
-    cfg: Any, env_sampler: Any, model_sampler: Any, learner: Any, eval_specs: list[Any]
-) -> None:
+def check_components(cfg: Any, components: Any, train_specs: list[Any], eval_specs: list[Any]) -> None:
     """The components' own options as their classes take them, without Ray and without a model: the env
     and opponent samplers are built once, the learner checks its algorithm options (`check_options`)."""
     construct(
         "--env-sampler-config",
         cfg.env_sampler,
-        env_sampler,
+        components.env_sampler,
         cfg.env_sampler_config,
-        (cfg.train_specs(), eval_specs),
+        (train_specs, eval_specs),
         {"seed": cfg.seed},
     )
-    construct("--sampler-config", cfg.sampler, model_sampler, cfg.sampler_config, fixed={"seed": cfg.seed})
-    if learner is not None:
-        check_learner_options(cfg.learner, learner, cfg.algorithm_config, cfg.importance_cap)
+    construct(
+        "--sampler-config",
+        cfg.sampler,
+        components.model_sampler,
+        cfg.sampler_config,
+        fixed={"seed": cfg.seed},
+    )
+    if components.learner is not None:
+        check_learner_options(cfg.learner, components.learner, cfg.algorithm_config, cfg.importance_cap)

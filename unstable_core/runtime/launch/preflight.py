@@ -145,6 +145,45 @@ def _check_hub_id(name: str, what: str) -> None:
         ) from None
 
 
+def check_api_settings(base_url: str | None) -> None:
+    """The base URL of API opponents is one the OpenAI client takes (it is written to config.toml)."""
+    if base_url is None:
+        return
+    from unstable_core.inference.openai_api import check_base_url
+
+    problem = check_base_url(base_url)
+    if problem:
+        raise ConfigError(problem)
+
+
+def check_vllm_config(cfg: Any) -> None:
+    """vllm_config holds the vllm backend's options, for backend vllm only; with that backend the adapters'
+    LoRA rank is one vLLM can load."""
+    if cfg.vllm_config:
+        from unstable_core.config.unstable_baselines import VLLM_KEYS_TEXT
+        from unstable_core.inference.vllm.backend import vllm_backend_options
+
+        allowed = vllm_backend_options()
+        for key in cfg.vllm_config:
+            if key not in allowed:
+                raise ConfigError(
+                    f"vllm_config: unknown key {key!r}; allowed: {VLLM_KEYS_TEXT} and the vllm backend's "
+                    f"options ({', '.join(sorted(allowed))})"
+                )
+        if cfg.backend != "vllm":
+            raise ConfigError(
+                f"vllm_config.{next(iter(cfg.vllm_config))} is an option of the vllm backend, but backend is "
+                f'{cfg.backend!r}: set backend = "vllm" (GPU) or drop it'
+            )
+    if cfg.backend == "vllm":
+        from unstable_core.inference.vllm.backend import vllm_max_lora_rank
+
+        try:
+            vllm_max_lora_rank(int(cfg.lora_config["lora_rank"]))
+        except UnstableError as exc:
+            raise ConfigError(f"lora_config: {exc}") from None
+
+
 def check_run_name(name: str) -> None:
     """A run name is one folder name inside the runs directory: no separators, no '..', not absolute."""
     if not name or name in (".", "..") or "/" in name or "\\" in name or os.sep in name or "\0" in name:

@@ -1,31 +1,28 @@
-"""The all-options reference TOML, `examples/reference.toml`, generated from the code: every RunConfig field
-(its help, its option, its group) and every installed learner's algorithm options, with the values of
-UnstableBaselines v0.2's run (`unstable_core.compat.unstable_baselines.REFERENCE_RUN`) where it set one and
-unstable's defaults elsewhere. tests/test_config_reference.py fails when the committed file differs:
-
-    python -m unstable_core.config_reference > examples/reference.toml
-    python -m unstable_core.config_reference --check examples/reference.toml
+"""The all-options reference TOML, `examples/reference.toml`: every RunConfig field (its help, its option,
+its group) and the given learners' algorithm options, with the values of UnstableBaselines v0.2's run
+(`unstable_core.config.unstable_baselines.REFERENCE_RUN`) where it set one and unstable's defaults
+elsewhere. The installed learners and the vllm backend's options are found by the command that writes it,
+`python -m unstable_core.cli.reference` (tests/test_config_reference.py fails when the committed file
+differs).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
 
-from unstable_core.compat.unstable_baselines import REFERENCE_RUN
-from unstable_core.config import RunConfig, vllm_backend_options
+from unstable_core.config.run_config import RunConfig
+from unstable_core.config.unstable_baselines import REFERENCE_RUN
 
 WIDTH = 110
-COMMAND = "python -m unstable_core.config_reference > examples/reference.toml"
+COMMAND = "python -m unstable_core.cli.reference > examples/reference.toml"
 HEADER = (
     "Every option of `unstable run`, with its help, grouped by purpose. Generated from the code (RunConfig in "
-    "unstable_core/config.py and the installed learners' algorithm options): do not edit it by hand, run",
+    "unstable_core/config/ and the installed learners' algorithm options): do not edit it by hand, run",
     f"  {COMMAND}",
     "",
     "Its values are UnstableBaselines v0.2's run (build()'s defaults, its minimal script and run.start()'s "
@@ -97,12 +94,12 @@ def setting(field: attrs.Attribute) -> list[str]:
     return lines + assignment(field.name, value)
 
 
-def _vllm_options_note() -> list[str]:
-    options = ", ".join(sorted(vllm_backend_options()))
+def _vllm_options_note(vllm_options: Iterable[str]) -> list[str]:
+    options = ", ".join(sorted(vllm_options))
     return comment(f"the vllm backend's options (vllm_config.NAME = value): {options}")
 
 
-def run_settings() -> Iterator[str]:
+def run_settings(vllm_options: Iterable[str]) -> Iterator[str]:
     for field in attrs.fields(RunConfig):
         section = field.metadata.get("section")
         if section:
@@ -111,29 +108,37 @@ def run_settings() -> Iterator[str]:
         yield ""
         yield from setting(field)
         if field.name == "vllm_config":
-            yield from _vllm_options_note()
+            yield from _vllm_options_note(vllm_options)
         if field.name == "algorithm_config":
             yield "#   each installed learner's options are at the end of this file"
 
 
-def learner_settings(learners: Sequence[tuple[str, type]]) -> Iterator[str]:
+@attrs.frozen
+class LearnerOptions:
+    """A learner's algorithm options as the reference lists them: its `algorithm_config_class` (None when
+    it declares none), and whether its `initialize_algorithm` takes options of its own all the same."""
+
+    name: str
+    config_class: type | None
+    undeclared: bool = False
+
+
+def learner_settings(learners: Sequence[LearnerOptions]) -> Iterator[str]:
     """Each learner's algorithm options (attrs fields with a `help`), commented out: uncomment those of the
     learner you choose."""
-    from unstable_core.learners.base import BaseLearner
-
     yield ""
     yield from comment(
         "---- algorithm_config of each installed learner: only the chosen learner's options are allowed; "
         "uncomment those you change"
     )
-    for name, cls in learners:
+    for learner in learners:
         yield ""
-        config_cls = getattr(cls, "algorithm_config_class", None)
+        config_cls = learner.config_class
         if config_cls is None:
-            own = cls.initialize_algorithm is not BaseLearner.initialize_algorithm
-            yield from comment(f"{name}: " + ("options of its own, undeclared" if own else "no options"))
+            own = "options of its own, undeclared" if learner.undeclared else "no options"
+            yield from comment(f"{learner.name}: {own}")
             continue
-        yield from comment(f"{name} (learner = {json.dumps(name)}): {config_cls.__name__}")
+        yield from comment(f"{learner.name} (learner = {json.dumps(learner.name)}): {config_cls.__name__}")
         for field in attrs.fields(config_cls):
             yield from comment(field.metadata.get("help", ""), "#   ") if field.metadata.get("help") else []
             default = _default(field)
@@ -141,37 +146,11 @@ def learner_settings(learners: Sequence[tuple[str, type]]) -> Iterator[str]:
             yield f"# {key} = {toml_value(default)}" if default is not None else f"# {key} = ...  (null)"
 
 
-def installed_learners() -> list[tuple[str, type]]:
-    """(name, class) of every learner the installed plugins register, by name."""
-    from unstable_core.plugins import get_registry
-
-    return [(c.name, c.load()) for c in get_registry().by_kind("learner")]
-
-
-def reference_toml(learners: Sequence[tuple[str, type]] | None = None) -> str:
-    """The reference TOML: RunConfig's fields, then `learners`' options (default: the installed ones)."""
+def reference_toml(learners: Sequence[LearnerOptions], vllm_options: Iterable[str]) -> str:
+    """The reference TOML: RunConfig's fields (`vllm_options`: the vllm backend's), then `learners`' options."""
     lines = [
         line for text in HEADER for line in (comment(text) if not text.startswith(" ") else [f"# {text}"])
     ]
-    lines += run_settings()
-    lines += learner_settings(installed_learners() if learners is None else learners)
+    lines += run_settings(vllm_options)
+    lines += learner_settings(learners)
     return "\n".join(lines) + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    text = reference_toml()
-    if args[:1] == ["--check"] and len(args) == 2:
-        if Path(args[1]).read_text(encoding="utf-8") != text:
-            print(f"{args[1]} differs from the code: regenerate it with `{COMMAND}`", file=sys.stderr)
-            return 1
-        return 0
-    if args:
-        print("usage: python -m unstable_core.config_reference [--check FILE]", file=sys.stderr)
-        return 2
-    sys.stdout.write(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,35 +1,23 @@
-"""Run configuration: one attrs class holding every parameter of a run, its TOML form and its validation.
+"""The run configuration: one attrs class holding every setting of a run, each declared once with its
+default, its help and its check, and its TOML form.
 
 Every field is also a `unstable run` option (`batch_size` -> `--batch-size`); `--config run.toml` loads a
-file and options given on the command line override it.
+file and options given on the command line override it (`unstable_core.config.load`).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import sys
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import attrs
 
-from unstable_core.compat import unstable_baselines as ub
-from unstable_core.envs.catalogue import canonical_id, default_players, template_for
-from unstable_core.envs.sources import HF_PREFIX
-from unstable_core.errors import ConfigError
-from unstable_core.learners.lora import DEFAULT_LORA_CFG, resolve_lora_config
+from unstable_core.config.checks import check_run_config
+from unstable_core.config.envs import eval_opponent
+from unstable_core.config.fields import check_types
+from unstable_core.config.lora import DEFAULT_LORA_CFG
+from unstable_core.config.validators import above, at_least_one, choice, in_range, int64, non_negative
 from unstable_core.models import DEFAULT_MODEL, is_api_model
-from unstable_core.rewards.specs import STAGE_KEYS, resolve_additions
-from unstable_core.types import EvalEnvSpec, TrainEnvSpec
-from unstable_core.validators import above, at_least_one, choice, in_range, int64, non_negative
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 DEFAULT_ENV = "TicTacToe-v0-train"
 
@@ -40,167 +28,7 @@ def _help(text: str, **extra: Any) -> dict[str, Any]:
     return {"help": text, **extra}
 
 
-_TYPE_WORDS = {
-    "int": "an integer",
-    "float": "a number",
-    "bool": "true or false",
-    "str": "a string",
-    "list": "a list",
-    "dict": "a table (a JSON object)",
-}
-
-
-def _kind(value: Any) -> str:
-    """How a value reads in an error: 'the string "four"', 'the number 4.5', 'a table'."""
-    if isinstance(value, bool):
-        return f"the boolean {str(value).lower()}"
-    if isinstance(value, str):
-        return f"the string {value!r}"
-    if isinstance(value, (int, float)):
-        return f"the number {value!r}"
-    if isinstance(value, dict):
-        return f"a table {value!r}"
-    if isinstance(value, (list, tuple)):
-        return f"a list {list(value)!r}"
-    return f"{type(value).__name__} {value!r}"
-
-
-def _is_type(value: Any, base: str) -> bool:
-    if base == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if base == "float":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if base == "bool":
-        return isinstance(value, bool)
-    if base == "str":
-        return isinstance(value, str)
-    if base == "list":
-        return isinstance(value, (list, tuple))
-    return isinstance(value, dict)
-
-
-def _typed(type_text: str):
-    """A validator checking a value against its field's annotation ('int', 'float | None', 'list[str]',
-    ...) before any range check: a TOML "four" or 4.5 for an int, "yes" for a bool, a string for a list
-    (which would be split into letters) all stop at load with the key and what it expects."""
-    optional = type_text.endswith(" | None")
-    base, _, inner = type_text.removesuffix(" | None").partition("[")
-
-    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-        if value is None and optional:
-            return
-        if not _is_type(value, base):
-            hint = ""
-            if base == "list" and isinstance(value, str):
-                hint = f" (write [{value!r}] for one item)".replace("'", '"')
-            raise ConfigError(f"{attribute.name} must be {_TYPE_WORDS[base]}, got {_kind(value)}{hint}")
-        if base == "list":
-            for item in value:
-                if inner == "str]" and not isinstance(item, str):
-                    words = "a string"
-                elif isinstance(item, (int, float, list, tuple)) or item is None:  # env and transform specs
-                    words = "a string or a table"
-                else:
-                    continue
-                raise ConfigError(f"{attribute.name}: each item must be {words}, got {_kind(item)}")
-
-    return check
-
-
-def _check_types(cls: type, fields: list[attrs.Attribute]) -> list[attrs.Attribute]:
-    """attrs field transformer: every field's type is checked first, then its own validator."""
-    out = []
-    for f in fields:
-        checks = [_typed(str(f.type))] + ([f.validator] if f.validator is not None else [])
-        out.append(f.evolve(validator=attrs.validators.and_(*checks)))
-    return out
-
-
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def env_parts(value: str, maxsplit: int = -1) -> list[str]:
-    """`ENV_ID[:A[:B]]` split at its colons; a dataset id's own `hf:` stays in the id."""
-    prefix = HF_PREFIX if value.startswith(HF_PREFIX) else ""
-    parts = value[len(prefix) :].split(":", maxsplit)
-    return [prefix + parts[0], *parts[1:]]
-
-
-def parse_env(value: str | dict | TrainEnvSpec, default_template: str, mirror: bool) -> TrainEnvSpec:
-    """`ENV_ID[:NUM_PLAYERS[:NUM_ACTORS]]` (or a TOML table) -> TrainEnvSpec; mirror self-play seats the
-    learner at every seat unless NUM_ACTORS says otherwise."""
-    if isinstance(value, TrainEnvSpec):
-        return value
-    if isinstance(value, dict):
-        template = template_for(str(value.get("env_id", "")), default_template)
-        try:
-            return TrainEnvSpec(**{"prompt_template": template, **value})
-        except TypeError as exc:
-            raise ConfigError(f"train_envs entry {value}: {exc}") from exc
-    parts = env_parts(str(value))
-    try:
-        players = int(parts[1]) if len(parts) > 1 else default_players(parts[0])
-        actors = int(parts[2]) if len(parts) > 2 else (players if mirror else 1)
-    except ValueError as exc:
-        raise ConfigError(
-            f"--env {value!r}: expected ENV_ID[:NUM_PLAYERS[:NUM_ACTORS]] with integers"
-        ) from exc
-    try:
-        return TrainEnvSpec(
-            env_id=canonical_id(parts[0]),
-            num_players=players,
-            num_actors=actors,
-            prompt_template=template_for(parts[0], default_template),
-        )
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
-
-
-def parse_eval_env(value: str | dict | EvalEnvSpec, default_template: str) -> EvalEnvSpec:
-    """`ENV_ID[:NUM_PLAYERS[:OPPONENT]]` (or a TOML table) -> EvalEnvSpec."""
-    if isinstance(value, EvalEnvSpec):
-        return value
-    if isinstance(value, dict):
-        template = template_for(str(value.get("env_id", "")), default_template)
-        try:
-            return EvalEnvSpec(**{"prompt_template": template, **value})
-        except TypeError as exc:
-            raise ConfigError(f"eval env entry {value}: {exc}") from exc
-    parts = env_parts(str(value), 2)
-    try:
-        players = int(parts[1]) if len(parts) > 1 else default_players(parts[0])
-    except ValueError as exc:
-        raise ConfigError(f"--eval-env {value!r}: expected ENV_ID[:NUM_PLAYERS[:OPPONENT]]") from exc
-    return EvalEnvSpec(
-        env_id=canonical_id(parts[0]),
-        num_players=players,
-        prompt_template=template_for(parts[0], default_template),
-        fixed_opponent=parts[2] if len(parts) > 2 else None,
-    )
-
-
-def parse_transform(value: str | dict) -> tuple[str, dict[str, Any]]:
-    """`name` or `name:key=value,key=value` (values read as JSON when they parse) -> (name, params)."""
-    if isinstance(value, dict):
-        params = dict(value)
-        try:
-            return params.pop("name"), params
-        except KeyError as exc:
-            raise ConfigError(f"reward transform table {value} needs a 'name' key") from exc
-    name, _, rest = str(value).partition(":")
-    params: dict[str, Any] = {}
-    for item in filter(None, rest.split(",")):
-        key, eq, raw = item.partition("=")
-        if not eq:
-            raise ConfigError(f"reward transform {value!r}: expected name:key=value,key=value")
-        try:
-            params[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            params[key.strip()] = raw
-    return name.strip(), params
-
-
-@attrs.define(field_transformer=_check_types)
+@attrs.define(field_transformer=check_types)
 class RunConfig:
     """Every parameter of a run. Defaults train the embedded default on a laptop CPU in minutes."""
 
@@ -446,7 +274,7 @@ class RunConfig:
         factory=dict,
         metadata=_help(
             "options of the vllm backend, as JSON (and UnstableBaselines v0.2's vllm_config keys, which set "
-            "temperature, max_generation_len, ...: see unstable_core.compat). Set for you: max_lora_rank (lora_rank rounded up to a rank vLLM "
+            "temperature, max_generation_len, ...: see unstable_core.config.unstable_baselines). Set for you: max_lora_rank (lora_rank rounded up to a rank vLLM "
             "accepts), max_loras, max_model_len, max_num_seqs (max_batch_size), logprobs_mode "
             "(processed_logprobs: the tempered policy's) and gpu_memory_utilization (0.45 split over the "
             "engines on a GPU shared with the learner, 0.9 split over the engines on a GPU without it); a key "
@@ -545,126 +373,17 @@ class RunConfig:
     )
 
     def __attrs_post_init__(self) -> None:
-        if self.mini_batch_size > self.batch_size:
-            raise ConfigError(
-                f"mini_batch_size ({self.mini_batch_size}) must be <= batch_size ({self.batch_size})"
-            )
-        if self.buffer_size is not None and self.buffer_size < self.batch_size:
-            raise ConfigError(
-                f"buffer_size ({self.buffer_size}) must be >= batch_size ({self.batch_size}): the buffer could "
-                "never hold a batch; raise --buffer-size or leave it out"
-            )
-        if not self.train_envs:
-            raise ConfigError("train_envs is empty: give at least one --env")
-        if self.eval_every and not self.num_eval_workers:
-            raise ConfigError(
-                "eval_every needs evaluation games in flight: give --num-eval-workers >= 1 (e.g. 4)"
-            )
-        if self.sampler == "fixed" and not self.fixed_opponents:
-            raise ConfigError(
-                "sampler 'fixed' needs at least one --fixed-opponent (e.g. --fixed-opponent base)"
-            )
-        for name in self.fixed_opponents:
-            problem = ub.api_model_problem(name)
-            if problem:
-                raise ConfigError(problem)
-        self._check_api_settings()
-        self._check_vllm_config()
-        self.lora_config = resolve_lora_config(self.lora_config, "lora_config")  # as the learner checks it
-        max_rank = self.vllm_config.get("max_lora_rank")
-        if max_rank is not None and max_rank < self.lora_config["lora_rank"]:
-            raise ConfigError(
-                f"vllm_config.max_lora_rank ({max_rank}) is below lora_config.lora_rank "
-                f"({self.lora_config['lora_rank']}): vLLM could not load the adapters; drop it or raise it"
-            )
-        self.train_specs()  # validate env strings early
-        self.eval_specs()
-        for stage in ("final", "step", "sampling"):
-            for t in getattr(self, f"{stage}_transforms"):
-                parse_transform(t)
-        self._check_groups()
-
-    def _check_groups(self) -> None:
-        """`group-relative` (by seed) compares the G games of a group: the env sampler must play them."""
-        for t in self.sampling_transforms:
-            name, kwargs = parse_transform(t)
-            repeat = (
-                self.env_sampler_config.get("repeat", 1) if isinstance(self.env_sampler_config, dict) else 1
-            )
-            if name == "group-relative" and kwargs.get("by", "seed") == "seed" and repeat == 1:
-                raise ConfigError(
-                    "sampling transform group-relative compares the G games of a group, but every game is "
-                    "played once: add --env-sampler-config '{\"repeat\": 8}' (G = 8), or use "
-                    "group-relative:by=prompt"
-                )
-
-    def _check_api_settings(self) -> None:
-        """The trained model is local; API opponents get a base URL (from $OPENAI_BASE_URL when not given)."""
-        from unstable_core.inference.openai_api import check_base_url, default_base_url
-
-        if is_api_model(self.model_name):
-            raise ConfigError(
-                f"model_name {self.model_name!r} is an API model: it cannot be trained (no weights, no token "
-                "log-probs); train a local model and play it as --fixed-opponent"
-            )
-        if not ENV_NAME.fullmatch(str(self.api_key_env)):
-            # never repeat the value: it may be the key itself, given by mistake
-            raise ConfigError(
-                "api_key_env takes the NAME of an environment variable (such as OPENAI_API_KEY), not a key; "
-                "export the key in that variable"
-            )
-        if self.base_url is None and any(is_api_model(n) for n in self.api_models()):
-            self.base_url = default_base_url()
-        if self.base_url is not None:
-            problem = check_base_url(self.base_url)
-            if problem:
-                raise ConfigError(problem)
+        check_run_config(self)
 
     def api_models(self) -> list[str]:
         """The openai:MODEL opponents of the run (fixed opponents and eval envs' opponents)."""
-        names = list(self.fixed_opponents) + [e.fixed_opponent for e in self.eval_specs()]
+        names = list(self.fixed_opponents) + [eval_opponent(e) for e in self.eval_envs]
         return list(dict.fromkeys(n for n in names if is_api_model(n)))
-
-    def _check_vllm_config(self) -> None:
-        """What is left in vllm_config once the compat keys were mapped must be vllm backend options."""
-        if not isinstance(self.vllm_config, dict):
-            raise ConfigError(f"vllm_config must be a table (a JSON object), got {self.vllm_config!r}")
-        for key in self.vllm_config:
-            problem = ub.misplaced_vllm_key(key)
-            if problem:
-                raise ConfigError(problem)
-        if not self.vllm_config:
-            return
-        allowed = vllm_backend_options()
-        for key in self.vllm_config:
-            if key not in allowed:
-                raise ConfigError(
-                    f"vllm_config: unknown key {key!r}; allowed: {ub.VLLM_KEYS_TEXT} and the vllm backend's "
-                    f"options ({', '.join(sorted(allowed))})"
-                )
-        if self.backend != "vllm":
-            raise ConfigError(
-                f"vllm_config.{next(iter(self.vllm_config))} is an option of the vllm backend, but backend is "
-                f'{self.backend!r}: set backend = "vllm" (GPU) or drop it'
-            )
 
     # ---- derived values
     @property
     def mirror(self) -> bool:
         return self.sampler == "mirror"
-
-    def train_specs(self) -> list[TrainEnvSpec]:
-        return [parse_env(e, self.prompt_template, self.mirror) for e in self.train_envs]
-
-    def eval_specs(self) -> list[EvalEnvSpec]:
-        return [parse_eval_env(e, self.prompt_template) for e in self.eval_envs]
-
-    def task_specs(self) -> list[EvalEnvSpec]:
-        """The --eval-task tasks as one-player eval envs."""
-        return [
-            parse_eval_env({"num_players": 1, **t} if isinstance(t, dict) else f"{t}:1", self.prompt_template)
-            for t in self.eval_tasks
-        ]
 
     @property
     def effective_stall_timeout_s(self) -> float:
@@ -687,87 +406,3 @@ class RunConfig:
         from unstable_core.io import atomic_write_text
 
         atomic_write_text(path, tomli_w.dumps(self.to_dict()))
-
-
-# the options of openai:MODEL players, shared by every command that plays API models (run, play, eval)
-API_FIELDS = (
-    "base_url",
-    "api_key_env",
-    "api_concurrency",
-    "api_timeout_s",
-    "api_max_retries",
-    "api_max_tokens",
-)
-
-# options of the vllm backend that the run sets from its own fields
-_RUN_SET_VLLM_OPTIONS = {"self", "model", "max_batch_size", "max_loras", "max_model_len", "device"}
-
-
-def vllm_backend_options() -> set[str]:
-    """The vllm backend's own options that vllm_config passes through (gpu_memory_utilization, ...)."""
-    import inspect
-
-    from unstable_core.inference.vllm import VLLMBackend
-
-    return set(inspect.signature(VLLMBackend.__init__).parameters) - _RUN_SET_VLLM_OPTIONS
-
-
-def transform_defaults() -> dict[str, list[Any]]:
-    """Each stage's default reward transforms, what a `+name` adds to when nothing earlier set the stage."""
-    fields = attrs.fields_dict(RunConfig)
-    return {key: fields[key].default.factory() for key in STAGE_KEYS.values()}
-
-
-def merge_layers(*layers: Mapping[str, Any]) -> dict[str, Any]:
-    """Config dicts merged, later ones winning (None: not given), each first read by the compat module
-    (`unstable_core.compat.unstable_baselines`), so that an old name or a vllm_config key of an earlier
-    layer yields to a later layer's field: `--temperature` beats a file's vllm_config.temperature."""
-    out: dict[str, Any] = {}
-    for layer in map(ub.translate, layers):
-        layer = resolve_additions(layer, out, transform_defaults())  # `+name` adds to what came before
-        names = ub.fields_set_by(layer)
-        earlier = out.get("vllm_config")
-        if isinstance(earlier, Mapping) and "vllm_config" not in layer:
-            out["vllm_config"] = ub.without_keys_for(earlier, names)
-        for key in [k for k in out if k in names]:
-            del out[key]
-        out.update(layer)
-    return out
-
-
-def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
-    """A RunConfig from a dict of field names, or of the names and values that the compat module reads
-    (UnstableBaselines v0.2's build(); None: the default); unknown keys are errors."""
-    fields = attrs.fields_dict(RunConfig)
-    for key in data:
-        if ub.RENAMED.get(key, key) not in fields and key not in ub.IGNORED:
-            raise ConfigError(f"unknown config key {key!r}; see `unstable run --help` for the keys")
-    clean = resolve_additions(ub.translate(data), {}, transform_defaults())
-    defaults = {name: fields[name].default for name in ("model_name", "max_model_len")}
-    clean = ub.apply_vllm_config(clean, defaults)
-    try:
-        return RunConfig(**clean)
-    except TypeError as exc:
-        raise ConfigError(str(exc)) from exc
-
-
-def load_config(path: str | os.PathLike | None, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """Read a TOML file (optional) and apply `overrides` (e.g. command-line options) on top."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if p.is_dir():
-            raise ConfigError(
-                f"config file {str(p)!r} is a folder: give a TOML file (e.g. examples/reference.toml)"
-            )
-        if not p.is_file():
-            raise ConfigError(f"config file {str(p)!r} does not exist")
-        try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as exc:
-            raise ConfigError(
-                f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}): save it as UTF-8 TOML"
-            ) from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {str(p)!r} is not valid TOML: {exc}") from exc
-    return config_from_dict(merge_layers(data, overrides or {}))

@@ -31,11 +31,11 @@ from unstable_core.inference.base import (
     InferenceBackend,
     token_budget,
 )
-from unstable_core.inference.kv_cache import full_attention_only, in_place_cache
-from unstable_core.inference.packed_linear import pack_linear_layers
-from unstable_core.inference.peft_pool import BASE, PeftAdapterPool
-from unstable_core.inference.prefill import PASS_COST_POSITIONS, merge_group_caches, prefill_groups
-from unstable_core.inference.prefix_cache import Block, PrefixCache, joined
+from unstable_core.inference.hf.kv_cache import full_attention_only, in_place_cache
+from unstable_core.inference.hf.packed_linear import pack_linear_layers
+from unstable_core.inference.hf.peft_pool import BASE, PeftAdapterPool
+from unstable_core.inference.hf.prefill import PASS_COST_POSITIONS, merge_group_caches, prefill_groups
+from unstable_core.inference.hf.prefix_cache import Block, PrefixCache, joined
 from unstable_core.inference.sampling import row_logprobs, sample_tokens
 from unstable_core.inference.stops import stop_token_ids
 from unstable_core.models import cache_kwargs, load_causal_lm, load_tokenizer, plain_linear_head

@@ -25,8 +25,8 @@ from typing import Any
 
 import attrs
 
+from unstable_core.config.unstable_baselines import map_vllm_config
 from unstable_core.errors import UnstableError
-from unstable_core.inference.adapter_loads import AdapterLoads
 from unstable_core.inference.adapters import AdapterSlot, adapter_problem, adapter_version
 from unstable_core.inference.base import (
     GenerationOutput,
@@ -36,6 +36,7 @@ from unstable_core.inference.base import (
     token_budget,
 )
 from unstable_core.inference.stops import stop_token_ids
+from unstable_core.inference.vllm.adapter_loads import AdapterLoads
 from unstable_core.models import default_dtype, hf_model_folder, load_tokenizer
 
 VLLM_MISSING = (
@@ -387,6 +388,26 @@ class EngineDied(UnstableError):
 
 class AdapterNotLoaded(UnstableError):
     """vLLM refused a LoRA adapter (its requests fail with this line; the engine serves the others)."""
+
+
+#: options of the vllm backend that a run sets from its own fields
+RUN_SET_OPTIONS = {"self", "model", "max_batch_size", "max_loras", "max_model_len", "device"}
+
+
+def vllm_backend_options() -> set[str]:
+    """The vllm backend's own options that a run's vllm_config passes through (gpu_memory_utilization, ...)."""
+    return set(inspect.signature(VLLMBackend.__init__).parameters) - RUN_SET_OPTIONS
+
+
+def backend_from_reference(cfg: Mapping[str, Any], **overrides: Any) -> VLLMBackend:
+    """A backend from UnstableBaselines v0.2's vllm_config: its options, and its temperature and max_tokens
+    as the backend's `default_params`."""
+    mapped = map_vllm_config(cfg)
+    kwargs = dict(mapped.backend_kwargs)
+    kwargs["max_lora_rank"] = vllm_max_lora_rank(kwargs.pop("lora_rank"))
+    backend = VLLMBackend(**{**kwargs, **overrides})
+    backend.default_params = SamplingParams(temperature=mapped.temperature, max_tokens=mapped.max_tokens)
+    return backend
 
 
 def _is_vllm_process(proc: Any) -> bool:

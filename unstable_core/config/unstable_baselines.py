@@ -21,8 +21,8 @@ from typing import Any
 
 import attrs
 
+from unstable_core.config.lora import DEFAULT_LORA_CFG
 from unstable_core.errors import ConfigError, UnstableError
-from unstable_core.learners.lora import DEFAULT_LORA_CFG
 from unstable_core.models import API_PREFIX
 
 #: the reference's argument names -> RunConfig's fields
@@ -63,7 +63,7 @@ OPENROUTER_URL = "https://openrouter.ai/api/v1"
 
 #: the reference's run in RunConfig's names: build()'s defaults, its minimal script (Qwen3-1.7B-Base on
 #: SimpleTak by mirror self-play) and run.start()'s sizes, each with where it comes from; the values of
-#: examples/reference.toml (`unstable_core.config_reference`), for a GPU
+#: examples/reference.toml (`unstable_core.config.reference`), for a GPU
 REFERENCE_RUN: dict[str, tuple[Any, str]] = {
     "model_name": ("Qwen/Qwen3-1.7B-Base", "the minimal script's model"),
     "learner": ("reinforce", 'build(algorithm="reinforce")'),
@@ -175,18 +175,17 @@ def api_model_problem(name: str) -> str | None:
 
 @attrs.frozen
 class VLLMConfig:
-    """The reference's `vllm_config` mapped onto our names: vllm backend options and default sampling."""
+    """The reference's `vllm_config` mapped onto our names: the vllm backend's options (its `lora_rank`
+    the adapters' rank, which the backend rounds up to a rank vLLM accepts) and the default sampling."""
 
     backend_kwargs: dict[str, Any]
-    sampling: Any  # unstable_core.inference.base.SamplingParams
+    temperature: float
+    max_tokens: int
 
 
 def map_vllm_config(cfg: Mapping[str, Any]) -> VLLMConfig:
     """Translate the reference's vllm_config (model_name, max_parallel_seq, lora_config, ...), with its
     defaults (`_default_vllm_cfg`) for the keys left out."""
-    from unstable_core.inference.base import SamplingParams
-    from unstable_core.inference.vllm import vllm_max_lora_rank
-
     unknown = sorted(set(cfg) - set(VLLM_CONFIG_FIELDS))
     if unknown:
         raise UnstableError(f"unknown vllm_config keys {unknown}; allowed: {', '.join(VLLM_CONFIG_FIELDS)}")
@@ -204,25 +203,15 @@ def map_vllm_config(cfg: Mapping[str, Any]) -> VLLMConfig:
         "max_batch_size": int(cfg.get("max_parallel_seq", 128)),
         "max_loras": int(cfg.get("max_loras", 8)),
         "max_model_len": max_model_len,
-        "max_lora_rank": vllm_max_lora_rank(int(lora.get("lora_rank", 32))),
+        "lora_rank": int(lora.get("lora_rank", 32)),
     }
+    temperature = float(cfg.get("temperature", 0.6))
+    if not temperature >= 0.0:
+        raise UnstableError(
+            f"vllm_config.temperature must be >= 0, got {temperature}; use 0 for greedy decoding"
+        )
     max_tokens = cfg.get("max_tokens")  # None: as many as the context allows (clamped per request)
-    sampling = SamplingParams(
-        temperature=float(cfg.get("temperature", 0.6)),
-        max_tokens=int(max_tokens) if max_tokens is not None else max_model_len,
-    )
-    return VLLMConfig(backend_kwargs=kwargs, sampling=sampling)
-
-
-def vllm_backend(cfg: Mapping[str, Any], **overrides: Any) -> Any:
-    """A `VLLMBackend` from the reference's vllm_config; its temperature and max_tokens become the
-    backend's `default_params`."""
-    from unstable_core.inference.vllm import VLLMBackend
-
-    mapped = map_vllm_config(cfg)
-    backend = VLLMBackend(**{**mapped.backend_kwargs, **overrides})
-    backend.default_params = mapped.sampling
-    return backend
+    return VLLMConfig(kwargs, temperature, int(max_tokens) if max_tokens is not None else max_model_len)
 
 
 def apply_vllm_config(clean: dict[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -246,8 +235,8 @@ def apply_vllm_config(clean: dict[str, Any], defaults: Mapping[str, Any]) -> dic
         raise ConfigError(f"vllm_config: {exc}; give {VLLM_KEYS_TEXT} numbers") from exc
     values = {
         "model_name": mapped.backend_kwargs["model"],
-        "temperature": mapped.sampling.temperature,
-        "max_tokens": mapped.sampling.max_tokens,  # None there: as long as the context allows
+        "temperature": mapped.temperature,
+        "max_tokens": mapped.max_tokens,  # None there: as long as the context allows
         "max_parallel_seq": mapped.backend_kwargs["max_batch_size"],
         "max_loras": mapped.backend_kwargs["max_loras"],
         "max_model_len": mapped.backend_kwargs["max_model_len"],
