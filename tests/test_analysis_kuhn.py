@@ -10,7 +10,8 @@ import pytest
 pytest.importorskip("pyspiel")
 
 from unstable_core.errors import ConfigError  # noqa: E402
-from unstable_core.games.analysis import kuhn, measure, run_probe, uniform_policy  # noqa: E402
+from unstable_core.eval.probes import run_probe  # noqa: E402
+from unstable_core.games.analysis import kuhn, measure, uniform_policy  # noqa: E402
 
 ENV = "KuhnPoker-v0-short-train"
 

@@ -5,7 +5,8 @@ A real collector playing them beside training games is tested in test_runtime.py
 import pytest
 
 from unstable_core.plugins import get_registry
-from unstable_core.runtime.actors.scheduled_eval import EvalPlan, summarise
+from unstable_core.report.scheduled_eval import summarise
+from unstable_core.runtime.actors.scheduled_eval import EvalPlan
 from unstable_core.runtime.actors.scheduler import GameScheduler
 from unstable_core.types import EvalEnvSpec, GameInformation, GameResult, Step, TrainEnvSpec, Trajectory
 
@@ -119,7 +120,7 @@ def test_progress_and_summary_show_each_evaluation_with_its_interval():
     from rich.console import Console
 
     from unstable_core.cli.progress import progress_line
-    from unstable_core.runtime.actors.scheduled_eval import evals_table
+    from unstable_core.report.scheduled_eval import evals_table
 
     win = [result({0: "ckpt-2", 1: "base"}, {0: 1.0, 1: -1.0})]
     evals = {2: summarise("ckpt-2", win * 3 + [result({0: "base", 1: "ckpt-2"}, {0: 1.0, 1: -1.0})])}

@@ -27,7 +27,7 @@ from unstable_core.inference.base import GenerationOutput, SamplingParams
 from unstable_core.report.checkpoint_rates import compare_quarters, rates_from_games
 from unstable_core.report.evaluation import aggregate, plain_table
 from unstable_core.report.learning_verdict import rate_label
-from unstable_core.runtime.actors.scheduled_eval import eval_panels, last_eval_lines, summarise
+from unstable_core.report.scheduled_eval import eval_panels, last_eval_lines, summarise
 from unstable_core.types import GameSpec, PlannedGame, PlayerSpec, Triple, to_dict
 
 
@@ -283,6 +283,6 @@ def test_a_task_trained_on_and_evaluated_is_evaluated_once(task_file, tmp_path):
 
 
 def test_the_leaderboard_calls_the_answers_to_tasks_accuracy():
-    from unstable_core.league.leaderboard import vs_label
+    from unstable_core.report.leaderboard import vs_label
 
     assert (vs_label(SOLO), vs_label("base")) == ("task accuracy", "vs base")

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from unstable_core.cli.progress import _progress_table, execute, progress_line, rates_table, ratings_table
 from unstable_core.report.checkpoint_rates import VersionRates
-from unstable_core.runtime.actors.scheduled_eval import evals_table
+from unstable_core.report.scheduled_eval import evals_table
 
 TTT, NIM = "TicTacToe-v0-train", "Nim-v0-train"
 LONG_OPPONENT = "openai:meta-llama/Llama-3.1-70B-Instruct"

@@ -153,7 +153,7 @@ def register_game_analyses(register: Register) -> None:
     `random` is one (`unstable eval --opponent NAME`, `--fixed-opponent NAME`, an eval env's opponent).
     `kind="probe"`: a callable `(policy, env_id) -> ProbeResult` that drives the env to its positions and
     asks `policy` (a `Policy`: a model's probability of each legal answer) about them; `unstable eval
-    --probe NAME` and `unstable_core.games.analysis.run_probe` run it. Names are unique across both kinds::
+    --probe NAME` and `unstable_core.eval.probes.run_probe` run it. Names are unique across both kinds::
 
         @hookimpl
         def register_game_analyses(register):

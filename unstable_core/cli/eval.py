@@ -169,7 +169,7 @@ def _probe(evaluation: Any, err: Any) -> list[dict[str, Any]]:
     """Each probe of the evaluation on each evaluated model, as JSON-ready results with the model's label."""
     if not evaluation.probes:
         return []
-    from unstable_core.games.analysis.run import probe_players
+    from unstable_core.eval.probes import probe_players
 
     asked = ", ".join(f"{name} ({env})" for name, env in evaluation.probes)
     err(f"unstable eval: probing {len(evaluation.models)} model(s) with {asked}; loading the models...")

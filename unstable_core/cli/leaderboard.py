@@ -1,5 +1,5 @@
 """`unstable leaderboard RUN_DIR`: a run's leaderboard as a table (or JSON) and a picture; the leaderboard
-itself is `unstable_core.league.leaderboard`."""
+itself is `unstable_core.report.leaderboard`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import click
 
 from unstable_core.errors import UnstableError
 from unstable_core.io import dumps_json
-from unstable_core.league.leaderboard import leaderboard, leaderboard_table, plot_leaderboard
+from unstable_core.report.leaderboard import leaderboard, leaderboard_table, plot_leaderboard
 
 
 @click.command(name="leaderboard")

@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 from unstable_core.errors import RunFailed, describe
+from unstable_core.report.scheduled_eval import evals_table, last_eval_lines
 from unstable_core.rewards.specs import pipeline_text
-from unstable_core.runtime.actors.scheduled_eval import evals_table, last_eval_lines
 from unstable_core.runtime.launch.cluster import raise_interrupt
 
 

@@ -206,7 +206,7 @@ def plan_probes(probes: Sequence[str], envs: list[str]) -> list[tuple[str, str]]
     """(probe, env id) pairs of `--probe` values: `NAME:ENV` on that env, `NAME` on each --env it covers
     (its own default env when there is no --env); an unknown probe, an env it does not cover or a missing
     requirement (OpenSpiel) is one ConfigError line naming the probes."""
-    from unstable_core.games.analysis.run import probe_envs, probe_of
+    from unstable_core.games.analysis.measuring import probe_envs, probe_of
 
     pairs: list[tuple[str, str]] = []
     for value in probes:

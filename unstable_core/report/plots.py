@@ -83,7 +83,7 @@ def _rate_panels(
     scheduled evaluations in the metrics `records`, their win rates replace those read from all games."""
     from unstable_core.envs.tasks import SOLO
     from unstable_core.report.checkpoint_rates import rates_by_version
-    from unstable_core.runtime.actors.scheduled_eval import eval_panels
+    from unstable_core.report.scheduled_eval import eval_panels
 
     rates = rates_by_version(run_dir)
     series = {

@@ -6,9 +6,9 @@
   prompted as a run prompts them (`probe.Position`, `probe.ProbeResult`). Built in: `kuhn-exploitability`
   (`kuhn`, with OpenSpiel) and `tictactoe-tactics` (`tactics`).
 
-From Python: `run_probe(name, model_or_checkpoint_or_run_dir)` (`run`), or `measure(name, policy)` on any
-policy (`model_policy.ModelPolicy`, `probe.uniform_policy`, `probe.player_policy`). Importing this package
-stays light (no torch): the modules that need it are imported on use.
+From Python: `measure(name, policy)` on any policy (`model_policy.ModelPolicy`, `probe.uniform_policy`,
+`probe.player_policy`); on a model, checkpoint or run directory, `unstable_core.eval.probes.run_probe` (its name here
+is deprecated). Importing this package stays light (no torch): the modules that need it are imported on use.
 """
 
 from __future__ import annotations
@@ -38,12 +38,23 @@ __all__ = [
     "uniform_policy",
 ]
 
-_LAZY = {"measure": "run", "run_probe": "run", "ModelPolicy": "model_policy"}
+_LAZY = {"measure": "measuring", "ModelPolicy": "model_policy"}
+_MOVED = {"run_probe": "unstable_core.eval.probes"}  # announced here for one release
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name in _LAZY:
         return getattr(importlib.import_module(f"unstable_core.games.analysis.{_LAZY[name]}"), name)
+    if name in _MOVED:
+        import warnings
+
+        warnings.warn(
+            f"unstable_core.games.analysis.{name} moved to unstable_core.eval.probes.{name}; the old name goes in the "
+            "next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(_MOVED[name]), name)
     raise AttributeError(f"module 'unstable_core.games.analysis' has no attribute {name!r}")

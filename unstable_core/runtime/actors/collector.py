@@ -22,8 +22,9 @@ from unstable_core.games.analysis.catalogue import is_player, make_player
 from unstable_core.games.loop import InferenceUnavailable, play_game
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
 from unstable_core.league.league import League
+from unstable_core.report.scheduled_eval import summarise
 from unstable_core.runtime.actors.request_batching import ActorRequests, PassBatch
-from unstable_core.runtime.actors.scheduled_eval import EvalPlan, summarise
+from unstable_core.runtime.actors.scheduled_eval import EvalPlan
 from unstable_core.runtime.actors.scheduler import GameScheduler
 from unstable_core.runtime.recovery.liveness import ANSWER_TIMEOUT_S
 from unstable_core.types import GameInformation, GameResult, GameSpec

@@ -1,5 +1,6 @@
-"""Running probes: on a policy (`measure`), on a model, checkpoint or run directory named as `unstable eval`
-names it (`run_probe`), and on the players of an evaluation, each base model loaded once (`probe_players`).
+"""Probes of `unstable eval`'s players: on a model, checkpoint or run directory named as `unstable eval` names
+it (`run_probe`), and on the players of an evaluation, each base model loaded once (`probe_players`); a
+probe on a policy is `games.analysis.measuring`'s.
 
 `run_probe("kuhn-exploitability", "runs/<name>")` measures the run's latest checkpoint with the run's
 template on the probe's default env, and `.to_dict()` is JSON-ready: what a scheduled evaluation calls on
@@ -8,59 +9,21 @@ each checkpoint folder.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
+from unstable_core.config import RunConfig
 from unstable_core.errors import ConfigError
-from unstable_core.games.analysis.catalogue import PROBE, analyses, check_supported, supports
-from unstable_core.games.analysis.probe import Policy, ProbeResult
-
-
-def probe_of(name: str, env_id: str | None = None) -> tuple[Any, str]:
-    """(the probe `name`, the env it measures: `env_id`, else the probe's default), after its checks: an
-    unknown name, an env it does not cover or a missing requirement is one ConfigError line."""
-    component = check_supported(PROBE, name, [env_id] if env_id else [])
-    probe = component.load()()
-    env_id = env_id or getattr(probe, "default_env", None)
-    if not env_id:
-        raise ConfigError(f"probe {name!r} has no default env; give one")
-    from unstable_core.envs.catalogue import check_env_id
-
-    check_env_id(env_id, 2, f"probe {name!r}: env")
-    check_supported(PROBE, name, [env_id])
-    check = getattr(probe, "check", None)
-    if check is not None:
-        check(env_id)
-    return probe, env_id
-
-
-def measure(name: str, policy: Policy, env_id: str | None = None) -> ProbeResult:
-    """The probe `name` on `policy` in `env_id` (default: the probe's), with its wall time."""
-    probe, env_id = probe_of(name, env_id)
-    started = time.perf_counter()
-    result = probe(policy, env_id)
-    result.wall_s = time.perf_counter() - started
-    return result
-
-
-def probe_envs(name: str, envs: Sequence[str]) -> list[str]:
-    """The envs of `envs` the probe `name` covers; its default env when `envs` is empty; a ConfigError
-    listing the probes when it covers none of them."""
-    component = check_supported(PROBE, name, [])
-    covered = [e for e in envs if supports(component, e)]
-    if envs and not covered:
-        check_supported(PROBE, name, envs[:1])  # raises, naming the env and the known probes
-    return covered or [probe_of(name)[1]]
+from unstable_core.eval.targets import resolve_argument, run_setting
+from unstable_core.games.analysis.catalogue import load_player_factory
+from unstable_core.games.analysis.measuring import measure, probe_of
+from unstable_core.games.analysis.probe import ProbeResult, player_policy
+from unstable_core.games.templates import get_template
 
 
 def _template(targets: list[Any], template: str | None) -> str:
-    from unstable_core.config import RunConfig
-    from unstable_core.eval.targets import run_setting
-    from unstable_core.games.templates import get_template
-
     default = attrs.fields(RunConfig).prompt_template.default
     template = template or run_setting(targets, "prompt_template", default, "--template")
     get_template(template)
@@ -77,8 +40,6 @@ def run_probe(
     """The probe `name` on one player: a run directory (its latest checkpoint), a checkpoint folder (a LoRA
     adapter on its base), a model (alias, hub id, folder) or a scripted player; prompted with `template`
     (default: the run's, else the run default) in `env_id` (default: the probe's)."""
-    from unstable_core.eval.targets import resolve_argument
-
     probe_of(name, env_id)
     targets = resolve_argument(model)
     (result,) = probe_players([(name, env_id)], targets[-1:], _template(targets, template), device).values()
@@ -105,9 +66,6 @@ def probe_players(
 def _policies(targets: Sequence[Any], template: str, device: str | None) -> Any:
     """(target, its policy) for each target; the checkpoints of one base model as adapters of one copy of
     it, loaded after that model's own measurements (peft changes the model's layers in place)."""
-    from unstable_core.games.analysis.catalogue import load_player_factory
-    from unstable_core.games.analysis.probe import player_policy
-
     for target in targets:
         if target.kind == "player":
             yield target, player_policy(load_player_factory(target.label))
@@ -130,8 +88,3 @@ def _model_policies(base: str, targets: list[Any], template: str, device: str | 
     for k, target in enumerate(t for t in targets if t.kind == "adapter"):
         wrapped = with_adapter(net if wrapped is None else wrapped, target.adapter, f"probe-{k}")
         yield target, ModelPolicy(wrapped, tokenizer, template, label=target.label)
-
-
-def probe_names() -> list[str]:
-    """The registered probes."""
-    return [c.name for c in analyses(PROBE)]
