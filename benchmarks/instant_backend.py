@@ -44,7 +44,7 @@ class InstantBackend(InferenceBackend):
     """
 
     def __init__(self, model: str, *, seed: int = 0, latency_s: float = 0.0, **kwargs: Any) -> None:
-        from unstable_core.models import load_tokenizer
+        from unstable_core.model_loading import load_tokenizer
 
         if not latency_s >= 0:
             raise UnstableError(f"latency_s must be >= 0 seconds, got {latency_s}; use 0 to answer at once")

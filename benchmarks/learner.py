@@ -84,56 +84,52 @@ def sync(device: Any) -> None:
         torch.cuda.synchronize()
 
 
-def _dp_worker(rank: int, world: int, port: int, spec: dict[str, Any], repeats: int, out: Any) -> None:
-    """One rank of the timed data-parallel group: `repeats` + 1 updates (the first warms up); rank 0 reports
-    the median wall time of the others and the bytes one all_reduce moved."""
+def _timed_updates(learner: Any, batch: list[Any], repeats: int) -> dict[str, float]:
+    """`repeats` + 1 updates (the first warms up): their median wall time after the first, and the bytes one
+    all_reduce moves."""
+    from unstable_core.learners.data_parallel import GradientSum
+
+    times = []
+    for _ in range(repeats + 1):
+        if learner.data_parallel is not None:
+            learner.data_parallel.broadcast(None)  # the ranks start each update together
+        start = time.perf_counter()
+        learner.update(batch)
+        times.append(time.perf_counter() - start)
+    reduced = GradientSum(learner.trainable_parameters()).total
+    return {
+        "update_s": statistics.median(times[1:]),
+        "all_reduce_bytes": reduced.numel() * reduced.element_size(),
+    }
+
+
+def _dp_worker(group: Any, rank: int, spec: dict[str, Any], repeats: int, out: Any) -> None:
+    """One rank of the timed data-parallel group; rank 0 reports the timing."""
     import torch
 
     from unstable_core import plugins
-    from unstable_core.learners.data_parallel import DataParallel, GradientSum, leave
 
     torch.set_num_threads(spec["threads"])
     learner = plugins.load("learner", "reinforce").create(
         spec["model"], run_dir=spec["run_dir"], **spec["settings"]
     )
     learner.initialize_algorithm()
-    if world > 1:
-        learner.join_data_parallel(DataParallel.join(rank, world, "127.0.0.1", port, "gloo"))
-    times = []
-    for _ in range(repeats + 1):
-        if world > 1:
-            learner.data_parallel.broadcast(None)  # the ranks start each update together
-        start = time.perf_counter()
-        learner.update(spec["batch"])
-        times.append(time.perf_counter() - start)
+    result = group.run(learner, rank, lambda ranked: _timed_updates(ranked, spec["batch"], repeats))
     if rank == 0:
-        reduced = GradientSum(learner.trainable_parameters()).total
-        out.put(
-            {
-                "update_s": statistics.median(times[1:]),
-                "all_reduce_bytes": reduced.numel() * reduced.element_size(),
-            }
-        )
-    if world > 1:
-        leave()
+        out.put(result)
 
 
 def time_workers(world: int, spec: dict[str, Any], repeats: int, cores: int) -> dict[str, float]:
     """Median seconds of one update by `world` spawned workers with cores // world threads each."""
     import multiprocessing
 
-    from unstable_core.learners.data_parallel import free_address
+    from unstable_core.learners.data_parallel import LearnerGroup, wait_for
 
-    ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    port = free_address()[1]
+    out = multiprocessing.get_context("spawn").Queue()
     spec = {**spec, "threads": max(1, cores // world)}
-    procs = [ctx.Process(target=_dp_worker, args=(r, world, port, spec, repeats, out)) for r in range(world)]
-    for proc in procs:
-        proc.start()
+    procs = LearnerGroup.here(world).spawn(_dp_worker, spec, repeats, out)
     result = out.get(timeout=1800)
-    for proc in procs:
-        proc.join()
+    wait_for(procs)
     return result
 
 

@@ -205,11 +205,7 @@ class Engine:
             runs_dir=str(Path(run_dir).parent),
         )  # fmt: skip
         plan = RunPlan.resolve(cfg, learn=False, backend_options=backend_options or {})
-        placement = plan.placement()
-        threads = plan.cpu_threads(placement, os.cpu_count() or 1)
-        graph = build_graph(
-            plan, Path(run_dir), placement, threads, num_eval=0, collector_cls=MeasuredCollector
-        )
+        graph = build_graph(plan, Path(run_dir), plan.place(), num_eval=0, collector_cls=MeasuredCollector)
         inference, league, recorder = graph.engines["main"][0], graph.league, graph.recorder
         (collector,) = graph.collectors
         ray.get([inference.ping.remote(), collector.snapshot.remote()])
@@ -308,7 +304,7 @@ def first_prompts(model: str, n: int, seed: int = 0) -> list[list[int]]:
     import textarena
 
     from unstable_core.games.templates import render_prompt
-    from unstable_core.models import load_tokenizer
+    from unstable_core.model_loading import load_tokenizer
 
     tokenizer = load_tokenizer(model)
     prompts = []
@@ -447,7 +443,7 @@ class BackendAlone:
         plain fp32 forward pass of a freshly loaded model (torch's own kernels, as the learner runs)."""
         import torch
 
-        from unstable_core.models import load_causal_lm
+        from unstable_core.model_loading import load_causal_lm
         from unstable_core.testing import plain_logprobs
 
         params = SamplingParams(temperature=TEMPERATURE, max_tokens=self.max_tokens, seed=7)
@@ -656,7 +652,6 @@ QUICK = Sizes(
 
 def init_ray() -> None:
     """A local Ray cluster as run.py starts it, whose workers all register the instant backend."""
-    import os
 
     import ray
     from ray import cloudpickle
@@ -922,7 +917,7 @@ def vllm_options(model: str, quick: bool) -> dict[str, Any]:
     memory free now for two engines (the inference actor's and the one alone), room for 64 sequences at
     most; with `quick`, no compilation (eager: minutes saved on a tiny model)."""
     from unstable_core.inference.vllm.memory import plan_kv_cache
-    from unstable_core.models import hf_model_folder
+    from unstable_core.model_loading import hf_model_folder
 
     plan = plan_kv_cache(
         hf_model_folder(model),

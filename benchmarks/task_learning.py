@@ -46,10 +46,10 @@ def eval_base_and_last(args: argparse.Namespace, run_dir: Path) -> dict[str, Rat
     import sys
 
     from unstable_core.envs.catalogue import get_task
-    from unstable_core.runtime.actors.scheduled_eval import EvalPlan
+    from unstable_core.runtime.actors.scheduled_eval import ScheduledEval
     from unstable_core.types import EvalEnvSpec
 
-    plan = EvalPlan((EvalEnvSpec(args.task, 1, "task"),), 1, args.eval_items, args.seed)
+    plan = ScheduledEval((EvalEnvSpec(args.task, 1, "task"),), 1, args.eval_items, args.seed)
     seeds = [g.seed for g in plan.games_of("ckpt-0", iter(range(10**6)).__next__)]
     task = get_task(args.task)
     questions = run_dir / "eval-questions.jsonl"

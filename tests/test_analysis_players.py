@@ -71,7 +71,7 @@ def test_a_run_checks_its_scripted_opponents_before_anything_starts(tmp_path):
     cfg = RunConfig(sampler="fixed", fixed_opponents=["heuristic"], eval_envs=[f"{ENV}:2:optimal"],
                     runs_dir=str(tmp_path), run_name="ok")  # fmt: skip
     plan = Run.open(cfg).plan
-    assert {"heuristic", "optimal"} <= set(plan.fixed_opponents()) and set(plan.engines()) == {"main"}
+    assert {"heuristic", "optimal"} <= set(plan.fixed_opponents) and set(plan.engines) == {"main"}
     assert plan.player_envs() == [("heuristic", ENV), ("optimal", ENV)]
 
 

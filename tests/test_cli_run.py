@@ -15,7 +15,7 @@ import pytest
 
 from unstable_core.envs.specs import train_specs
 from unstable_core.io import read_jsonl
-from unstable_core.models import load_tokenizer
+from unstable_core.model_loading import load_tokenizer
 from unstable_core.testing import TINY_RUN_ARGS
 
 

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from unstable_core.learners.data_parallel import DataParallel, merge_sums  # noqa: E402
+from unstable_core.learners.data_parallel import DataParallel, LearnerGroup, merge_sums, wait_for  # noqa: E402
 from unstable_core.learners.off_policy import OffPolicyStats  # noqa: E402
 from unstable_core.testing.data_parallel import compare_workers, exactness_batch  # noqa: E402
 
@@ -27,6 +27,35 @@ def test_two_gloo_workers_take_one_workers_update(learner, tiny_model, batch):
     assert agreement.max_relative_diff <= 1e-6
     assert agreement.ranks_identical
     assert agreement.metrics_max_abs_diff <= 1e-6
+
+
+def _exit_with(group: LearnerGroup, rank: int, codes: dict[int, int]) -> None:
+    import os
+    import time
+
+    if rank in codes:
+        os._exit(codes[rank])
+    time.sleep(600)  # a rank that never ends
+
+
+def test_a_group_spawns_its_ranks_and_kills_those_still_running_at_the_timeout():
+    group = LearnerGroup.here(3)
+    assert group.port > 0 and group.backend == "gloo"
+    processes = group.spawn(_exit_with, {1: 0, 2: 3}, ranks=[1, 2, 0])
+    assert wait_for(processes[:2]) == [0, 3]
+    assert wait_for(processes[2:], timeout_s=1) == [None]  # rank 0 would sleep for ten minutes
+    assert not any(p.is_alive() for p in processes)
+
+
+def test_a_group_of_one_joins_nothing_and_still_runs_the_work():
+    class Learner:
+        data_parallel = None
+
+        def join_data_parallel(self, group):  # pragma: no cover - a group of one must not call it
+            raise AssertionError("a group of one joined")
+
+    learner = Learner()
+    assert LearnerGroup.here(1).run(learner, 0, lambda ranked: ranked is learner)
 
 
 def test_a_rank_takes_every_world_size_th_micro_batch():

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from unstable_core.cli.main import cli
 from unstable_core.errors import ConfigError
-from unstable_core.eval.session import plan_games
+from unstable_core.eval.plan import plan_games
 from unstable_core.eval.targets import EvalTarget, resolve_argument, resolve_players, run_setting
 from unstable_core.io import read_jsonl
 from unstable_core.report.evaluation import aggregate, plain_table
@@ -125,7 +125,7 @@ def make_run_dir(root: Path, base_model: str, steps: list[int]) -> Path:
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from unstable_core.models import load_causal_lm
+    from unstable_core.model_loading import load_causal_lm
 
     run = root / "run-a"
     (run / "checkpoints").mkdir(parents=True)

@@ -11,7 +11,7 @@ from unstable_core.io import dumps_json, json_line, read_jsonl
 from unstable_core.rewards import FinalRewardTransform, StepRewardTransform
 from unstable_core.runtime.actors.buffer import StepBuffer
 from unstable_core.runtime.actors.recorder import Recorder
-from unstable_core.runtime.recovery.failures import FailureMonitor, NonFiniteUpdates, error_key
+from unstable_core.runtime.recovery.failures import ErrorLines, FailureMonitor, NonFiniteUpdates, error_key
 from unstable_core.trackers.jsonl import JSONLTracker
 from unstable_core.types import GameInformation, GameResult, Step, Trajectory, to_dict
 
@@ -51,6 +51,21 @@ def test_error_keys_ignore_numbers_and_distinct_errors_are_capped():
     for i in range(80):
         m.add(True, f"error kind {'abcdefghijklmnopqrstuvwxyz'[i % 26]}{'xyz'[i // 26 % 3]}")
     assert len(m.snapshot()["errors"]) <= 51 and sum(e["count"] for e in m.snapshot()["errors"]) == 80
+
+
+def test_each_distinct_error_of_a_recorder_snapshot_is_shown_once_with_its_first_game():
+    """What a run's wait and an evaluation's play both show (they had a copy each)."""
+    m = FailureMonitor(window=10)
+    m.add(True, "env 'X' exploded at turn 1", game_idx=3, kind="train")
+    lines: list[str] = []
+    show = ErrorLines(lines.append)
+    show.show({"failures": m.snapshot()})
+    m.add(True, "env 'X' exploded at turn 2", game_idx=5)  # the same error: counted, not shown again
+    m.add(True, "timeout", game_idx=6, kind="eval")
+    show.show({"failures": m.snapshot()})
+    show.show({})  # a snapshot without failures
+    assert lines == ["train game 3 failed: env 'X' exploded at turn 1", "eval game 6 failed: timeout"]
+    ErrorLines(None).show({"failures": m.snapshot()})  # no one to tell: nothing happens
 
 
 class _NaNFinal(FinalRewardTransform):
@@ -156,7 +171,7 @@ def test_eval_json_writes_null_for_a_rate_that_is_not_a_number(tiny_model, tmp_p
     """Before: json.dumps(allow_nan=False) raised a ValueError traceback where summary.json held null."""
     from click.testing import CliRunner
 
-    import unstable_core.eval.session as session
+    import unstable_core.eval.play as play
     import unstable_core.report.evaluation as report
     from unstable_core.cli.main import cli
 
@@ -166,7 +181,7 @@ def test_eval_json_writes_null_for_a_rate_that_is_not_a_number(tiny_model, tmp_p
         def to_dict(self):
             return {"games": 1, "win_rate": float("nan")}
 
-    monkeypatch.setattr(session, "play_all", lambda *args, **kwargs: [])
+    monkeypatch.setattr(play, "play_games", lambda *args, **kwargs: [])
     monkeypatch.setattr(report, "aggregate", lambda planned, results: [Stats()])
     args = [
         "eval",

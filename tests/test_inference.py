@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from unstable_core.errors import UnstableError
-from unstable_core.inference import hf
 from unstable_core.inference.base import GenerationRequest, SamplingParams
+from unstable_core.inference.hf import backend as hf
 from unstable_core.inference.hf.backend import MIN_SHARED_PREFIX, TransformersBackend, _Row
 from unstable_core.inference.hf.prefill import prefill_groups
 from unstable_core.inference.hf.prefix_cache import PrefixCache
@@ -424,7 +424,7 @@ def test_forwards_use_the_cache_argument_of_the_installed_transformers(tiny_mode
     import transformers
 
     from unstable_core.learners.shared_prefix import decoder_hidden
-    from unstable_core.models import cache_kwargs, load_causal_lm
+    from unstable_core.model_loading import cache_kwargs, load_causal_lm
 
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     expected = "cache" if (major, minor) >= (5, 20) else "past_key_values"

@@ -5,11 +5,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from unstable_core.eval.session import eval_config, evaluation_plan, plan_games
-from unstable_core.eval.targets import EvalTarget
+from unstable_core.eval.plan import plan_games
+from unstable_core.eval.targets import EvalTarget, EvalTargets, eval_config
 from unstable_core.runtime.actors.graph import ActorGraph
 from unstable_core.runtime.launch.placement import Placement
-from unstable_core.runtime.launch.plan import LeagueEntry
+from unstable_core.runtime.launch.plan import LeagueEntry, RunPlan
 
 ENV = "TicTacToe-v0-train"
 
@@ -42,7 +42,7 @@ def test_an_evaluation_is_a_plan_that_does_not_learn_and_plays_its_fixed_games(t
     targets = [ckpt, base, rand]
     planned = plan_games([ckpt, base], [rand], [ENV], games=3, seed=7)
     cfg = eval_config(targets, seed=7, backend="transformers")
-    plan = evaluation_plan(targets, planned, cfg)
+    plan = RunPlan.fixed(cfg, EvalTargets.schedule(targets, planned))
 
     assert not plan.learn and plan.components.learner is None
     assert plan.schedule.games == tuple(g.spec for g in planned) and len(plan.schedule.games) == 6
@@ -51,12 +51,13 @@ def test_an_evaluation_is_a_plan_that_does_not_learn_and_plays_its_fixed_games(t
         LeagueEntry("base"),  # served by the main engine
         LeagueEntry("random", fixed=True),
     )
-    assert plan.engines() == {"main": tiny_model}  # `random` needs no engine
-    assert plan.max_loras() == 1 and plan.eval_plan() is None
+    assert plan.engines == {"main": tiny_model}  # `random` needs no engine
+    assert plan.max_loras() == 1 and plan.scheduled_eval is None
     kwargs = plan.backend_kwargs(Placement("cpu", 0.0, 0.0, 1, None))
     assert kwargs["max_loras"] == 1 and "max_lora_rank" not in kwargs
-    vllm = evaluation_plan(
-        targets, planned, eval_config(targets, backend="vllm", vllm_config={"dtype": "float32"})
+    vllm = RunPlan.fixed(
+        eval_config(targets, backend="vllm", vllm_config={"dtype": "float32"}),
+        EvalTargets.schedule(targets, planned),
     )
     kw = vllm.backend_kwargs(Placement("cpu", 0.0, 0.0, 1, None))
     assert kw["max_lora_rank"] == 64  # the checkpoint's rank 48, as vLLM accepts it (the run's own was 32)
@@ -80,9 +81,9 @@ def test_the_run_defaults_are_the_evaluations_unless_given(tiny_model):
     assert cfg.temperature == 0.5 and cfg.trackers == []
 
 
-@pytest.mark.parametrize("module", ["unstable_core/eval/session.py", "benchmarks/rollout.py"])
+@pytest.mark.parametrize("module", ["unstable_core/eval/play.py", "benchmarks/rollout.py"])
 def test_no_command_or_benchmark_builds_actors_of_its_own(module):
-    """The actor classes are started in runtime/launch/build.py alone (play_all and the rollout benchmark
+    """The actor classes are started in runtime/launch/build.py alone (play_games and the rollout benchmark
     each had their own copy of the wiring)."""
     from pathlib import Path
 

@@ -690,7 +690,7 @@ def soft_capped_model(folder) -> str:
     """A tiny random Gemma 2 (SmolLM2's tokenizer) whose logits are soft-capped at 0.5."""
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
-    from unstable_core.models import DEFAULT_MODEL, load_tokenizer
+    from unstable_core.model_loading import DEFAULT_MODEL, load_tokenizer
 
     tok = load_tokenizer(DEFAULT_MODEL)
     tok.save_pretrained(folder)
@@ -721,7 +721,7 @@ def test_soft_capped_logits_are_not_recomputed_from_the_head(tmp_path):
     the hidden state would skip the cap and read as an off-policy gap."""
     from transformers import AutoModelForCausalLM
 
-    from unstable_core.models import plain_linear_head
+    from unstable_core.model_loading import plain_linear_head
 
     path = soft_capped_model(tmp_path / "gemma2")
     assert not plain_linear_head(AutoModelForCausalLM.from_pretrained(path))
@@ -741,7 +741,7 @@ def test_soft_capped_logits_are_not_recomputed_from_the_head(tmp_path):
 def test_plain_llama_head_is_recomputed_in_fp32(tiny_model):
     from transformers import AutoModelForCausalLM
 
-    from unstable_core.models import plain_linear_head
+    from unstable_core.model_loading import plain_linear_head
 
     assert plain_linear_head(AutoModelForCausalLM.from_pretrained(tiny_model))
 

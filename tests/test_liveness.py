@@ -20,6 +20,7 @@ from unstable_core.runtime.actors.graph import ActorGraph
 from unstable_core.runtime.actors.league import LeagueActor
 from unstable_core.runtime.actors.recorder import Recorder, RecorderActor
 from unstable_core.runtime.recovery.liveness import ActorDied, ActorHung, InferenceWatch, check_answers
+from unstable_core.runtime.recovery.stop_decision import decide_stop
 from unstable_core.runtime.run import Run
 from unstable_core.types import GameInformation, GameResult
 
@@ -154,7 +155,7 @@ def test_an_actor_that_failed_to_start_shows_its_error(ray_session):
 def test_a_hung_actor_stops_the_run_saying_it_did_not_answer(ray_session, tiny_model, tmp_path):
     """Before: 'an actor actor died (GetTimeoutError)'."""
     run = started_run(tiny_model, tmp_path)
-    stopped = run._stop_after_death(ActorHung("the collector-0", 300))
+    stopped = run._stop_after_death(decide_stop(ActorHung("the collector-0", 300), "collection", run.run_dir))
     assert isinstance(stopped, RunStopped)
     assert str(stopped).startswith(
         "the collector-0 actor did not answer within 300 s; the run stopped at its last complete checkpoint "

@@ -25,7 +25,7 @@ def linears(model):
 
 @pytest.fixture
 def model(tiny_model):
-    from unstable_core.models import load_causal_lm
+    from unstable_core.model_loading import load_causal_lm
 
     return load_causal_lm(tiny_model, device="cpu")
 
@@ -117,7 +117,7 @@ def test_the_backend_packs_on_cpu_and_records_what_the_learner_recomputes(tiny_m
     """The transformers backend on CPU runs packed layers; the log-probs it records are those an unpacked
     model (the learner's kernels) computes for the same tokens."""
     from unstable_core.inference.hf.backend import TransformersBackend
-    from unstable_core.models import load_causal_lm
+    from unstable_core.model_loading import load_causal_lm
     from unstable_core.testing import plain_logprobs, sampled_steps
 
     backend = TransformersBackend(tiny_model, device="cpu")
@@ -146,7 +146,7 @@ def test_a_lora_learner_trains_through_packed_base_layers_with_torchs_gradients(
     loss are those of torch's own kernels."""
     from peft import LoraConfig, get_peft_model
 
-    from unstable_core.models import load_causal_lm
+    from unstable_core.model_loading import load_causal_lm
 
     model = get_peft_model(
         load_causal_lm(tiny_model, device="cpu"),

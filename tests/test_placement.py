@@ -222,7 +222,7 @@ def place(run: Run):
     learner = Probe.options(num_gpus=plan.learner_gpus, num_cpus=0).remote()
     inference = [
         Probe.options(num_gpus=plan.inference_gpus, num_cpus=0).remote()
-        for _ in range(plan.num_inference_actors + len(run.plan.engines()) - 1)
+        for _ in range(plan.num_inference_actors + len(run.plan.engines) - 1)
     ]
     # a plan Ray cannot fit would leave a probe pending: the timeout turns that into a failure
     return (

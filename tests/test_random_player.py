@@ -148,7 +148,7 @@ def test_a_run_with_random_on_an_unsupported_game_fails_before_anything_starts(t
     run = Run.open(
         RunConfig(eval_envs=["TicTacToe-v0-train:2:random"], runs_dir=str(tmp_path), run_name="ok")
     )
-    assert "random" in run.plan.fixed_opponents() and "random" not in run.plan.engines()
+    assert "random" in run.plan.fixed_opponents and "random" not in run.plan.engines
 
 
 def test_full_game_against_the_tiny_model_through_the_real_backend(tiny_model):

@@ -16,7 +16,7 @@ from unstable_core.runtime.actors.collector import Collector
 from unstable_core.runtime.actors.inference import create_inference_actor
 from unstable_core.runtime.actors.league import LeagueActor
 from unstable_core.runtime.actors.recorder import Recorder
-from unstable_core.runtime.actors.scheduled_eval import EvalPlan
+from unstable_core.runtime.actors.scheduled_eval import ScheduledEval
 from unstable_core.runtime.actors.scheduler import GameScheduler
 from unstable_core.runtime.run import Run
 from unstable_core.types import EvalEnvSpec, TrainEnvSpec
@@ -65,7 +65,7 @@ def start_collector(
     tiny_model: str,
     specs: list[TrainEnvSpec],
     seed: int = 0,
-    eval_plan=None,
+    scheduled_eval=None,
     tracker_cls: type = Recorder,
 ):
     """A collector actor with a real league, buffer and recorder (all Ray actors), sampling `specs`."""
@@ -92,7 +92,7 @@ def start_collector(
             params=SamplingParams(temperature=1.0, max_tokens=MAX_NEW_TOKENS),
             max_turns=20,
             game_timeout_s=120.0,
-            eval_plan=eval_plan,
+            scheduled_eval=scheduled_eval,
         )
     )
     return collector, league, buffer, recorder
@@ -250,9 +250,9 @@ def test_collector_plays_scheduled_evaluations_beside_training_and_none_reach_th
 ):
     """--eval-every: a checkpoint's evaluation games are played beside training games, logged against it,
     and none of them reaches the buffer."""
-    plan = EvalPlan((EvalEnvSpec(TTT, 2, fixed_opponent="base"),), every=1, games=4)
+    plan = ScheduledEval((EvalEnvSpec(TTT, 2, fixed_opponent="base"),), every=1, games=4)
     collector, league, buffer, recorder = start_collector(
-        tmp_path, engine, tiny_model, [TrainEnvSpec(TTT, 2, 2)], eval_plan=plan
+        tmp_path, engine, tiny_model, [TrainEnvSpec(TTT, 2, 2)], scheduled_eval=plan
     )
     ray.get(league.add_fixed.remote("base"))
     ray.get(league.add_checkpoint.remote("ckpt-1", None, 1))  # there before (as in a resumed run): skipped

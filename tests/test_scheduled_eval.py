@@ -6,12 +6,12 @@ import pytest
 
 from unstable_core.plugins import get_registry
 from unstable_core.report.scheduled_eval import summarise
-from unstable_core.runtime.actors.scheduled_eval import EvalPlan
+from unstable_core.runtime.actors.scheduled_eval import ScheduledEval
 from unstable_core.runtime.actors.scheduler import GameScheduler
 from unstable_core.types import EvalEnvSpec, GameInformation, GameResult, Step, TrainEnvSpec, Trajectory
 
 TTT = "TicTacToe-v0-train"
-PLAN = EvalPlan(
+PLAN = ScheduledEval(
     (EvalEnvSpec(TTT, 2, fixed_opponent="base"), EvalEnvSpec("Nim-v0-train", 2)), every=2, games=4
 )
 

@@ -269,14 +269,14 @@ def test_a_task_trained_on_and_evaluated_is_evaluated_once(task_file, tmp_path):
     cfg = RunConfig(train_envs=["arithmetic-1"], eval_tasks=["arithmetic-1", task_file], eval_every=2,
                     runs_dir=str(tmp_path))  # fmt: skip
     plan = RunPlan.resolve(cfg, learn=False)
-    assert [(s.env_id, s.num_players) for s in plan.eval_plan().specs] == [
+    assert [(s.env_id, s.num_players) for s in plan.scheduled_eval.specs] == [
         ("arithmetic-1", 1),
         (task_file, 1),
     ]
     assert [s.env_id for s in plan.eval_specs()] == ["arithmetic-1", task_file]
     games = RunConfig(train_envs=["TicTacToe-v0-train"], eval_tasks=[task_file], eval_every=2)
     plan = RunPlan.resolve(games, learn=False)
-    assert [(s.env_id, s.fixed_opponent) for s in plan.eval_plan().specs] == [
+    assert [(s.env_id, s.fixed_opponent) for s in plan.scheduled_eval.specs] == [
         ("TicTacToe-v0-train", "base"),
         (task_file, None),
     ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import click
 from unstable_core.cli.options import config_options
 from unstable_core.config import API_FIELDS, DEFAULT_ENV, RunConfig
 from unstable_core.errors import RunFailed, UnstableError
-from unstable_core.eval.session import EVAL_SETTINGS
+from unstable_core.eval.plan import EVAL_SETTINGS
 
 _RUN = attrs.fields(RunConfig)
 
@@ -140,29 +139,21 @@ def eval_command(models, opponents, envs, tasks, probes, games, all_checkpoints,
     (--env), on single-turn tasks (--task: accuracy) and with probes (--probe: exact yardsticks of the
     policy). A checkpoint plays with its run's --max-generation-len unless given; the same --seed plays the
     same games (local models)."""
-    from unstable_core.eval.out_dir import default_out_dir, prepare_out_dir
-    from unstable_core.eval.session import check_before_start, evaluation_plan, plan_evaluation
+    from unstable_core.eval.plan import plan_evaluation
+    from unstable_core.eval.play import open_out_dir
 
     evaluation = plan_evaluation(
         models, opponents, envs, tasks, games, all_checkpoints, template, options, probes
     )
-    plan = evaluation_plan(evaluation.targets, evaluation.planned, evaluation.cfg)
-    if evaluation.planned:
-        check_before_start(plan)  # the backend, and the API models answer
-    out_dir, made = prepare_out_dir(out or default_out_dir(evaluation.models))
+    out_dir, made = open_out_dir(out, evaluation.models)
     err = click.echo if not as_json else lambda m: click.echo(m, err=True)
     started = time.time()
-    results = []
-    if evaluation.planned:
-        err(
-            f"unstable eval: {len(evaluation.planned)} games into {out_dir}; starting Ray and loading the "
-            "models..."
-        )
-        results = _play(plan, out_dir, made, concurrency)
+    results = _play(evaluation.run_plan, out_dir, made, concurrency, err) if evaluation.planned else []
     probed = _probe(evaluation, err)
-    stats = report(evaluation, results, out_dir, time.time() - started, as_json, err, probed)
-    if evaluation.planned:
-        check_failures(stats, len(evaluation.planned), out_dir, allow_failures)
+    wall_s = time.time() - started
+    verdict = report(evaluation, results, out_dir, wall_s, as_json, err, probed, allow_failures)
+    if verdict is not None:
+        raise RunFailed(verdict)
 
 
 def _probe(evaluation: Any, err: Any) -> list[dict[str, Any]]:
@@ -184,14 +175,15 @@ def _probe(evaluation: Any, err: Any) -> list[dict[str, Any]]:
     return [{"model": label, **result.to_dict()} for label, runs in found.items() for _, result in runs]
 
 
-def _play(plan: Any, out_dir: Path, made: list[Path], concurrency: int) -> list[Any]:
+def _play(plan: Any, out_dir: Path, made: list[Path], concurrency: int, err: Any) -> list[Any]:
     """Play the plan's games with a progress display; a stop before the end says what was kept."""
-    from unstable_core.eval.out_dir import discard_unplayed
-    from unstable_core.eval.session import play_all
+    from unstable_core.eval.play import discard_unplayed, play_games
 
-    progress = _Progress(len(plan.schedule.games))
+    games = len(plan.schedule.games)
+    err(f"unstable eval: {games} games into {out_dir}; starting Ray and loading the models...")
+    progress = _Progress(games)
     try:
-        return play_all(plan, out_dir, concurrency, on_progress=progress, on_event=progress.event)
+        return play_games(plan, out_dir, concurrency, on_progress=progress, on_event=progress.event)
     except BaseException as exc:
         gone = discard_unplayed(out_dir, made)
         where = "no game was recorded" if gone else f"the games recorded are in {out_dir}"
@@ -214,59 +206,45 @@ def report(
     as_json: bool,
     err: Any,
     probed: list[dict[str, Any]] = (),
-) -> list[Any]:
+    allow_failures: bool = False,
+) -> str | None:
     """The table of rates with their intervals and the probes' table (or the JSON summary), and
-    summary.json; returns the stats."""
+    summary.json; returns why the evaluation fails (`failure_verdict`), or None."""
+    from rich.console import Console
+
     from unstable_core.io import atomic_write_json, dumps_json
     from unstable_core.report import probes as probe_tables
-    from unstable_core.report.evaluation import aggregate, plain_table, rich_table
+    from unstable_core.report.evaluation import aggregate, failure_verdict, plain_table, rich_table
 
     stats = aggregate(evaluation.planned, results)
+    verdict = failure_verdict(stats, len(evaluation.planned), out_dir, allow_failures)
+    what = [f"{evaluation.games} games per pair, seats alternated"] if evaluation.envs else []
+    what += ["items in order per task"] if evaluation.tasks else []
+    title = f"unstable eval: {', '.join(what)}, 95% Wilson intervals ({wall_s:.0f} s)"
+    probe_title = "unstable eval: probes, 95% t intervals over positions (exact: computed on every position)"
+    console = Console()
+    shown = [
+        (stats, rich_table, plain_table, title),
+        (list(probed), probe_tables.rich_table, probe_tables.plain_table, probe_title),
+    ]
+    tables = [
+        (rich if console.is_terminal else plain)(rows, heading)
+        for rows, rich, plain, heading in shown
+        if rows and not as_json
+    ]
     summary = {"out_dir": str(out_dir), **evaluation.summary(), "wall_s": wall_s}
     summary["results"] = [s.to_dict() for s in stats]
     summary["probe_results"] = list(probed)
     atomic_write_json(out_dir / "summary.json", summary)
-    what = [f"{evaluation.games} games per pair, seats alternated"] if evaluation.envs else []
-    what += ["items in order per task"] if evaluation.tasks else []
-    title = f"unstable eval: {', '.join(what)}, 95% Wilson intervals ({wall_s:.0f} s)"
     if as_json:
         click.echo(dumps_json(summary, indent=2))  # a rate of no games (NaN) is null, as in summary.json
-        return stats
-    from rich.console import Console
-
-    console = Console()
-    probe_title = "unstable eval: probes, 95% t intervals over positions (exact: computed on every position)"
-    for shown, table, title_of in (
-        (stats, rich_table, title),
-        (list(probed), probe_tables.rich_table, probe_title),
-    ):
-        if shown and console.is_terminal:
-            console.print(table(shown, title_of))
-    if not console.is_terminal:
-        if stats:
-            click.echo(plain_table(stats, title))
-        if probed:
-            click.echo(probe_tables.plain_table(list(probed), probe_title))
+        return verdict
+    for table in tables:
+        if console.is_terminal:
+            console.print(table)
+        else:
+            click.echo(table)
     if stats:
         err(f"games: {out_dir / 'games' / 'games.jsonl'}")
     err(f"summary: {out_dir / 'summary.json'}")
-    return stats
-
-
-def check_failures(stats: list[Any], planned: int, out_dir: Path, allow_failures: bool) -> None:
-    """Exit status 1 when every game failed, or (without --allow-failures) when any did, naming the error."""
-    if all(s.games == 0 for s in stats):
-        errors = [e for s in stats for e in s.errors]
-        raise RunFailed(
-            f"every one of the {planned} games failed; the first error: {errors[0] if errors else 'unknown'} "
-            f"(games in {out_dir})"
-        )
-    failed = sum(s.failed for s in stats)
-    if failed and not allow_failures:
-        errors = Counter(e for s in stats for e in s.errors.elements())
-        top, count = errors.most_common(1)[0]
-        raise RunFailed(
-            f"{failed} of the {planned} games failed, so the rates count only the finished ones; most "
-            f"common error ({count}x): {top} (games in {out_dir}): fix the cause, or give --allow-failures to "
-            "accept the results as they are"
-        )
+    return verdict

@@ -14,7 +14,7 @@ from unstable_core.config.envs import check_env_settings
 from unstable_core.config.lora import resolve_lora_config
 from unstable_core.config.transforms import parse_transform
 from unstable_core.errors import ConfigError
-from unstable_core.models import is_api_model
+from unstable_core.model_loading import is_api_model
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -17,7 +17,7 @@ from unstable_core.config.envs import eval_opponent
 from unstable_core.config.fields import check_types
 from unstable_core.config.lora import DEFAULT_LORA_CFG
 from unstable_core.config.validators import above, at_least_one, choice, in_range, int64, non_negative
-from unstable_core.models import DEFAULT_MODEL, is_api_model
+from unstable_core.model_loading import DEFAULT_MODEL, is_api_model
 
 DEFAULT_ENV = "TicTacToe-v0-train"
 

@@ -23,7 +23,7 @@ import attrs
 
 from unstable_core.config.lora import DEFAULT_LORA_CFG
 from unstable_core.errors import ConfigError, UnstableError
-from unstable_core.models import API_PREFIX
+from unstable_core.model_loading import API_PREFIX
 
 #: the reference's argument names -> RunConfig's fields
 RENAMED: dict[str, str] = {

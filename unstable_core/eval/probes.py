@@ -19,6 +19,7 @@ from unstable_core.errors import ConfigError
 from unstable_core.eval.targets import resolve_argument, run_setting
 from unstable_core.games.analysis.catalogue import load_player_factory
 from unstable_core.games.analysis.measuring import measure, probe_of
+from unstable_core.games.analysis.model_policy import policies_of
 from unstable_core.games.analysis.probe import ProbeResult, player_policy
 from unstable_core.games.templates import get_template
 
@@ -69,22 +70,11 @@ def _policies(targets: Sequence[Any], template: str, device: str | None) -> Any:
     for target in targets:
         if target.kind == "player":
             yield target, player_policy(load_player_factory(target.label))
-    bases: dict[str, list[Any]] = {}
+    bases: dict[str, dict[str, Any]] = {}
     for target in targets:
         if target.kind in ("model", "adapter"):
-            bases.setdefault(target.model, []).append(target)
+            bases.setdefault(target.model, {})[target.label] = target
     for base, group in bases.items():
-        yield from _model_policies(base, group, template, device)
-
-
-def _model_policies(base: str, targets: list[Any], template: str, device: str | None) -> Any:
-    from unstable_core.games.analysis.model_policy import ModelPolicy, load_model, with_adapter
-
-    net, tokenizer = load_model(base, device)
-    for target in targets:
-        if target.kind == "model":
-            yield target, ModelPolicy(net, tokenizer, template, label=target.label)
-    wrapped = None
-    for k, target in enumerate(t for t in targets if t.kind == "adapter"):
-        wrapped = with_adapter(net if wrapped is None else wrapped, target.adapter, f"probe-{k}")
-        yield target, ModelPolicy(wrapped, tokenizer, template, label=target.label)
+        players = [(label, t.adapter if t.kind == "adapter" else None) for label, t in group.items()]
+        for label, policy in policies_of(base, players, template, device):
+            yield group[label], policy

@@ -1,4 +1,5 @@
-"""What `unstable eval` plays: its MODEL and --opponent arguments resolved to models, without loading any.
+"""Who `unstable eval` plays: its MODEL and --opponent arguments resolved to models, without loading any,
+the checks of what each can play, and the RunConfig they play with.
 
 An argument is a scripted player (`random`, `optimal`, ...: `unstable plugins --all` lists them), `base`
 (the base model of the evaluated models), `openai:MODEL`, a run directory
@@ -17,9 +18,13 @@ from typing import Any
 
 import attrs
 
+from unstable_core.config import RunConfig
 from unstable_core.errors import ConfigError, UnstableError
-from unstable_core.games.analysis.catalogue import is_player, names
-from unstable_core.models import is_api_model
+from unstable_core.games.analysis.catalogue import check_players, is_player, names
+from unstable_core.games.templates import get_template
+from unstable_core.model_loading import DEFAULT_MODEL, is_api_model
+from unstable_core.runtime.launch.plan import FixedSchedule, LeagueEntry
+from unstable_core.types import PlannedGame
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -27,6 +32,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 BASE = "base"
+MAIN = "main"  # the engine of the checkpoints' base model
 STEP_DIR = re.compile(r"step-(\d+)")
 
 
@@ -65,17 +71,27 @@ def run_base_model(run_dir: Path) -> str:
         ) from exc
 
 
+def run_configs(targets: list[EvalTarget]) -> dict[str, dict[str, Any]]:
+    """Run directory -> its config.toml, for every run a target comes from."""
+    configs = {}
+    for run_dir in sorted({t.run_dir for t in targets if t.run_dir}):
+        try:
+            configs[run_dir] = tomllib.loads((Path(run_dir) / "config.toml").read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"run directory {run_dir}: cannot read config.toml ({exc})") from exc
+    return configs
+
+
 def run_setting(targets: list[EvalTarget], name: str, default: Any, option: str) -> Any:
     """A setting (e.g. prompt_template) as the runs of the evaluated checkpoints trained with it, so that a
     checkpoint plays as it learned; `default` when no target comes from a run. Runs that disagree are
     refused: `option` is the command-line option that settles it."""
-    values = {}
-    for run_dir in sorted({t.run_dir for t in targets if t.run_dir}):
-        try:
-            config = tomllib.loads((Path(run_dir) / "config.toml").read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"run directory {run_dir}: cannot read config.toml ({exc})") from exc
-        values[run_dir] = config.get(name, default)
+    return setting_of(run_configs(targets), name, default, option)
+
+
+def setting_of(configs: dict[str, dict[str, Any]], name: str, default: Any, option: str) -> Any:
+    """`run_setting` from the runs' configs (`run_configs`)."""
+    values = {run_dir: config.get(name, default) for run_dir, config in configs.items()}
     if len(set(values.values())) > 1:
         found = ", ".join(f"{v!r} ({Path(d).name})" for d, v in values.items())
         raise ConfigError(f"the evaluated runs were trained with different {name}: {found}; give {option}")
@@ -188,6 +204,47 @@ def _unique_labels(targets: list[EvalTarget], taken: list[EvalTarget] = ()) -> l
     return out
 
 
+@attrs.frozen
+class EvalTargets:
+    """The players of an evaluation, resolved once: the evaluated `models`, their `opponents` (`base`
+    already the models' one base model) and the configs of the runs the checkpoints come from."""
+
+    models: list[EvalTarget]
+    opponents: list[EvalTarget]
+    runs: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+
+    @classmethod
+    def resolve(cls, models: list[str], opponents: list[str], all_checkpoints: bool = False) -> EvalTargets:
+        """The players the command's arguments name (see `resolve_players`), and their runs' configs."""
+        mine, theirs = resolve_players(models, opponents, all_checkpoints)
+        return cls(mine, theirs, run_configs(mine))
+
+    def setting(self, name: str, default: Any, option: str) -> Any:
+        """A setting as the evaluated checkpoints' runs trained with it (see `run_setting`)."""
+        return setting_of(self.runs, name, default, option)
+
+    def players(self, with_opponents: bool = True) -> list[EvalTarget]:
+        """Every player, once (the opponents only `with_opponents`: where there are games)."""
+        return list(dict.fromkeys(self.models + (self.opponents if with_opponents else [])))
+
+    @staticmethod
+    def schedule(players: list[EvalTarget], planned: list[PlannedGame]) -> FixedSchedule:
+        """Exactly the `planned` games, between a league of `players` (a checkpoint keeps its uid and step;
+        the base model is served by the main engine; any other model is fixed, with an engine of its own)."""
+        main = main_model(players)
+        league, engines = [], {}
+        for t in players:
+            if t.kind == "adapter":
+                league.append(LeagueEntry(t.label, t.adapter, t.step))
+            else:
+                league.append(LeagueEntry(t.label, fixed=not (t.kind == "model" and t.model == main)))
+            if t.kind == "adapter" or (t.kind == "model" and t.model == main):
+                engines[MAIN] = main
+            elif t.kind in ("model", "api"):
+                engines[t.label] = t.model
+        return FixedSchedule(tuple(g.spec for g in planned), tuple(league), engines)
+
+
 def main_model(targets: list[EvalTarget]) -> str | None:
     """The model of the main engine: the checkpoints' base model, else the first whole local model."""
     for kind in ("adapter", "model"):
@@ -195,3 +252,33 @@ def main_model(targets: list[EvalTarget]) -> str | None:
             if t.kind == kind:
                 return t.model
     return None
+
+
+def eval_config(targets: list[EvalTarget], **options: Any) -> RunConfig:
+    """The RunConfig an evaluation plays with: the run's defaults, then `options` (the command's); its main
+    model is the evaluated models' base, its fixed opponents the API models (for their checks)."""
+    return RunConfig(
+        model_name=main_model(targets) or DEFAULT_MODEL,
+        fixed_opponents=[t.label for t in targets if t.kind == "api"],
+        trackers=[],
+        **options,
+    )
+
+
+def check_targets(
+    targets: EvalTargets, envs: list[str], tasks: list[str], probes: list[tuple[str, str]], template: str
+) -> None:
+    """The players can play what they are asked: each scripted player its envs and probes, and no task; no
+    API model is probed; the template (the runs' own, when none was given) is one the game loop knows."""
+    mine = targets.models
+    get_template(template)
+    check_players((t.label, env) for t in mine + targets.opponents if t.kind == "player" for env in envs)
+    check_players((t.label, env) for t in mine if t.kind == "player" for _, env in probes)
+    for t in mine:
+        if tasks and t.kind == "player":
+            raise ConfigError(f"`{t.label}` (a scripted player) plays games only; it cannot answer a --task")
+        if probes and t.kind == "api":
+            raise ConfigError(
+                f"--probe measures a model's probabilities of answers, which an API model does not give: "
+                f"{t.label}; probe local models, checkpoints and scripted players"
+            )

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from unstable_core.errors import UnstableError
-from unstable_core.models import is_api_model, load_tokenizer
+from unstable_core.model_loading import is_api_model, load_tokenizer
 
 CHAT_KEY = "messages"
 

@@ -32,7 +32,7 @@ from unstable_core.config.api import default_base_url
 from unstable_core.errors import UnstableError
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, InferenceBackend
 from unstable_core.inference.chat_prompt import MessagesTokenizer, prompt_messages
-from unstable_core.models import API_PREFIX
+from unstable_core.model_loading import API_PREFIX
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 RETRY_STATUSES = frozenset({408, 409, 425, 429})  # and every 5xx

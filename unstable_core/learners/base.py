@@ -38,7 +38,7 @@ from unstable_core.learners.lora import make_lora_config, present_target_modules
 from unstable_core.learners.off_policy import OffPolicyStats, importance_weights
 from unstable_core.learners.settings import LearnerConfig, algorithm_config
 from unstable_core.learners.shared_prefix import decoder_hidden, micro_batch_order
-from unstable_core.models import plain_linear_head
+from unstable_core.model_loading import plain_linear_head
 from unstable_core.plugins import registered_name
 from unstable_core.types import Step
 
@@ -103,7 +103,7 @@ class BaseLearner:
         from peft import get_peft_model
 
         from unstable_core.inference.hf.packed_linear import pack_linear_layers
-        from unstable_core.models import default_device, load_causal_lm
+        from unstable_core.model_loading import default_device, load_causal_lm
 
         self.config = config
         model_name, seed = config.model_name, config.seed

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -139,6 +139,69 @@ class DataParallel:
         with collective("broadcast"):
             for p in params:
                 dist.broadcast(p.data, src=0)
+
+
+@attrs.frozen
+class LearnerGroup:
+    """The one way to start a data-parallel learner: where its `world_size` ranks meet (rank 0's node hosts
+    the rendezvous) and how each rank joins. The run's learner actors, the learning check, the exactness
+    check and the benchmark all start their groups with it; a group of one is no group (nothing joins)."""
+
+    world_size: int
+    address: str = "127.0.0.1"
+    port: int = 0
+    backend: str = "gloo"
+
+    @classmethod
+    def here(cls, world_size: int, backend: str = "gloo") -> LearnerGroup:
+        """A group whose rendezvous is this node, on a free port."""
+        address, port = free_address() if world_size > 1 else ("127.0.0.1", 0)
+        return cls(world_size, address, port, backend)
+
+    def join(self, learner: Any, rank: int) -> Any:
+        """`learner` joins as rank `rank` (blocking until every rank has, then taking rank 0's parameters,
+        optimizer state and step); returns it."""
+        if self.world_size > 1:
+            group = DataParallel.join(rank, self.world_size, self.address, self.port, self.backend)
+            learner.join_data_parallel(group)
+        return learner
+
+    def run(self, learner: Any, rank: int, work: Callable[[Any], T]) -> T:
+        """Rank `rank`'s part in a process of its own: join with `learner`, `work(learner)` (an update, a
+        follower's loop), then leave the group whatever happened."""
+        self.join(learner, rank)
+        try:
+            return work(learner)
+        finally:
+            leave()
+
+    def spawn(self, target: Callable[..., None], *args: Any, ranks: Iterable[int] | None = None) -> list[Any]:
+        """Start `target(group, rank, *args)` in a spawned process for each of `ranks` (default: every rank);
+        `target` must be importable by its module and name."""
+        import multiprocessing
+
+        spawn = multiprocessing.get_context("spawn")
+        ranks = range(self.world_size) if ranks is None else ranks
+        processes = [spawn.Process(target=target, args=(self, rank, *args)) for rank in ranks]
+        for process in processes:
+            process.start()
+        return processes
+
+
+def wait_for(processes: Sequence[Any], timeout_s: float | None = None) -> list[int | None]:
+    """Each process's exit code once it ended, waiting at most `timeout_s` for each; a process still running
+    then is killed, and its code is None."""
+    codes: list[int | None] = []
+    try:
+        for process in processes:
+            process.join(timeout_s)
+            codes.append(None if process.is_alive() else process.exitcode)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+                process.join()
+    return codes
 
 
 class GradientSum:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from unstable_core.learners.batch import sample_length
-from unstable_core.models import cache_kwargs
+from unstable_core.model_loading import cache_kwargs
 
 MIN_SHARED = 16  # shared tokens below which the batch runs whole
 ORDER_TOKENS = 64  # opening prompt tokens that sort steps into micro-batches

@@ -263,3 +263,25 @@ def plain_table(stats: list[PairStats], title: str) -> str:
         widths = [max(len(r[i]) for r in body) for i in range(len(columns))]
         lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in body]
     return "\n".join(lines)
+
+
+def failure_verdict(stats: list[PairStats], planned: int, out_dir: Any, allow_failures: bool) -> str | None:
+    """Why an evaluation of `planned` games fails (exit status 1), naming the error: every game failed, or
+    (without `allow_failures`) any did; None when it stands."""
+    if not planned:
+        return None
+    if all(s.games == 0 for s in stats):
+        errors = [e for s in stats for e in s.errors]
+        return (
+            f"every one of the {planned} games failed; the first error: {errors[0] if errors else 'unknown'} "
+            f"(games in {out_dir})"
+        )
+    failed = sum(s.failed for s in stats)
+    if not failed or allow_failures:
+        return None
+    top, count = Counter(e for s in stats for e in s.errors.elements()).most_common(1)[0]
+    return (
+        f"{failed} of the {planned} games failed, so the rates count only the finished ones; most common "
+        f"error ({count}x): {top} (games in {out_dir}): fix the cause, or give --allow-failures to accept the "
+        "results as they are"
+    )

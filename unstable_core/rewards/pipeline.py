@@ -15,7 +15,12 @@ from typing import Any
 import attrs
 
 from unstable_core.errors import UnstableError
-from unstable_core.rewards import STAGES, FinalRewardTransform, SamplingRewardTransform, StepRewardTransform
+from unstable_core.rewards.base import (
+    STAGES,
+    FinalRewardTransform,
+    SamplingRewardTransform,
+    StepRewardTransform,
+)
 from unstable_core.types import GameResult, Step, Trajectory
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from unstable_core.config import RunConfig, config_from_dict, merge_layers
-from unstable_core.errors import ConfigError, RunFailed, RunStopped, debug_enabled, describe, root_cause
+from unstable_core.errors import ConfigError, RunFailed, RunStopped, debug_enabled
 from unstable_core.rewards.specs import pipeline
 from unstable_core.run_lock import LOCK_NAME, RunLock
 from unstable_core.runtime.actors.graph import ActorGraph
@@ -29,18 +29,15 @@ from unstable_core.runtime.launch.build import (
 )
 from unstable_core.runtime.launch.cluster import end_watchdog, start_ray, stop_ray
 from unstable_core.runtime.launch.plan import RunPlan
-from unstable_core.runtime.launch.preflight import claim_run_dir
+from unstable_core.runtime.launch.preflight import check_run, claim_run_dir
+from unstable_core.runtime.recovery.failures import ErrorLines
 from unstable_core.runtime.recovery.learner_group import group_failure
 from unstable_core.runtime.recovery.liveness import (
-    FAILED_TO_START,
     ActorDied,
     InferenceWatch,
     check_alive,
-    death_reason,
-    oom_reason,
 )
 from unstable_core.runtime.recovery.resume import (
-    RESUME_HINT,
     ResumePoint,
     checkpoint_steps,
     find_resume_point,
@@ -50,6 +47,7 @@ from unstable_core.runtime.recovery.resume import (
 )
 from unstable_core.runtime.recovery.shutdown import close_files, write_summary
 from unstable_core.runtime.recovery.stall import LearnerPhase, PipelineStalled, StallWatch
+from unstable_core.runtime.recovery.stop_decision import StopDecision, decide_stop
 
 
 class Run:
@@ -63,7 +61,7 @@ class Run:
         resume: str | os.PathLike | None = None,
         resume_changes: dict[str, Any] | None = None,
     ) -> Run:
-        """Resolve the run's plan, check it (`RunPlan.check`: every check before start, in one place), then claim
+        """Resolve the run's plan, check it (`check_run`: every check before start, in one place), then claim
         its folder and lock it. `resume`: the folder of the run to continue (its config is `cfg`, see
         `resume_config`). A refused run leaves no folder, and an existing one is never touched (but the one
         --resume continues); the lock makes one process per run directory (a second --resume, or a resume
@@ -72,7 +70,7 @@ class Run:
         (`resume_point.fallback_line()` says so), and none loading is a ConfigError naming the file."""
         plan = RunPlan.resolve(cfg, learn)
         resume_dir = Path(resume).resolve() if resume is not None else None
-        plan.check(resume=resume_dir is not None)
+        check_run(plan, resume=resume_dir is not None)
         run_dir = resume_dir or claim_run_dir(cfg.runs_dir, cfg.run_name)
         run = cls(
             plan,
@@ -127,18 +125,15 @@ class Run:
         cfg = self.cfg
         try:
             self._init_ray()
-            placement = self.plan.placement()
+            placed = self.plan.place()
         except BaseException:
             self._drop_empty_run_dir()
             raise
         resume_record = self._open_logs()
         point = self.resume_point
         self.started_at = time.time()
-        threads = self.plan.cpu_threads(placement, os.cpu_count() or 1)
         num_eval = cfg.num_eval_workers if num_eval_workers is None else num_eval_workers
-        self.actors = actors = build_graph(
-            self.plan, self.run_dir, placement, threads, point, self.index_base, num_eval
-        )
+        self.actors = actors = build_graph(self.plan, self.run_dir, placed, point, self.index_base, num_eval)
         if resume_record is not None:
             record_resumed_state(self.run_dir, resume_record, actors)
         self._collect_refs = start_collection(
@@ -225,7 +220,7 @@ class Run:
         waiting = learning or list(self._collect_refs)
         # while learning, a collector that ends (it only ends by dying) would leave the learner waiting
         watched = list(self._collect_refs) if self._train_ref is not None else []
-        shown: set[str] = set()
+        errors = ErrorLines(on_event)
         who = "an actor"
         names = self.actors.names()
         self._watch = inference = InferenceWatch(
@@ -250,36 +245,28 @@ class Run:
                     on_event(line)
                     record_event(self.run_dir, "actor_restarted", actor=name)
                 snap = self.progress()
-                for entry in snap.get("failures", {}).get("errors", []):
-                    if entry["error"] not in shown:
-                        shown.add(entry["error"])
-                        on_event(f"{entry['kind']} game {entry['game_idx']} failed: {entry['error']}")
+                errors.show(snap)
                 if snap.get("stop_reason"):
                     raise RunFailed(f"run stopped: {snap['stop_reason']}")
                 if on_progress:
                     on_progress(snap)
             if self._train_ref is not None and self.cfg.eval_every:
                 self._drain_evals(on_progress, poll_s)
-        except RunFailed:
+        except Exception as exc:
+            decision = decide_stop(
+                exc,
+                who,
+                self.run_dir,
+                names=names,
+                learner_failure=lambda failed: group_failure(self.actors, learning, failed),
+                debug=debug_enabled(),
+            )
+            if decision is None:
+                raise
+            if decision.died is not None:
+                raise self._stop_after_death(decision) from None
             self.stop()
-            raise
-        except ray.exceptions.OutOfMemoryError as exc:  # not a RayTaskError: `who` was being waited on
-            raise self._stop_after_death(ActorDied(who, oom_reason(exc))) from None
-        except ray.exceptions.RayTaskError as exc:
-            cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-            if isinstance(cause, ray.exceptions.RayActorError):
-                raise self._stop_after_death(cause) from None
-            if who == "the learner":  # a data-parallel learner: a dead worker, or the one error of its own
-                exc = group_failure(self.actors, learning, exc)
-                if isinstance(exc, ActorDied):
-                    raise self._stop_after_death(exc) from None
-            self.stop()
-            hint = "" if debug_enabled() else " (rerun with --debug for the traceback)"
-            if isinstance(root_cause(exc), OSError):  # the run folder became unwritable, the disk full, ...
-                hint = ": fix that, then " + RESUME_HINT.format(run_dir=self.run_dir)
-            raise RunFailed(f"run stopped: {who} failed: {describe(exc)}{hint}") from exc
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError, ActorDied) as exc:
-            raise self._stop_after_death(exc) from None
+            raise RunFailed(decision.line(self.run_dir)) from exc
         return self.stop()
 
     def _check_progress(self, stall: StallWatch | None) -> None:
@@ -304,7 +291,7 @@ class Run:
         checkpoint (no more training games), each game bounded by game_timeout_s."""
         import ray
 
-        plan = self.plan.eval_plan()
+        plan = self.plan.scheduled_eval
         per_ckpt = len(plan.specs) * plan.games
         rounds = -(-per_ckpt // max(1, self.cfg.num_eval_workers // len(self.actors.collectors)))
         timeout_s = (rounds + 1) * self.cfg.game_timeout_s
@@ -315,29 +302,19 @@ class Run:
             if on_progress:
                 on_progress(self.progress())
 
-    def _stop_after_death(self, exc: BaseException) -> RunStopped:
-        """An actor of the run died or hung: stop the others (the last checkpoint stays complete), record it
-        in metrics.jsonl and return the one-line error that says how to continue."""
-        if not isinstance(exc, ActorDied):  # a Ray error of the run's own calls (the learner's train, ...)
-            actor_id = getattr(exc, "actor_id", None)
-            names = self.actors.names() if self.actors is not None else {}
-            who = names.get(actor_id or "", "an actor")
-            exc = ActorDied(who, death_reason(exc) if actor_id else type(exc).__name__)
-        who, what, event, why = exc.who, exc.what, exc.event, exc.why
+    def _stop_after_death(self, decision: StopDecision) -> RunStopped:
+        """An actor of the run died or hung (`decision.died`): stop the others (the last checkpoint stays
+        complete), record it in metrics.jsonl and return the one-line error that says how to continue."""
+        died = decision.died
         try:
-            self.stop(timeout_s=getattr(exc, "stop_timeout_s", 60.0), release=False)
+            self.stop(timeout_s=getattr(died, "stop_timeout_s", 60.0), release=False)
         except Exception:  # the stop of a broken run must not hide why it broke
             self.abort(release=False)
         step = max(checkpoint_steps(self.run_dir), default=0)
         with contextlib.suppress(OSError):  # an unwritable run folder must not hide why the run stopped
-            record_event(self.run_dir, event, actor=who, reason=why, last_checkpoint_step=step)
+            record_event(self.run_dir, died.event, actor=died.who, reason=died.why, last_checkpoint_step=step)
         self.lock.release()
-        fix = "fix that, then " if why.startswith(FAILED_TO_START) else ""
-        return RunStopped(
-            f"{who} {what}; the run stopped at its last complete checkpoint (step {step}): "
-            + fix
-            + RESUME_HINT.format(run_dir=self.run_dir)
-        )
+        return RunStopped(decision.line(self.run_dir, step))
 
     # ---- stop
     def stop(self, timeout_s: float = 300.0, release: bool = True) -> dict[str, Any]:

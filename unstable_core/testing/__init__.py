@@ -58,7 +58,7 @@ def make_tiny_model(
     """Write a tiny random-weight Llama (SmolLM2's tokenizer and chat template) to `folder`; return its path."""
     import torch
 
-    from unstable_core.models import DEFAULT_MODEL, load_tokenizer
+    from unstable_core.model_loading import DEFAULT_MODEL, load_tokenizer
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

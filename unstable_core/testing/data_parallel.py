@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from unstable_core.learners.data_parallel import LearnerGroup, wait_for
 from unstable_core.types import Step
 
 #: prompts of different lengths, so that micro-batches pad differently on each rank
@@ -62,37 +63,33 @@ def updated_parameters(
     model_path: str,
     batch: list[Step],
     *,
+    group: LearnerGroup | None = None,
     rank: int = 0,
-    world_size: int = 1,
-    port: int = 0,
-    backend: str = "gloo",
     device: str = "cpu",
     settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The trainable parameters (name -> CPU tensor) and metrics after one `update(batch)` of the
-    registered `learner`, as rank `rank` of `world_size` (1: no process group)."""
+    registered `learner`, as rank `rank` of `group` (None: no process group)."""
     from unstable_core import plugins
-    from unstable_core.learners.data_parallel import DataParallel, leave
 
-    cls = plugins.load("learner", learner)
-    with tempfile.TemporaryDirectory() as run_dir:
-        settings = {"mini_batch_size": 2, "batch_size": len(batch), "seed": 3, **(settings or {})}
-        agent = cls.create(model_path, run_dir=run_dir, device=device, **settings)
-        agent.initialize_algorithm()
-        if world_size > 1:
-            agent.join_data_parallel(DataParallel.join(rank, world_size, "127.0.0.1", port, backend))
+    def update(agent: Any) -> dict[str, Any]:
         metrics = agent.update(batch)
         names = {id(p): n for n, p in agent.model.named_parameters()}
         params = {
             names.get(id(p), f"extra.{i}"): p.detach().float().cpu().clone()
             for i, p in enumerate(agent.trainable_parameters())
         }
-        if world_size > 1:
-            leave()
-    return {"params": params, "metrics": metrics}
+        return {"params": params, "metrics": metrics}
+
+    cls = plugins.load("learner", learner)
+    with tempfile.TemporaryDirectory() as run_dir:
+        settings = {"mini_batch_size": 2, "batch_size": len(batch), "seed": 3, **(settings or {})}
+        agent = cls.create(model_path, run_dir=run_dir, device=device, **settings)
+        agent.initialize_algorithm()
+        return (group or LearnerGroup(1)).run(agent, rank, update)
 
 
-def _worker(rank: int, world_size: int, port: int, args: dict[str, Any], out_dir: str) -> None:
+def _worker(group: LearnerGroup, rank: int, args: dict[str, Any], out_dir: str) -> None:
     import torch
 
     torch.set_num_threads(args.pop("threads"))  # the same on every side: threads change matmul sums
@@ -100,8 +97,8 @@ def _worker(rank: int, world_size: int, port: int, args: dict[str, Any], out_dir
     if device == "cuda":
         device = f"cuda:{rank}"
         torch.cuda.set_device(rank)
-    result = updated_parameters(rank=rank, world_size=world_size, port=port, device=device, **args)
-    torch.save(result, os.path.join(out_dir, f"world-{world_size}-rank-{rank}.pt"))
+    result = updated_parameters(group=group, rank=rank, device=device, **args)
+    torch.save(result, os.path.join(out_dir, f"world-{group.world_size}-rank-{rank}.pt"))
 
 
 @attrs.frozen
@@ -133,15 +130,14 @@ def compare_workers(
     thread count, which changes the kernels' sums: a reference with 1 thread against workers with 2 was
     2.7e-6 off (reinforce, tiny model), where the same count on both sides agrees bitwise."""
     import torch
-    import torch.multiprocessing as mp
 
-    from unstable_core.learners.data_parallel import free_address
-
-    args = {"learner": learner, "model_path": model_path, "batch": batch, "backend": backend}
+    args = {"learner": learner, "model_path": model_path, "batch": batch}
     args.update(device=device, settings=settings, threads=threads)
     with tempfile.TemporaryDirectory() as out_dir:
         for world in (1, world_size):
-            mp.spawn(_worker, args=(world, free_address()[1], dict(args), out_dir), nprocs=world)
+            codes = wait_for(LearnerGroup.here(world, backend).spawn(_worker, dict(args), out_dir))
+            if any(code != 0 for code in codes):
+                raise RuntimeError(f"a worker of the {world}-worker update failed: exit codes {codes}")
         single = torch.load(Path(out_dir) / "world-1-rank-0.pt")
         ranks = [torch.load(Path(out_dir) / f"world-{world_size}-rank-{r}.pt") for r in range(world_size)]
     base = single["params"]
@@ -157,16 +153,29 @@ def compare_workers(
     return Agreement(learner, world_size, worst, identical, len(base), metric_gap)
 
 
-def _rank_zero_fails(
-    rank: int, world_size: int, port: int, model_path: str, batch: list[Step], out: str
-) -> None:
+def _rank_zero_fails(group: LearnerGroup, rank: int, model_path: str, batch: list[Step], out: str) -> None:
     """Rank `rank` of a gloo group of real learners on one batch, where rank 0 raises in its first
     micro-batch (as an out-of-memory error or a bug would) while the others compute theirs and then wait
     in the update's collectives. Writes `out/rank-<rank>`: how this rank's part ended."""
     import torch
 
     from unstable_core import plugins
-    from unstable_core.learners.data_parallel import DataParallel, follow, lead
+    from unstable_core.learners.data_parallel import follow, lead
+
+    def fail(micro: list[Any], scale: float) -> dict[str, float]:
+        raise RuntimeError("rank 0 failed mid-update")
+
+    def train(agent: Any) -> str:
+        ranks = agent.data_parallel
+        try:
+            if rank == 0:
+                agent._update = fail
+                lead(ranks, lambda: (ranks.broadcast(batch), agent.update(batch)))
+            else:
+                follow(agent)
+        except Exception as exc:  # what this rank's train() would raise
+            return f"raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return "returned"
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as run_dir:
@@ -174,22 +183,7 @@ def _rank_zero_fails(
             model_path, run_dir=run_dir, device="cpu", mini_batch_size=2, batch_size=len(batch), seed=3
         )
         agent.initialize_algorithm()
-        group = DataParallel.join(rank, world_size, "127.0.0.1", port, "gloo")
-        agent.join_data_parallel(group)
-        ended = "returned"
-        try:
-            if rank == 0:
-
-                def fail(micro: list[Any], scale: float) -> dict[str, float]:
-                    raise RuntimeError("rank 0 failed mid-update")
-
-                agent._update = fail
-                lead(group, lambda: (group.broadcast(batch), agent.update(batch)))
-            else:
-                follow(agent)
-        except Exception as exc:  # what this rank's train() would raise
-            ended = f"raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        Path(out, f"rank-{rank}").write_text(ended)
+        Path(out, f"rank-{rank}").write_text(group.run(agent, rank, train))
 
 
 def when_rank_zero_fails(
@@ -197,26 +191,7 @@ def when_rank_zero_fails(
 ) -> list[str | None]:
     """How each rank of a `world_size` gloo group ended when rank 0 raised mid-update (`_rank_zero_fails`),
     waiting at most `timeout_s` for each process: None for a rank still waiting then (it is killed)."""
-    import multiprocessing
-
-    from unstable_core.learners.data_parallel import free_address
-
-    ctx = multiprocessing.get_context("spawn")
-    port = free_address()[1]
     with tempfile.TemporaryDirectory() as out:
-        procs = [
-            ctx.Process(target=_rank_zero_fails, args=(rank, world_size, port, model_path, batch, out))
-            for rank in range(world_size)
-        ]
-        for p in procs:
-            p.start()
-        try:
-            for p in procs:
-                p.join(timeout_s)
-        finally:
-            for p in procs:
-                if p.is_alive():
-                    p.kill()
-                    p.join()
+        wait_for(LearnerGroup.here(world_size).spawn(_rank_zero_fails, model_path, batch, out), timeout_s)
         files = [Path(out, f"rank-{rank}") for rank in range(world_size)]
         return [f.read_text() if f.is_file() else None for f in files]

@@ -79,7 +79,7 @@ def make_letter_model(folder: str | os.PathLike, hidden_size: int = 32, seed: in
     credit assignment, not a random network's powers of reading)."""
     import torch
 
-    from unstable_core.models import DEFAULT_MODEL, load_tokenizer
+    from unstable_core.model_loading import DEFAULT_MODEL, load_tokenizer
     from unstable_core.testing import tiny_llama
 
     folder = Path(folder)
@@ -275,9 +275,7 @@ class _Trainer:
         """A learner of `learner_cls` on `model` (LoRA rank 8) whose every update takes `steps` steps, and a
         buffer of its kind for ten updates' steps with the reward `transforms` of each stage. With `workers`
         > 1 this process is rank 0 of a gloo group whose other ranks are spawned processes."""
-        import multiprocessing
-
-        from unstable_core.learners.data_parallel import DataParallel, free_address
+        from unstable_core.learners.data_parallel import LearnerGroup
         from unstable_core.runtime.actors.buffer import BUFFERS
 
         settings = {
@@ -291,27 +289,19 @@ class _Trainer:
         }
         spec = (learner_cls, model, work_dir, settings, algorithm_kwargs or {})
         learner = _check_learner(*spec, rank=0)
-        followers = []
-        if workers > 1:
-            port = free_address()[1]
-            spawn = multiprocessing.get_context("spawn")
-            followers = [
-                spawn.Process(target=_follower, args=(spec, r, workers, port)) for r in range(1, workers)
-            ]
-            for process in followers:
-                process.start()
-            learner.join_data_parallel(DataParallel.join(0, workers, "127.0.0.1", port, "gloo"))
+        group = LearnerGroup.here(workers)
+        followers = group.spawn(_follower, spec, ranks=range(1, workers))
+        group.join(learner, 0)
         buffer = BUFFERS[getattr(learner, "buffer_kind", "step")](10 * steps, **transforms)
         return cls(learner, buffer, mu_shift, random.Random(seed), followers)
 
     def close(self) -> None:
         """End the other ranks of a data-parallel learner and leave its group."""
-        from unstable_core.learners.data_parallel import leave
+        from unstable_core.learners.data_parallel import leave, wait_for
 
         if self.learner.data_parallel is not None:
             self.learner.data_parallel.broadcast(None)
-            for process in self.followers:
-                process.join(timeout=60)
+            wait_for(self.followers, timeout_s=60)
             leave()
 
     def update(self, games: list[GameResult], version: int) -> str:
@@ -344,14 +334,11 @@ def _check_learner(
     return learner
 
 
-def _follower(spec: tuple[Any, ...], rank: int, workers: int, port: int) -> None:
+def _follower(group: Any, rank: int, spec: tuple[Any, ...]) -> None:
     """A spawned rank > 0 of the check's data-parallel learner: the same learner, updated on rank 0's batches."""
-    from unstable_core.learners.data_parallel import DataParallel, follow, leave
+    from unstable_core.learners.data_parallel import follow
 
-    learner = _check_learner(*spec, rank=rank)
-    learner.join_data_parallel(DataParallel.join(rank, workers, "127.0.0.1", port, "gloo"))
-    follow(learner)
-    leave()
+    group.run(_check_learner(*spec, rank=rank), rank, follow)
 
 
 async def _train_until_goal(

@@ -14,7 +14,7 @@ another spelling the game would also take, counts as illegal mass.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from unstable_core.errors import UnstableError
@@ -34,7 +34,7 @@ def load_model(name: str, device: str | None = None) -> tuple[Any, Any]:
     """(the causal LM `name` in eval mode, its tokenizer); on a CPU its Linear layers run on oneDNN's packed
     fp32 weights (faster; the same sums in another order)."""
     from unstable_core.inference.hf.packed_linear import pack_linear_layers
-    from unstable_core.models import load_causal_lm, load_tokenizer
+    from unstable_core.model_loading import load_causal_lm, load_tokenizer
 
     net = load_causal_lm(name, device=device)
     pack_linear_layers(net)
@@ -52,6 +52,22 @@ def with_adapter(net: Any, adapter: str, name: str = "probe") -> Any:
         net = PeftModel.from_pretrained(net, adapter, adapter_name=name, is_trainable=False)
     net.set_adapter(name)
     return net.eval()
+
+
+def policies_of(
+    base: str, players: Sequence[tuple[str, str | None]], template: str, device: str | None = None
+) -> Iterator[tuple[str, ModelPolicy]]:
+    """(label, policy) of each player of one base model: (label, None) is the base model itself, (label,
+    adapter folder) a LoRA checkpoint on it. One copy of the model serves them all; its own policies come
+    first, and each is to be measured before the next is made (peft changes the model's layers in place)."""
+    net, tokenizer = load_model(base, device)
+    for label, adapter in players:
+        if adapter is None:
+            yield label, ModelPolicy(net, tokenizer, template, label=label)
+    wrapped = None
+    for k, (label, adapter) in enumerate(p for p in players if p[1] is not None):
+        wrapped = with_adapter(net if wrapped is None else wrapped, adapter, f"probe-{k}")
+        yield label, ModelPolicy(wrapped, tokenizer, template, label=label)
 
 
 class ModelPolicy:

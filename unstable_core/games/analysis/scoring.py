@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from unstable_core.inference.hf.kv_cache import full_attention_only, in_place_cache
 from unstable_core.inference.hf.prefill import PASS_COST_POSITIONS, prefill_groups
-from unstable_core.models import cache_kwargs, plain_linear_head
+from unstable_core.model_loading import cache_kwargs, plain_linear_head
 
 MIN_SHARED = 16  # common prompt tokens below which a group's prefix is not run on its own
 MAX_ROWS = 32  # rows in one pass (each holds a copy of its group's prefix keys and values)

@@ -38,7 +38,7 @@ from unstable_core.inference.hf.prefill import PASS_COST_POSITIONS, merge_group_
 from unstable_core.inference.hf.prefix_cache import Block, PrefixCache, joined
 from unstable_core.inference.sampling import row_logprobs, sample_tokens
 from unstable_core.inference.stops import stop_token_ids
-from unstable_core.models import cache_kwargs, load_causal_lm, load_tokenizer, plain_linear_head
+from unstable_core.model_loading import cache_kwargs, load_causal_lm, load_tokenizer, plain_linear_head
 
 MIN_SHARED_PREFIX = 8  # prompt tokens all rows of a batch must share before their prefix is computed once
 PREFIX_CACHE_TOKENS = 4096  # prompt tokens whose keys and values are kept across batches (SmolLM2: 190 MB)

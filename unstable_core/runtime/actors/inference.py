@@ -195,9 +195,7 @@ def inference_resources() -> dict[str, float]:
 
 
 def create_engines(
-    models: Mapping[str, str],
-    cfg: Any,
-    local_kwargs: Mapping[str, Any],
+    specs: Mapping[str, Any],
     *,
     gpu: float,
     threads: int,
@@ -205,14 +203,12 @@ def create_engines(
     adapter_store: str | None = None,
 ) -> dict[str, list[Any]]:
     """One pool of inference actors per engine name (`main`: `main_actors` of them, others one each), each
-    served by the backend `engine_spec` picks for its model; API models take no GPU, no threads and no
-    adapters (`adapter_store`: the name of the actor that sends the others theirs). Each asks for `inference_resources()`."""
-    from unstable_core.runtime.launch.engines import engine_spec
-
+    served by its `EngineSpec` (`launch.engines`); API models take no GPU, no threads and no adapters
+    (`adapter_store`: the name of the actor that sends the others theirs). Each asks for
+    `inference_resources()`."""
     resources = inference_resources()
     engines: dict[str, list[Any]] = {}
-    for key, model in models.items():
-        spec = engine_spec(model, cfg, local_kwargs)
+    for key, spec in specs.items():
         engines[key] = [
             create_inference_actor(
                 spec.backend,

@@ -12,6 +12,7 @@ import ray
 
 from unstable_core.errors import UnstableError
 from unstable_core.fault_points import pause_point
+from unstable_core.learners.data_parallel import LearnerGroup, default_backend
 from unstable_core.learners.settings import LearnerConfig
 from unstable_core.runtime.recovery.failures import NonFiniteUpdates
 from unstable_core.runtime.recovery.liveness import ANSWER_TIMEOUT_S
@@ -70,21 +71,14 @@ class LearnerActor:
         self.rank, self.world_size = rank, world_size
         self._phase = ("starting", time.time())  # what `phase()` reports: a stalled pipeline's evidence
 
-    def group_address(self) -> tuple[str, int]:
-        """Where this (rank 0) worker hosts the group's rendezvous: its node's address and a free port."""
-        from unstable_core.learners.data_parallel import free_address
+    def learner_group(self) -> LearnerGroup:
+        """The learner's group, as this (rank 0) worker hosts its rendezvous: on its node, a free port."""
+        return LearnerGroup.here(self.world_size, default_backend(self.learner.device))
 
-        return free_address()
-
-    def join_group(self, address: str, port: int) -> None:
+    def join_group(self, group: LearnerGroup) -> None:
         """Join the learner's process group (every rank calls this at once; it returns when all have joined)
         and take rank 0's parameters, optimizer state and step."""
-        from unstable_core.learners.data_parallel import DataParallel, default_backend
-
-        group = DataParallel.join(
-            self.rank, self.world_size, address, port, default_backend(self.learner.device)
-        )
-        self.learner.join_data_parallel(group)
+        group.join(self.learner, self.rank)
 
     def buffer_kind(self) -> str:
         return getattr(self.learner, "buffer_kind", "step")

@@ -161,6 +161,18 @@ class Recorder:
             t.close()
 
 
+def wait_for_records(recorder: Any, key: str, expected: int, timeout_s: float = 60.0) -> None:
+    """Collectors send games to the recorder without waiting: wait until its count `key` reaches `expected`
+    (or `timeout_s` passes)."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if ray.get(recorder.snapshot.remote())["counts"].get(key, 0) >= expected:
+            return
+        time.sleep(0.2)
+
+
 class RecorderActor:
     """Builds the chosen trackers inside the actor (they may hold files or sockets) around a `Recorder`."""
 

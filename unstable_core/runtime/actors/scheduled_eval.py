@@ -21,7 +21,7 @@ DEFAULT_OPPONENT = "base"
 
 
 @attrs.frozen
-class EvalPlan:
+class ScheduledEval:
     """What to evaluate and when: `games` games per spec (env, opponent) after every `every` learner steps."""
 
     specs: tuple[EvalEnvSpec, ...]

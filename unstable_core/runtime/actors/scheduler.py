@@ -8,8 +8,8 @@ from typing import Any
 
 from unstable_core.errors import UnstableError
 from unstable_core.league.league import League
-from unstable_core.runtime.actors.scheduled_eval import EvalPlan
-from unstable_core.samplers import CURRENT, BaseEnvSampler, BaseModelSampler
+from unstable_core.runtime.actors.scheduled_eval import ScheduledEval
+from unstable_core.samplers.base import CURRENT, BaseEnvSampler, BaseModelSampler
 from unstable_core.types import GameSpec, PlayerSpec
 
 
@@ -86,7 +86,7 @@ class GameScheduler:
             players.append(PlayerSpec(pid, uid, collect_data=pid == me, prompt_template=env.prompt_template))
         return GameSpec(game_idx=idx, env_id=env.env_id, seed=self._seed_of(idx), players=players, eval=True)
 
-    def scheduled_eval(self, uid: str, plan: EvalPlan) -> list[GameSpec]:
+    def scheduled_eval(self, uid: str, plan: ScheduledEval) -> list[GameSpec]:
         """The scheduled evaluation games of checkpoint `uid`, with game indices of this scheduler."""
         return plan.games_of(uid, self._new_index)
 

@@ -9,35 +9,34 @@ from pathlib import Path
 from typing import Any
 
 from unstable_core.league.league import league_path
-from unstable_core.learners.settings import LearnerConfig
 from unstable_core.runtime.actors.graph import ActorGraph
-from unstable_core.runtime.launch.placement import LEARNER_WORKER_CPUS, CpuThreads, Placement
-from unstable_core.runtime.launch.plan import RunPlan
+from unstable_core.runtime.launch.placement import LEARNER_WORKER_CPUS
+from unstable_core.runtime.launch.plan import Placed, RunPlan
 from unstable_core.runtime.recovery.resume import ResumePoint, record_resume
 
 
 def build_graph(
     plan: RunPlan,
     run_dir: Path,
-    placement: Placement,
-    threads: CpuThreads,
+    placed: Placed,
     point: ResumePoint | None = None,
     index_base: int = 0,
     num_eval: int | None = None,
     collector_cls: type | None = None,
 ) -> ActorGraph:
-    """Every actor of `plan`, phase by phase, in `run_dir`; from `point`'s state in a resumed run.
+    """Every actor of `plan` as `placed` on the cluster, phase by phase, in `run_dir`; from `point`'s state
+    in a resumed run.
     `num_eval`: the evaluation games in flight (default the config's); `collector_cls`: a Collector
     subclass (a benchmark's, which measures)."""
     recorder = start_recorder(plan, run_dir, point)
     league = start_league(plan, run_dir, point)
     graph = ActorGraph(recorder, league, {}, buffer=start_buffer(plan, point) if plan.learn else None)
     graph.adapter_store, store_name = start_adapter_store()
-    graph.engines = start_engines(plan, placement, threads.inference, store_name)
+    graph.engines = start_engines(plan, placed, store_name)
     num_eval = plan.cfg.num_eval_workers if num_eval is None else num_eval
     graph.collectors = start_collectors(plan, graph, index_base, point, num_eval, collector_cls)
     if plan.learn:
-        workers = start_learner(plan, run_dir, graph, placement, threads.learner, point)
+        workers = start_learner(plan, run_dir, graph, placed, point)
         graph.learner, graph.learner_workers = workers[0], workers[1:]
     return graph
 
@@ -94,7 +93,7 @@ def start_league(plan: RunPlan, run_dir: Path, point: ResumePoint | None) -> Any
         ray.get(league.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
     else:  # the league as it was when the checkpoint was saved, then the checkpoint itself
         ray.get(league.add_checkpoint.remote(f"ckpt-{point.step}", str(point.checkpoint), point.step))
-    for name in plan.fixed_opponents():
+    for name in plan.fixed_opponents:
         ray.get(league.add_fixed.remote(name))
     return league
 
@@ -143,20 +142,16 @@ def start_adapter_store() -> tuple[Any, str]:
     return store, name
 
 
-def start_engines(
-    plan: RunPlan, placement: Placement, threads: int, adapter_store: str | None = None
-) -> dict[str, list[Any]]:
+def start_engines(plan: RunPlan, placed: Placed, adapter_store: str | None = None) -> dict[str, list[Any]]:
     """The inference actors of each engine (the main model, and each fixed opponent of another model),
     sent their adapters by `adapter_store`."""
     from unstable_core.runtime.actors.inference import create_engines
 
     return create_engines(
-        plan.engines(),
-        plan.cfg,
-        plan.backend_kwargs(placement),
-        gpu=placement.inference_gpus,
-        threads=threads,
-        main_actors=placement.num_inference_actors,
+        placed.engines,
+        gpu=placed.placement.inference_gpus,
+        threads=placed.threads.inference,
+        main_actors=placed.placement.num_inference_actors,
         adapter_store=adapter_store,
     )
 
@@ -192,7 +187,7 @@ def start_collectors(
             # collect() runs for the whole run: stop() and stats() need room beside it
             remote(collector_cls or Collector, max_concurrency=4).remote(
                 engines=graph.engines,
-                tokenizers=plan.engines(),
+                tokenizers=plan.engines,
                 buffer=graph.buffer,
                 league=graph.league,
                 recorder=graph.recorder,
@@ -201,7 +196,7 @@ def start_collectors(
                 max_turns=cfg.max_turns,
                 game_timeout_s=cfg.game_timeout_s,
                 error_allowance=cfg.error_allowance,
-                eval_plan=plan.eval_plan() if plan.learn else None,
+                scheduled_eval=plan.scheduled_eval if plan.learn else None,
             )
         )
     return collectors
@@ -247,12 +242,7 @@ def start_collection(
 
 
 def start_learner(
-    plan: RunPlan,
-    run_dir: Path,
-    graph: ActorGraph,
-    placement: Placement,
-    threads: int,
-    point: ResumePoint | None,
+    plan: RunPlan, run_dir: Path, graph: ActorGraph, placed: Placed, point: ResumePoint | None
 ) -> list[Any]:
     """The learner's workers (one, or `learner_workers` ranks of one process group in one placement group),
     built from the run's LearnerConfig; rank 0 resumes from the checkpoint and the others take its state
@@ -261,7 +251,7 @@ def start_learner(
 
     from unstable_core.runtime.actors.learner import LearnerActor
 
-    cfg, world = plan.cfg, plan.cfg.learner_workers
+    cfg, world, placement = plan.cfg, plan.cfg.learner_workers, placed.placement
     # train, and beside it stop and phase (the run's stall watch)
     options: dict[str, Any] = {"num_gpus": placement.learner_gpus, "max_concurrency": 3}
     if world > 1:
@@ -275,14 +265,14 @@ def start_learner(
         workers.append(
             remote(LearnerActor, **options).remote(
                 plan.components.learner,
-                LearnerConfig.from_run(cfg, plan.components.learner),
+                plan.learner_config,
                 cfg.algorithm_config,
                 run_dir=str(run_dir),
                 device=cfg.device,
                 buffer=graph.buffer,
                 league=graph.league,
                 recorder=graph.recorder,
-                torch_threads=threads,
+                torch_threads=placed.threads.learner,
                 collectors=graph.collectors,
                 resume_from=str(point.checkpoint) if point is not None and rank == 0 else None,
                 max_nonfinite_updates=cfg.max_nonfinite_updates,
@@ -291,8 +281,8 @@ def start_learner(
             )
         )
     if world > 1:
-        address, port = ray.get(workers[0].group_address.remote())
-        ray.get([w.join_group.remote(address, port) for w in workers])
+        group = ray.get(workers[0].learner_group.remote())
+        ray.get([w.join_group.remote(group) for w in workers])
     return workers
 
 

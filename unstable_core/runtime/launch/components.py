@@ -11,7 +11,7 @@ import attrs
 from unstable_core.config import RunConfig, parse_transform
 from unstable_core.errors import ConfigError
 from unstable_core.plugins import get_registry
-from unstable_core.rewards import check_stage
+from unstable_core.rewards.base import check_stage
 from unstable_core.runtime.launch.plugin_options import construct
 from unstable_core.runtime.launch.preflight import check_trackers
 

@@ -13,7 +13,7 @@ import attrs
 
 from unstable_core.config import RunConfig
 from unstable_core.errors import ConfigError
-from unstable_core.models import is_api_model
+from unstable_core.model_loading import is_api_model
 
 
 @attrs.frozen

@@ -6,6 +6,7 @@ not learn and plays a `FixedSchedule`: exactly its games, between the models its
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,12 @@ from unstable_core.envs.specs import eval_specs, task_specs, train_specs
 from unstable_core.games.analysis.catalogue import is_player
 from unstable_core.inference.vllm.backend import vllm_max_lora_rank, vllm_platform
 from unstable_core.inference.vllm.memory import KvCachePlan, model_kv_cache
-from unstable_core.models import is_api_model
+from unstable_core.learners.settings import LearnerConfig
+from unstable_core.model_loading import is_api_model
 from unstable_core.plugins import get_registry
-from unstable_core.runtime.launch import preflight as pre
+from unstable_core.runtime.actors.scheduled_eval import DEFAULT_OPPONENT, ScheduledEval
 from unstable_core.runtime.launch.components import Components
+from unstable_core.runtime.launch.engines import EngineSpec, engine_spec
 from unstable_core.runtime.launch.placement import (
     CpuThreads,
     Placement,
@@ -31,7 +34,6 @@ from unstable_core.runtime.launch.placement import (
     split_cpu_threads,
     usable_cores,
 )
-from unstable_core.runtime.launch.plugin_options import check_components
 from unstable_core.types import EvalEnvSpec, GameSpec, TrainEnvSpec
 
 DEFAULT_MAX_LORAS = (
@@ -86,28 +88,48 @@ class FixedSchedule:
     engines: Mapping[str, str]
 
 
+@attrs.frozen
+class Placed:
+    """A plan fitted to the started Ray cluster: where its actors go, their torch threads and the inference
+    backend's options (which depend on the GPUs found); `RunPlan.place` makes it once, the builder reads it."""
+
+    placement: Placement
+    threads: CpuThreads
+    backend_kwargs: dict[str, Any]
+    engines: dict[str, EngineSpec]  # engine name -> the backend and options that serve its model
+
+
 @attrs.define
 class RunPlan:
-    """A run's config with its resolved components, and what follows from them. `schedule`: the fixed
-    games of a plan that does not learn (an evaluation); `backend_options` override the inference backend's
-    constructor options (a benchmark's)."""
+    """A run's config with its resolved components, and what follows from them, worked out once as the plan
+    is made: the env specs, the scheduled evaluation, the fixed opponents and the engines that serve the
+    games. `schedule`: the fixed games of a plan that does not learn (an evaluation); `backend_options`
+    override the inference backend's constructor options (a benchmark's)."""
 
     cfg: RunConfig
     components: Components
     learn: bool = True
     schedule: FixedSchedule | None = None
     backend_options: Mapping[str, Any] = attrs.field(factory=dict)
-    train_envs: list[TrainEnvSpec] = attrs.field(factory=list, init=False)  # the settings, read once
+    train_envs: list[TrainEnvSpec] = attrs.field(factory=list, init=False)
     eval_envs: list[EvalEnvSpec] = attrs.field(factory=list, init=False)
     tasks: list[EvalEnvSpec] = attrs.field(factory=list, init=False)
+    scheduled_eval: ScheduledEval | None = attrs.field(default=None, init=False)
+    fixed_opponents: list[str] = attrs.field(factory=list, init=False)
+    engines: dict[str, str] = attrs.field(factory=dict, init=False)
+    learner_config: LearnerConfig | None = attrs.field(default=None, init=False)
     _kv_cache: KvCachePlan | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.train_envs, self.eval_envs, self.tasks = (
-            train_specs(self.cfg),
-            eval_specs(self.cfg),
-            task_specs(self.cfg),
-        )
+        cfg = self.cfg
+        self.train_envs, self.eval_envs, self.tasks = train_specs(cfg), eval_specs(cfg), task_specs(cfg)
+        self.scheduled_eval = self._scheduled_eval()
+        evals = [*self.eval_specs(), *(self.scheduled_eval.specs if self.scheduled_eval else ())]
+        opponents = [*cfg.fixed_opponents, *(e.fixed_opponent for e in evals if e.fixed_opponent)]
+        self.fixed_opponents = list(dict.fromkeys(opponents))
+        self.engines = self._engines()
+        if self.learn and self.components.learner is not None:
+            self.learner_config = LearnerConfig.from_run(cfg, self.components.learner)
 
     @classmethod
     def resolve(cls, cfg: RunConfig, learn: bool = True, **options: Any) -> RunPlan:
@@ -120,17 +142,17 @@ class RunPlan:
         get_registry().get("backend", cfg.backend)
         return cls(cfg, Components.none(), learn=False, schedule=schedule)
 
-    def engines(self) -> dict[str, str]:
+    def _engines(self) -> dict[str, str]:
         """Engine name -> base model: the main model, plus any fixed opponent that is another model."""
         if self.schedule is not None:
             return dict(self.schedule.engines)
         engines = {"main": self.cfg.model_name}
-        for name in self.fixed_opponents():
+        for name in self.fixed_opponents:
             if name != "base" and not is_player(name) and not is_adapter_dir(name):
                 engines[name] = name
         return engines
 
-    def eval_specs(self, num_eval: int | None = None) -> list[Any]:
+    def eval_specs(self, num_eval: int | None = None) -> list[EvalEnvSpec]:
         """The eval envs; with none given but eval workers asked for, the train envs against a fixed opponent."""
         num_eval = self.cfg.num_eval_workers if num_eval is None else num_eval
         if self.eval_envs or not num_eval:
@@ -147,20 +169,9 @@ class RunPlan:
             (e.fixed_opponent, e.env_id) for e in self.eval_specs() if is_player(e.fixed_opponent)
         ]
 
-    def fixed_opponents(self) -> list[str]:
-        """Every fixed model of the run: --fixed-opponent values and the eval envs' opponents."""
-        names = list(self.cfg.fixed_opponents)
-        plan = self.eval_plan()
-        for e in [*self.eval_specs(), *(plan.specs if plan else ())]:
-            if e.fixed_opponent and e.fixed_opponent not in names:
-                names.append(e.fixed_opponent)
-        return names
-
-    def eval_plan(self) -> Any:
+    def _scheduled_eval(self) -> ScheduledEval | None:
         """The scheduled evaluation (--eval-every), or None: each eval env against its opponent (default
         base); with no eval env, each train env against each fixed opponent (default base)."""
-        from unstable_core.runtime.actors.scheduled_eval import DEFAULT_OPPONENT, EvalPlan
-
         cfg = self.cfg
         if not cfg.eval_every:
             return None
@@ -172,7 +183,16 @@ class RunPlan:
             for opponent in cfg.fixed_opponents or [DEFAULT_OPPONENT]
         ]
         specs = _with_tasks(specs, self.tasks)
-        return EvalPlan(tuple(specs), cfg.eval_every, cfg.eval_games, cfg.seed)
+        return ScheduledEval(tuple(specs), cfg.eval_every, cfg.eval_games, cfg.seed)
+
+    def place(self, cores: int | None = None) -> Placed:
+        """The plan on the started Ray cluster: placement, threads from this machine's `cores` (default:
+        all of them) and the backend's options."""
+        placement = self.placement()
+        kwargs = self.backend_kwargs(placement)
+        threads = self.cpu_threads(placement, cores or os.cpu_count() or 1)
+        engines = {key: engine_spec(model, self.cfg, kwargs) for key, model in self.engines.items()}
+        return Placed(placement, threads, kwargs, engines)
 
     def placement(self) -> Placement:
         """Where the actors go, fitted to the (started) Ray cluster's GPUs; raises PlacementError if they cannot."""
@@ -183,7 +203,7 @@ class RunPlan:
         use_gpu = self.cfg.device.startswith("cuda") if self.cfg.device else gpus >= 1
         if self.cfg.backend == "vllm":
             check_vllm_placement(vllm_platform(), use_gpu, self.cfg.device, gpus)
-        others = sum(not is_api_model(m) for k, m in self.engines().items() if k != "main")  # API: no GPU
+        others = sum(not is_api_model(m) for k, m in self.engines.items() if k != "main")  # API: no GPU
         plan = plan_placement(
             gpus,
             use_gpu=use_gpu,
@@ -202,7 +222,7 @@ class RunPlan:
     def cpu_threads(self, placement: Placement, cores: int) -> CpuThreads:
         """torch threads of the learner and of each local inference actor, from this machine's `cores`:
         shared between them when both compute on the CPU (API engines take none)."""
-        engines = self.engines()
+        engines = self.engines
         local = sum(not is_api_model(m) for k, m in engines.items() if k != "main")
         if "main" in engines:
             local += placement.num_inference_actors * (not is_api_model(engines["main"]))
@@ -223,7 +243,7 @@ class RunPlan:
         in_play = self.components.model_sampler(seed=0, **self.cfg.sampler_config).adapters_in_play()
         if in_play is None:
             return DEFAULT_MAX_LORAS
-        return in_play + 1 + sum(is_adapter_dir(name) for name in self.fixed_opponents())
+        return in_play + 1 + sum(is_adapter_dir(name) for name in self.fixed_opponents)
 
     def backend_kwargs(self, placement: Placement) -> dict[str, Any]:
         """The inference backend's options from the run (for vLLM: LoRA rank, adapters, memory fraction)."""
@@ -258,8 +278,8 @@ class RunPlan:
         if cfg.backend != "vllm" or chosen or vllm_platform() != "cpu":
             return None
         if self._kv_cache is None:
-            engines = sum(not is_api_model(m) for k, m in self.engines().items() if k != "main")
-            engines += (cfg.num_inference_actors or 1) * ("main" in self.engines())
+            engines = sum(not is_api_model(m) for k, m in self.engines.items() if k != "main")
+            engines += (cfg.num_inference_actors or 1) * ("main" in self.engines)
             self._kv_cache = model_kv_cache(
                 cfg.model_name,
                 dtype=cfg.vllm_config.get("dtype") or "float32",
@@ -269,41 +289,3 @@ class RunPlan:
                 learner_on_cpu=self.learn,
             )
         return self._kv_cache
-
-    def check(self, resume: bool = False) -> None:
-        """Every check of a run before anything starts (no Ray, no folder): what can fail inside an actor is
-        found here, as one ConfigError line. A resumed run keeps its folder's name."""
-        from unstable_core.config.lora import DEFAULT_LORA_CFG
-        from unstable_core.games.analysis.catalogue import check_players
-        from unstable_core.models import is_api_model
-        from unstable_core.runtime.launch.placement import check_backend_available
-
-        cfg, comp = self.cfg, self.components
-        if cfg.run_name is not None and not resume:
-            pre.check_run_name(cfg.run_name)
-        train, evals = self.train_envs, self.eval_specs()
-        pre.check_env_ids([s.env_id for s in train], "--env")
-        tasks = [s for s in evals if s in self.tasks]
-        evals_only = [s for s in evals if s not in tasks]
-        pre.check_env_ids([s.env_id for s in evals_only], "--eval-env")
-        pre.check_env_ids([s.env_id for s in tasks], "--eval-task")
-        pre.check_env_players(train, "--env")
-        pre.check_env_players(evals_only, "--eval-env")
-        pre.check_env_players(tasks, "--eval-task")
-        pre.check_templates(sorted({s.prompt_template for s in [*train, *evals]}))
-        for key, model in self.engines().items():
-            if not is_api_model(model):  # an API model is checked by check_api_models
-                pre.check_model(model, "--model" if key == "main" else "fixed opponent")
-        pre.check_device(cfg.device, cfg.ray_address)
-        check_components(cfg, comp, train, evals)
-        if self.learn:
-            pre.check_lora_targets(cfg.model_name, cfg.lora_config, DEFAULT_LORA_CFG["target_modules"])
-        check_backend_available(cfg.backend, cfg.device, cfg.ray_address)
-        self.vllm_kv_cache()  # vLLM on the CPU: its model folder made once, its memory fitted beside the learner
-        pre.check_vllm_config(cfg)
-        pre.check_api_settings(cfg.base_url)
-        if cfg.api_models():
-            from unstable_core.runtime.launch.engines import check_api_models
-
-            check_api_models(cfg)  # a bad key, URL or model name stops the run before Ray starts
-        check_players(self.player_envs())

@@ -1,6 +1,7 @@
-"""Checks of a run before anything starts: env ids and their player counts, prompt templates, trackers'
-packages, models, the device, LoRA targets and the run directory (the components' own options are
-`plugin_options`'). Each failure is one ConfigError line (exit 2) instead of a traceback from an actor
+"""Checks of a run before anything starts, all run by `check_run` (an evaluation's engines by
+`check_engines`): env ids and their player counts, prompt templates, trackers' packages, models, the
+device, LoRA targets, the vLLM options, the API models and the run directory (the components' own options
+are `plugin_options`'). Each failure is one ConfigError line (exit 2) instead of a traceback from an actor
 after Ray and the model have started."""
 
 from __future__ import annotations
@@ -18,6 +19,58 @@ from unstable_core.errors import ConfigError, UnstableError
 from unstable_core.io import make_folder
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def check_run(plan: Any, resume: bool = False) -> None:
+    """Every check of a run's plan before anything starts (no Ray, no folder): what can fail inside an actor
+    is found here, as one ConfigError line. A resumed run keeps its folder's name."""
+    from unstable_core.config.lora import DEFAULT_LORA_CFG
+    from unstable_core.games.analysis.catalogue import check_players
+    from unstable_core.model_loading import is_api_model
+    from unstable_core.runtime.launch.plugin_options import check_components
+
+    cfg = plan.cfg
+    if cfg.run_name is not None and not resume:
+        check_run_name(cfg.run_name)
+    evals = plan.eval_specs()
+    _check_envs(
+        plan.train_envs, [s for s in evals if s not in plan.tasks], [s for s in evals if s in plan.tasks]
+    )
+    for key, model in plan.engines.items():
+        if not is_api_model(model):  # an API model is checked by check_api_models
+            check_model(model, "--model" if key == "main" else "fixed opponent")
+    check_device(cfg.device, cfg.ray_address)
+    check_components(cfg, plan.components, plan.train_envs, evals)
+    if plan.learn:
+        check_lora_targets(cfg.model_name, cfg.lora_config, DEFAULT_LORA_CFG["target_modules"])
+    check_engines(plan, cfg.ray_address)
+    check_players(plan.player_envs())
+
+
+def _check_envs(train: list[Any], evals: list[Any], tasks: list[Any]) -> None:
+    """The ids and player counts of the --env, --eval-env and --eval-task specs, and their templates."""
+    for specs, what in ((train, "--env"), (evals, "--eval-env"), (tasks, "--eval-task")):
+        check_env_ids([s.env_id for s in specs], what)
+    for specs, what in ((train, "--env"), (evals, "--eval-env"), (tasks, "--eval-task")):
+        check_env_players(specs, what)
+    check_templates(sorted({s.prompt_template for s in [*train, *evals, *tasks]}))
+
+
+def check_engines(plan: Any, ray_address: str | None = None, api: bool = True) -> None:
+    """The plan's engines can start: vllm_config's options, the backend on this machine (for vLLM on the
+    CPU its model folder, made once, and its memory, fitted beside the learner) and, with `api`, that the
+    API models' server answers, takes the key and serves them."""
+    from unstable_core.runtime.launch.placement import check_backend_available
+
+    cfg = plan.cfg
+    check_vllm_config(cfg)
+    check_api_settings(cfg.base_url)
+    check_backend_available(cfg.backend, cfg.device, ray_address)
+    plan.vllm_kv_cache()
+    if api and cfg.api_models():
+        from unstable_core.runtime.launch.engines import check_api_models
+
+        check_api_models(cfg)  # a bad key, URL or model name stops the run before Ray starts
 
 
 def check_env_ids(env_ids: Iterable[str], what: str = "env") -> None:
@@ -72,7 +125,7 @@ def check_lora_targets(model: str, lora_config: dict[str, Any], default: list[st
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from unstable_core.learners.lora import present_target_modules
-    from unstable_core.models import resolve_model
+    from unstable_core.model_loading import resolve_model
 
     resolved = resolve_model(model)
     try:
@@ -108,7 +161,7 @@ def check_trackers(trackers: Iterable[tuple[str, Any]]) -> None:
 
 def check_model(name: str, what: str = "model") -> None:
     """An alias, an existing local folder, or a hub id that is in the local cache or on a reachable hub."""
-    from unstable_core.models import ALIASES, resolve_model
+    from unstable_core.model_loading import ALIASES, resolve_model
 
     try:
         resolved = resolve_model(name)
