@@ -56,6 +56,7 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
             "normalize",
             "normalize-by-env",
             "group-relative",
+            "entropy-bonus",
         )
     },
 }
