@@ -4,6 +4,15 @@ All run on the same LoRA model with the same micro-batching and clipping; the pl
 micro-batches pre-collated, so the ratio counts all of the learner's bookkeeping. Target: <= 1.15.
 A second plain loop with the naive full-vocabulary log-softmax is timed for reference.
 
+Then the update's FLOP/s against the fp32 matmul peak, the learner's counterpart of the rollout benchmark's
+row a'): the FLOPs of one update counted from the model's shapes and the batch's real tokens
+(`learner_flops.py` says what counts) over the median update above, against the faster of torch.matmul
+and oneDNN's packed linear at [rows, H] x [H, H] and [rows, H] x [H, I] (rows: a micro-batch's tokens, as
+each of the update's matmuls has them), measured with the same threads before and after the timed
+updates; then where the time goes: a few more updates with timers on their phases (collation, decoder
+forward, LM head, log-softmax, backward, checkpointing's recompute, gradient sum, clipping, AdamW), each
+phase's median share and, where it does matmuls, its own FLOP/s.
+
     python benchmarks/learner.py                        # tiny random model (seconds)
     python benchmarks/learner.py --model smollm2-135m   # the embedded default
     python benchmarks/learner.py --learner-workers 2    # one update by 1 worker against 2 (gloo)
@@ -18,9 +27,15 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling helper modules, also when imported
+
+from learner_flops import arch_of, learner_flops, matmul_peaks, phase_seconds, report  # noqa: E402
 
 TARGET_RATIO = 1.15
 
@@ -281,11 +296,18 @@ def main() -> None:
         }
         for fn in runs.values():
             fn()  # warm-up
+        counted, micro = learner_flops(learner, batch)
+        arch = arch_of(learner.model.get_base_model().config)
+        rows = int(statistics.median(m.positions for m in micro))  # a micro-batch's rows in each matmul
+        on_cpu = learner.device.type == "cpu"
+        peaks_before = matmul_peaks(arch, rows) if on_cpu else {}
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
         names = list(runs)
         for r in range(args.repeats):  # interleaved and rotated, so load drift and order hit all alike
             for name in names[r % len(names) :] + names[: r % len(names)]:
                 times[name].append(timed(runs[name]))
+        peaks_after = matmul_peaks(arch, rows) if on_cpu else {}
+        phases = phase_seconds(learner, batch, args.repeats, lambda: sync(learner.device))
 
     wall = {name: statistics.median(t[0] for t in ts) for name, ts in times.items()}
     cpu = {name: statistics.median(t[1] for t in ts) for name, ts in times.items()}
@@ -304,6 +326,9 @@ def main() -> None:
     verdict = "ok" if ratio <= TARGET_RATIO else "over target"
     which = "wall" if learner.device.type == "cuda" else "cpu"
     print(f"ratio ({which} time)                      {ratio:.3f}  (target <= {TARGET_RATIO})  {verdict}")
+    print()
+    peaks = {k: max(v, peaks_after[k]) for k, v in peaks_before.items()}  # the better of two measures
+    print("\n".join(report(counted, micro, wall["learner.update"], peaks, phases, torch.get_num_threads())))
 
 
 if __name__ == "__main__":
