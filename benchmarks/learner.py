@@ -16,6 +16,7 @@ phase's median share and, where it does matmuls, its own FLOP/s.
     python benchmarks/learner.py                        # tiny random model (seconds)
     python benchmarks/learner.py --model smollm2-135m   # the embedded default
     python benchmarks/learner.py --learner-workers 2    # one update by 1 worker against 2 (gloo)
+    python benchmarks/learner.py --profile              # and torch.profiler's top ops of an update
 
 With `--learner-workers N` it times one update by one worker against N data-parallel workers (gloo on this
 CPU, the cores split between them), counts the bytes all-reduced per update, and works out the efficiency
@@ -35,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling helper modules, also when imported
 
-from learner_flops import arch_of, learner_flops, matmul_peaks, phase_seconds, report  # noqa: E402
+from learner_flops import arch_of, learner_flops, matmul_peaks, phase_seconds, report, top_ops  # noqa: E402
 
 TARGET_RATIO = 1.15
 
@@ -232,6 +233,9 @@ def main() -> None:
     parser.add_argument("--tokens-per-rank", type=int, default=8192, help="tokens per rank per update")
     parser.add_argument("--gpu-tflops", type=float, default=989.0, help="bf16 dense peak (H100 SXM: 989)")
     parser.add_argument("--mfu", type=float, default=0.4, help="the share of the peak the update reaches")
+    parser.add_argument(
+        "--profile", action="store_true", help="also print torch.profiler's top ops of one more update"
+    )
     args = parser.parse_args()
     if args.learner_workers > 1:
         with tempfile.TemporaryDirectory() as tmp:
@@ -308,6 +312,7 @@ def main() -> None:
                 times[name].append(timed(runs[name]))
         peaks_after = matmul_peaks(arch, rows) if on_cpu else {}
         phases = phase_seconds(learner, batch, args.repeats, lambda: sync(learner.device))
+        profile = top_ops(learner, batch) if args.profile else None
 
     wall = {name: statistics.median(t[0] for t in ts) for name, ts in times.items()}
     cpu = {name: statistics.median(t[1] for t in ts) for name, ts in times.items()}
@@ -329,6 +334,8 @@ def main() -> None:
     print()
     peaks = {k: max(v, peaks_after[k]) for k, v in peaks_before.items()}  # the better of two measures
     print("\n".join(report(counted, micro, wall["learner.update"], peaks, phases, torch.get_num_threads())))
+    if profile is not None:
+        print(f"\ntorch.profiler, one more update: the ops with the most self CPU time\n{profile}")
 
 
 if __name__ == "__main__":

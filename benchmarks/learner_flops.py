@@ -239,7 +239,11 @@ class PhaseTimer:
                 self.sync()
                 self.seconds[name] += time.perf_counter() - started.pop()
 
-        return [module.register_forward_pre_hook(before), module.register_forward_hook(after)]
+        # always_call: checkpointing's early stop ends a recompute by raising inside the last child's forward
+        return [
+            module.register_forward_pre_hook(before),
+            module.register_forward_hook(after, always_call=True),
+        ]
 
     def backward(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """`Tensor.backward`, timed as the backward phase and marking the recompute inside it."""
@@ -322,6 +326,16 @@ def phase_seconds(
         seconds["total"] = total
         per_update.append(seconds)
     return {name: statistics.median(s[name] for s in per_update) for name in per_update[0]}
+
+
+def top_ops(learner: Any, batch: Sequence[Any], rows: int = 15) -> str:
+    """torch.profiler's table of the `rows` ops with the most self CPU time in one `learner.update(batch)`:
+    which kernels the phases' time is spent in."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        learner.update(list(batch))
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=50)
 
 
 # ---- the report ------------------------------------------------------------------------------------
