@@ -4,9 +4,19 @@ All run on the same LoRA model with the same micro-batching and clipping; the pl
 micro-batches pre-collated, so the ratio counts all of the learner's bookkeeping. Target: <= 1.15.
 A second plain loop with the naive full-vocabulary log-softmax is timed for reference.
 
+Then the update's FLOP/s against the fp32 matmul peak, the learner's counterpart of the rollout benchmark's
+row a'): the FLOPs of one update counted from the model's shapes and the batch's real tokens
+(`learner_flops.py` says what counts) over the median update above, against the faster of torch.matmul
+and oneDNN's packed linear at [rows, H] x [H, H] and [rows, H] x [H, I] (rows: a micro-batch's tokens, as
+each of the update's matmuls has them), measured with the same threads before and after the timed
+updates; then where the time goes: a few more updates with timers on their phases (collation, decoder
+forward, LM head, log-softmax, backward, checkpointing's recompute, gradient sum, clipping, AdamW), each
+phase's median share and, where it does matmuls, its own FLOP/s.
+
     python benchmarks/learner.py                        # tiny random model (seconds)
     python benchmarks/learner.py --model smollm2-135m   # the embedded default
     python benchmarks/learner.py --learner-workers 2    # one update by 1 worker against 2 (gloo)
+    python benchmarks/learner.py --profile              # and torch.profiler's top ops of an update
 
 With `--learner-workers N` it times one update by one worker against N data-parallel workers (gloo on this
 CPU, the cores split between them), counts the bytes all-reduced per update, and works out the efficiency
@@ -18,9 +28,15 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling helper modules, also when imported
+
+from learner_flops import arch_of, learner_flops, matmul_peaks, phase_seconds, report, top_ops  # noqa: E402
 
 TARGET_RATIO = 1.15
 
@@ -213,6 +229,9 @@ def main() -> None:
     parser.add_argument("--tokens-per-rank", type=int, default=8192, help="tokens per rank per update")
     parser.add_argument("--gpu-tflops", type=float, default=989.0, help="bf16 dense peak (H100 SXM: 989)")
     parser.add_argument("--mfu", type=float, default=0.4, help="the share of the peak the update reaches")
+    parser.add_argument(
+        "--profile", action="store_true", help="also print torch.profiler's top ops of one more update"
+    )
     args = parser.parse_args()
     if args.learner_workers > 1:
         with tempfile.TemporaryDirectory() as tmp:
@@ -277,11 +296,19 @@ def main() -> None:
         }
         for fn in runs.values():
             fn()  # warm-up
+        counted, micro = learner_flops(learner, batch)
+        arch = arch_of(learner.model.get_base_model().config)
+        rows = int(statistics.median(m.positions for m in micro))  # a micro-batch's rows in each matmul
+        on_cpu = learner.device.type == "cpu"
+        peaks_before = matmul_peaks(arch, rows) if on_cpu else {}
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
         names = list(runs)
         for r in range(args.repeats):  # interleaved and rotated, so load drift and order hit all alike
             for name in names[r % len(names) :] + names[: r % len(names)]:
                 times[name].append(timed(runs[name]))
+        peaks_after = matmul_peaks(arch, rows) if on_cpu else {}
+        phases = phase_seconds(learner, batch, args.repeats, lambda: sync(learner.device))
+        profile = top_ops(learner, batch) if args.profile else None
 
     wall = {name: statistics.median(t[0] for t in ts) for name, ts in times.items()}
     cpu = {name: statistics.median(t[1] for t in ts) for name, ts in times.items()}
@@ -300,6 +327,11 @@ def main() -> None:
     verdict = "ok" if ratio <= TARGET_RATIO else "over target"
     which = "wall" if learner.device.type == "cuda" else "cpu"
     print(f"ratio ({which} time)                      {ratio:.3f}  (target <= {TARGET_RATIO})  {verdict}")
+    print()
+    peaks = {k: max(v, peaks_after[k]) for k, v in peaks_before.items()}  # the better of two measures
+    print("\n".join(report(counted, micro, wall["learner.update"], peaks, phases, torch.get_num_threads())))
+    if profile is not None:
+        print(f"\ntorch.profiler, one more update: the ops with the most self CPU time\n{profile}")
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ QWEN3 = {
 }
 
 
-def _projections(a: Arch) -> dict[str, tuple[int, int]]:
+def projections(a: Arch) -> dict[str, tuple[int, int]]:
     """(in, out) features of each linear layer of one decoder layer."""
     q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
     h, i = a.hidden, a.intermediate
@@ -80,13 +80,13 @@ def _projections(a: Arch) -> dict[str, tuple[int, int]]:
 def base_params(a: Arch) -> int:
     """Embedding, layers (projections and the four RMSNorms: input, post-attention, q and k), final norm
     and, when untied, the LM head."""
-    layer = sum(n * m for n, m in _projections(a).values()) + 2 * a.hidden + 2 * a.head_dim
+    layer = sum(n * m for n, m in projections(a).values()) + 2 * a.hidden + 2 * a.head_dim
     return a.vocab * a.hidden * (1 if a.tied else 2) + a.layers * layer + a.hidden
 
 
 def lora_params(a: Arch, rank: int) -> int:
     """A rank-r LoRA on every projection: r x (in + out) per layer and projection."""
-    return a.layers * sum(rank * (n + m) for n, m in _projections(a).values())
+    return a.layers * sum(rank * (n + m) for n, m in projections(a).values())
 
 
 def layer_bytes_per_token(a: Arch, rank: int, padded: bool = True) -> int:

@@ -29,8 +29,8 @@ def test_bad_probe_arguments_are_one_line_naming_the_probes(tiny_model):
         tiny_model, "--probe", "tictactoe-tactics:TicTacToe-v9-train"
     )
     assert "an API model does not give" in refused("openai:some-model", "--probe", "tictactoe-tactics")
-    assert "opponent 'optimal' cannot play KuhnPoker-v0-train" in refused(
-        tiny_model, "--opponent", "optimal", "--env", "KuhnPoker-v0-train"
+    assert "opponent 'heuristic' cannot play KuhnPoker-v0-train" in refused(
+        tiny_model, "--opponent", "heuristic", "--env", "KuhnPoker-v0-train"
     )
 
 

@@ -61,7 +61,7 @@ def test_a_run_checks_its_scripted_opponents_before_anything_starts(tmp_path):
 
     for cfg in (
         RunConfig(train_envs=["KuhnPoker-v0-train"], sampler="fixed", fixed_opponents=["heuristic"]),
-        RunConfig(eval_envs=["KuhnPoker-v0-train:2:optimal"]),
+        RunConfig(eval_envs=["KuhnPoker-v0-train:2:heuristic"]),
     ):
         cfg.runs_dir, cfg.run_name = str(tmp_path), "r"
         with pytest.raises(ConfigError, match="cannot play KuhnPoker-v0-train: it plays TicTacToe") as err:

@@ -93,9 +93,10 @@ def register_game_analyses(register):
     )
     register(
         "optimal",
-        "unstable_core.games.analysis.tictactoe:OptimalPlayer",
-        "perfect play (minimax; ties broken at random)",
-        games=["TicTacToe"],
+        "unstable_core.games.analysis.players:optimal",
+        "perfect play: TicTacToe by minimax, ties broken at random; Kuhn Poker a Nash equilibrium, its "
+        "alpha drawn per game",
+        games=["TicTacToe", "KuhnPoker"],
         kind="player",
     )
     register(
