@@ -147,7 +147,7 @@ def micro_batches_of(learner: Any, batch: Sequence[Any]) -> list[MicroBatch]:
     """The token counts of the micro-batches `learner.update(batch)` runs, cut as its `optimizer_step` cuts
     them, with the prefix its decoder pass would share."""
     from unstable_core.learners.shared_prefix import can_share, micro_batch_order, shared_length
-    from unstable_core.models import plain_linear_head
+    from unstable_core.model_loading import plain_linear_head
 
     base = learner.model.get_base_model()
     sharing = plain_linear_head(base) and can_share(base.get_decoder())
@@ -168,7 +168,7 @@ def micro_batches_of(learner: Any, batch: Sequence[Any]) -> list[MicroBatch]:
 
 def learner_flops(learner: Any, batch: Sequence[Any]) -> tuple[UpdateFlops, list[MicroBatch]]:
     """`update_flops` of `learner.update(batch)`, from the learner's model, LoRA and settings."""
-    from unstable_core.models import plain_linear_head
+    from unstable_core.model_loading import plain_linear_head
 
     base = learner.model.get_base_model()
     micro = micro_batches_of(learner, batch)

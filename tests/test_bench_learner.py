@@ -91,7 +91,7 @@ def test_the_flop_count_is_torchs_count_of_an_updates_matrix_products(tiny_model
     from torch.utils.flop_counter import FlopCounterMode
 
     from unstable_core import plugins
-    from unstable_core.inference.packed_linear import unpack_linear_layers
+    from unstable_core.inference.hf.packed_linear import unpack_linear_layers
     from unstable_core.types import Step
 
     flops, _ = _flops_module()
