@@ -91,12 +91,32 @@ def check_printed_output(stdout: str, run_dir: Path) -> None:
     assert "…" not in stdout and not re.search(r"\bnan\b", stdout, re.IGNORECASE), stdout
 
 
+def check_probes(run_dir: Path, stdout: str) -> None:
+    """--eval-probe: the base model once and each evaluated checkpoint in probes.jsonl; base vs last in
+    summary.json and in the printed summary; a panel of curves.png."""
+    probes = sorted(read_jsonl(run_dir / "probes.jsonl"), key=lambda r: r["step"])
+    assert [(r["step"], r["model"], r["env_id"]) for r in probes] == [
+        (0, "base", "TicTacToe-v0-train"),
+        (1, "ckpt-1", "TicTacToe-v0-train"),
+        (2, "ckpt-2", "TicTacToe-v0-train"),
+    ]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    changes = {c["figure"]: c for c in summary["probes"]}
+    assert sorted(changes) == ["block_mass", "illegal_mass", "win_mass"]
+    for name, change in changes.items():
+        assert (change["base"], change["last"]) == (probes[0]["figures"][name], probes[2]["figures"][name])
+        assert change["last_step"] == 2 and change["verdict"]
+        assert f"tictactoe-tactics {name} (TicTacToe-v0-train), base vs ckpt 2: " in stdout
+    assert [Path(p).name for p in summary["plots"]] == ["ratings.png", "curves.png"]
+
+
 def test_unstable_run_reinforce_mirror_self_play(tiny_model, tmp_path):
     proc = unstable_run(
         tiny_model, tmp_path, "--run-name", "reinforce", "--eval-every", "1", "--eval-games", "4",
-        "--progress-every-s", "1",
+        "--progress-every-s", "1", "--eval-probe", "tictactoe-tactics",
     )  # fmt: skip
     check_printed_output(proc.stdout, tmp_path / "reinforce")
+    check_probes(tmp_path / "reinforce", proc.stdout)
     finished, league = check_run_dir(tmp_path / "reinforce", tiny_model, "reinforce")
     # scheduled evaluation: 4 games of checkpoint 1 and of checkpoint 2 against base, seats alternated,
     # logged against the checkpoint with their counts and interval; no trickle of other eval games

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from unstable_core.errors import RunFailed, describe
+from unstable_core.report.run_probes import change_lines
 from unstable_core.report.scheduled_eval import evals_table, last_eval_lines
 from unstable_core.rewards.specs import pipeline_text
 from unstable_core.runtime.launch.cluster import raise_interrupt
@@ -239,7 +240,7 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
         console.print(evals_table(summary["evals"]))
     if rates:
         console.print(rates_table(rates))
-    for line in verdict.lines() if verdict is not None else []:
+    for line in [*(verdict.lines() if verdict is not None else []), *change_lines(summary.get("probes", []))]:
         console.print(escape(line), soft_wrap=True)
     for p in summary.get("plots", []):
         console.print(f"picture: [cyan]{p}[/cyan]")

@@ -54,6 +54,8 @@ def _check_sizes(cfg: Any) -> None:
         raise ConfigError(
             "eval_every needs evaluation games in flight: give --num-eval-workers >= 1 (e.g. 4)"
         )
+    if cfg.eval_probes and not cfg.eval_every:
+        raise ConfigError("--eval-probe runs with the scheduled evaluation: give --eval-every K as well")
 
 
 def _check_opponents(cfg: Any) -> None:

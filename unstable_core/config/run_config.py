@@ -222,6 +222,15 @@ class RunConfig:
         validator=at_least_one,
         metadata=_help("games per eval env and opponent of each scheduled evaluation (seats alternated)"),
     )
+    eval_probes: list[str] = attrs.field(
+        factory=list,
+        metadata=_help(
+            "probe NAME[:ENV] measured on the base model and on each checkpoint the scheduled evaluation "
+            "evaluates (repeatable; `unstable plugins --all` lists the probes): probes.jsonl, summary.json, "
+            "curves.png",
+            cli="--eval-probe",
+        ),
+    )
     num_collectors: int = attrs.field(
         default=1, validator=at_least_one, metadata=_help("collector actors sharing the games")
     )

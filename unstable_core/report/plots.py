@@ -1,4 +1,5 @@
-"""Pictures of a run: TrueSkill ratings of every model, and learning curves from metrics.jsonl."""
+"""Pictures of a run: TrueSkill ratings of every model, and learning curves from metrics.jsonl (and the
+probes of probes.jsonl)."""
 
 from __future__ import annotations
 
@@ -54,19 +55,23 @@ def plot_run(run_dir: str | Path) -> list[Path]:
         if any(k in r for r in records)
     ]
     rate_panels = _rate_panels(run_dir, records)
-    if keys or rate_panels:
-        n = len(keys) + len(rate_panels)
+    probe_panels = _probe_panels(run_dir)
+    if keys or rate_panels or probe_panels:
+        n = len(keys) + len(rate_panels) + len(probe_panels)
         fig, axes = plt.subplots(n, 1, figsize=(7, 2 * n), sharex=True, squeeze=False)
         for ax, key in zip(axes[:, 0], keys, strict=False):
             pts = [(r["step"], r[key]) for r in records if key in r]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o")
             ax.set_ylabel(key.split("/", 1)[1], fontsize=7)
-        for ax, (label, xs, rates, los, his) in zip(axes[len(keys) :, 0], rate_panels, strict=True):
-            ax.fill_between(xs, los, his, alpha=0.25, label="95% interval")
+        banded = [(p, True) for p in rate_panels] + [(p, False) for p in probe_panels]
+        for ax, ((label, xs, rates, los, his), rate) in zip(axes[len(keys) :, 0], banded, strict=True):
+            if los != rates or his != rates:  # an exact figure (a probe's) has no band
+                ax.fill_between(xs, los, his, alpha=0.25, label="95% interval")
+                ax.legend(fontsize=6, loc="best")
             ax.plot(xs, rates, marker="o")
-            ax.set_ylim(-0.02, 1.02)
+            if rate:
+                ax.set_ylim(-0.02, 1.02)
             ax.set_ylabel(label, fontsize=7)
-            ax.legend(fontsize=6, loc="best")
         axes[-1, 0].set_xlabel("learner step = policy version")
         axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
         fig.tight_layout()
@@ -74,6 +79,13 @@ def plot_run(run_dir: str | Path) -> list[Path]:
         plt.close(fig)
         written.append(run_dir / "curves.png")
     return written
+
+
+def _probe_panels(run_dir: Path) -> list[tuple[str, list[int], list[float], list[float], list[float]]]:
+    """A panel per figure of the scheduled evaluation's probes (--eval-probe), per step with its band."""
+    from unstable_core.report.run_probes import probe_panels, probe_records
+
+    return probe_panels(probe_records(run_dir))
 
 
 def _rate_panels(

@@ -21,6 +21,7 @@ from unstable_core.errors import ConfigError, RunFailed, RunStopped, debug_enabl
 from unstable_core.rewards.specs import pipeline
 from unstable_core.run_lock import LOCK_NAME, RunLock
 from unstable_core.runtime.actors.graph import ActorGraph
+from unstable_core.runtime.actors.probes import ScheduledProbes
 from unstable_core.runtime.launch.build import (
     build_graph,
     close_adapter_caches,
@@ -112,6 +113,7 @@ class Run:
         self.summary: dict[str, Any] = {}
         self.index_base = 0  # the first game index of this process (a resumed run numbers after the recorded)
         self._watch: InferenceWatch | None = None
+        self._probes: ScheduledProbes | None = None
 
     # ---- start
     def start(
@@ -143,6 +145,8 @@ class Run:
             self._train_ref = actors.learner.train.remote(learning_steps or cfg.learning_steps)
             # the other ranks update on what rank 0 hands them; a dead one fails rank 0's next collective
             self._follower_refs = [w.train.remote(0) for w in actors.learner_workers]
+        if actors.probes is not None:
+            self._probes = ScheduledProbes.start(actors.probes, self.run_dir, cfg.eval_every)
         return self
 
     def _init_ray(self) -> None:
@@ -241,6 +245,8 @@ class Run:
                     raise ActorDied("a collector", "it stopped collecting")
                 check_alive(self.actors)
                 self._check_progress(stall)
+                if self._probes is not None:
+                    self._probes.poll()
                 for name, line in inference.poll():
                     on_event(line)
                     record_event(self.run_dir, "actor_restarted", actor=name)
@@ -288,7 +294,8 @@ class Run:
 
     def _drain_evals(self, on_progress: Callable[[dict[str, Any]], None] | None, poll_s: float) -> None:
         """After the last update: let the collectors play the scheduled evaluations of every published
-        checkpoint (no more training games), each game bounded by game_timeout_s."""
+        checkpoint (no more training games), each game bounded by game_timeout_s; then wait for the probes of
+        the last checkpoints (--eval-probe)."""
         import ray
 
         plan = self.plan.scheduled_eval
@@ -301,6 +308,8 @@ class Run:
             ray.get(done)
             if on_progress:
                 on_progress(self.progress())
+        if self._probes is not None:  # the last checkpoints' probes, after their games
+            self._probes.finish()
 
     def _stop_after_death(self, decision: StopDecision) -> RunStopped:
         """An actor of the run died or hung (`decision.died`): stop the others (the last checkpoint stays

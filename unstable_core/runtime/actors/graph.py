@@ -19,6 +19,7 @@ class ActorGraph:
     learner: Any = None  # rank 0 of the learner's workers
     learner_workers: list[Any] = attrs.field(factory=list)  # the other ranks of a data-parallel learner
     adapter_store: Any = None  # on the run directory's node: sends the inference actors their adapters
+    probes: Any = None  # the scheduled evaluation's probes (--eval-probe), on the run directory's node
 
     def inference_actors(self) -> list[Any]:
         return [a for pool in self.engines.values() for a in pool]
@@ -39,4 +40,6 @@ class ActorGraph:
             names.update({a._actor_id.hex(): f"the inference-{engine}-{i}" for i, a in enumerate(pool)})
         if self.adapter_store is not None:
             names[self.adapter_store._actor_id.hex()] = "the adapter store"
+        if self.probes is not None:
+            names[self.probes._actor_id.hex()] = "the probe actor"
         return names

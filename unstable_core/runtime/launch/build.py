@@ -38,7 +38,22 @@ def build_graph(
     if plan.learn:
         workers = start_learner(plan, run_dir, graph, placed, point)
         graph.learner, graph.learner_workers = workers[0], workers[1:]
+        graph.probes = start_probes(plan, run_dir)
     return graph
+
+
+def start_probes(plan: RunPlan, run_dir: Path) -> Any:
+    """The probe actor of the scheduled evaluation's probes (--eval-probe), on the run directory's node and
+    its CPU (it reserves no GPU); None without probes."""
+    scheduled = plan.scheduled_eval
+    if scheduled is None or not scheduled.probes:
+        return None
+    from unstable_core.runtime.actors.probes import ProbeActor
+
+    cfg = plan.cfg
+    return remote(ProbeActor, scheduling_strategy=on_this_node()).remote(
+        str(run_dir), cfg.model_name, cfg.prompt_template, scheduled.probes, device="cpu", threads=2
+    )
 
 
 def remote(cls: type, **options: Any) -> Any:

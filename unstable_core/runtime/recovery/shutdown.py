@@ -70,14 +70,23 @@ def record_stop(
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any], learn: bool) -> dict[str, Any]:
-    """Add the pictures and (a training run) the learning verdict to `summary`, and save it as
-    summary.json; a part that fails is named in the summary instead of losing it."""
+    """Add the pictures, the probes (base vs last) and (a training run) the learning verdict to `summary`,
+    and save it as summary.json; a part that fails is named in the summary instead of losing it."""
     from unstable_core.report.plots import plot_run
 
     try:
         summary["plots"] = [str(p) for p in plot_run(run_dir)]
     except Exception as exc:  # a picture is not worth losing the summary
         summary["plots_error"] = str(exc)
+    from unstable_core.report.run_probes import probe_changes, probe_records
+
+    try:
+        if probes := probe_records(
+            run_dir
+        ):  # --eval-probe: each figure, the base model vs the last checkpoint
+            summary["probes"] = probe_changes(probes)
+    except Exception as exc:  # as the pictures: not worth losing the summary
+        summary["probes_error"] = describe(exc)
     if learn:  # what was learned, and its test: the sentence the summary opens with
         from unstable_core.report.learning_verdict import run_verdict
 
