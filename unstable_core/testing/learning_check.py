@@ -80,7 +80,7 @@ def make_letter_model(folder: str | os.PathLike, hidden_size: int = 32, seed: in
     import torch
 
     from unstable_core.model_loading import DEFAULT_MODEL, load_tokenizer
-    from unstable_core.testing import tiny_llama
+    from unstable_core.testing.tiny_model import tiny_llama
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

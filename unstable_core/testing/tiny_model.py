@@ -1,0 +1,48 @@
+"""A tiny random-weight causal LM with the embedded default's tokenizer: real (a `LlamaForCausalLM` loaded by
+`from_pretrained` like any other), only small and untrained. `unstable_core.testing` re-exports it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+def tiny_llama(
+    tokenizer: Any, hidden_size: int = 32, num_layers: int = 2, tie_word_embeddings: bool = True
+) -> Any:
+    """A random-weight `LlamaForCausalLM` of the tokenizer's vocabulary (seed torch before calling)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=tie_word_embeddings,
+    )
+    return LlamaForCausalLM(config)
+
+
+def make_tiny_model(
+    folder: str | os.PathLike, hidden_size: int = 32, num_layers: int = 2, seed: int = 0
+) -> str:
+    """Write a tiny random-weight Llama (SmolLM2's tokenizer and chat template) to `folder`; return its path."""
+    import torch
+
+    from unstable_core.model_loading import DEFAULT_MODEL, load_tokenizer
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = load_tokenizer(DEFAULT_MODEL)
+    tok.save_pretrained(folder)
+    torch.manual_seed(seed)
+    model = tiny_llama(tok, hidden_size, num_layers)
+    model.save_pretrained(folder, safe_serialization=True)
+    return str(folder)
