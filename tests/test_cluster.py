@@ -95,6 +95,28 @@ def test_a_run_joins_a_token_cluster_by_address_and_leaves_it_up(cluster, tiny_m
     assert cluster_is_up(address, token)
 
 
+def test_a_local_run_starts_its_own_cluster_beside_one_that_another_process_runs(tmp_path):
+    """A head node started by `ray start` or `ray.cluster_utils.Cluster` records its address for every later
+    `ray.init()` on the machine to join; a run without --ray-address starts its own all the same (joining
+    would refuse its CPU count, or share a stranger's cluster)."""
+    mine = (
+        "import ray; from unstable_core.runtime.launch.cluster import start_ray, stop_ray, LOCAL_CPUS;"
+        "start_ray(None); print(ray.cluster_resources()['CPU'] == LOCAL_CPUS); stop_ray()"
+    )
+    other = (
+        "import subprocess, sys, ray; from ray.cluster_utils import Cluster;"
+        "c = Cluster(initialize_head=True, head_node_args={'num_cpus': 1});"
+        f"r = subprocess.run([sys.executable, '-c', {mine!r}], capture_output=True, text=True, timeout=180);"
+        "c.shutdown(); print(r.stdout); print(r.stderr[-2000:], file=sys.stderr); sys.exit(r.returncode)"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    result = subprocess.run(
+        [sys.executable, "-c", other], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "True"
+
+
 def test_a_wrong_token_fails_in_one_line_and_leaves_no_run_folder(cluster, tiny_model, tmp_path):
     address, _ = cluster
     proc = unstable_run(tiny_model, tmp_path, address, client_env("0" * 32))

@@ -12,7 +12,7 @@ from unstable_core.runtime.actors.inference import create_inference_actor
 
 @pytest.fixture(scope="module")
 def ray_runtime():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

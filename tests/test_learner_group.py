@@ -20,7 +20,13 @@ BROKEN = "the learner group's all_gather failed (another worker died or left the
 
 @pytest.fixture(scope="module")
 def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="unstable-learner-group")
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        namespace="unstable-learner-group",
+    )
     yield
     ray.shutdown()
 

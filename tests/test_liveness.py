@@ -27,7 +27,13 @@ from unstable_core.types import GameInformation, GameResult
 
 @pytest.fixture(scope="module")
 def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="unstable-liveness")
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        namespace="unstable-liveness",
+    )
     yield
     ray.shutdown()
 

@@ -234,7 +234,9 @@ def place(run: Run):
 
 @pytest.fixture
 def declared_gpus(request):
-    ray.init(num_cpus=2, num_gpus=request.param, include_dashboard=False, log_to_driver=False)
+    ray.init(
+        address="local", num_cpus=2, num_gpus=request.param, include_dashboard=False, log_to_driver=False
+    )
     yield request.param
     ray.shutdown()
 

@@ -33,7 +33,9 @@ RESTARTING = (
 
 @pytest.fixture(scope="module")
 def ray_session():
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="unstable-tests")
+    ray.init(
+        address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="unstable-tests"
+    )
     yield
     ray.shutdown()
 

@@ -73,7 +73,8 @@ def start_ray(address: str | None, hold_fds: Iterable[int] = (), **kwargs: Any) 
         _watchdog = Watchdog.start(hold_fds)
         previous = _watchdog.mark()  # every process of the cluster carries the watchdog's token
         try:
-            ray.init(num_cpus=LOCAL_CPUS, **kwargs)
+            # "local": a cluster of our own even where `ray start` left one that ray.init would join
+            ray.init(address="local", num_cpus=LOCAL_CPUS, **kwargs)
         except BaseException:
             end_watchdog()
             raise

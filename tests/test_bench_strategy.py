@@ -1,0 +1,71 @@
+"""benchmarks/strategy.py's report: the probes' first-against-last test and the games' Fisher tests, on
+figures whose answers are known (no training: that is the benchmark's own, hour-long job)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from unstable_core.report.stats import fisher_exact, format_p, t_quantile
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def strategy():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import strategy as module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
+
+
+def figure(value, half, n=32):
+    """A probe figure as summary.json holds it: mean with its 95% t interval over n positions."""
+    return {"value": value, "low": value - half, "high": value + half, "n": n, "exact": False}
+
+
+def test_an_exact_figure_needs_no_test_and_a_sampled_one_gets_a_z_test(strategy):
+    exact = {"value": 0.36, "low": 0.36, "high": 0.36, "n": 12, "exact": True}
+    assert strategy.change_p(exact, dict(exact, value=0.12)) is None
+    se = 0.05 / t_quantile(31)  # a half-width of 0.05 at n = 32
+    expected = math.erfc(0.1 / math.hypot(se, se) / math.sqrt(2))
+    assert strategy.change_p(figure(0.1, 0.05), figure(0.2, 0.05)) == pytest.approx(expected)
+    assert strategy.change_p(figure(0.1, 0.05), figure(0.1, 0.05)) == pytest.approx(1.0)
+    assert strategy.change_p(figure(0.1, 0.05), figure(0.9, 0.05)) < 1e-10
+
+
+def test_the_report_compares_first_with_last_and_base_with_the_checkpoint(strategy):
+    probes = {
+        "base": {"t": {"figures": {"win_mass": figure(0.1, 0.03), "expl": {"value": 0.36, "exact": True}}}},
+        "ckpt-10": {
+            "t": {"figures": {"win_mass": figure(0.3, 0.05), "expl": {"value": 0.30, "exact": True}}}
+        },
+        "ckpt-20": {
+            "t": {"figures": {"win_mass": figure(0.6, 0.05), "expl": {"value": 0.20, "exact": True}}}
+        },
+    }
+    score = {"rate": 0.5, "lo": 0.4, "hi": 0.6, "k": 64, "n": 128}
+    rows = [
+        {"model": "base", "opponent": "heuristic", "games": 128, "failed": 0, "wins": 2, "draws": 10,
+         "losses": 116, "score": score, "mean_reward": None},
+        {"model": "ckpt-20", "opponent": "heuristic", "games": 128, "failed": 0, "wins": 20, "draws": 40,
+         "losses": 68, "score": score, "mean_reward": -0.4},
+    ]  # fmt: skip
+    lines = strategy.report(probes, rows, wall_s=1800)
+    text = "\n".join(lines)
+    assert "| ckpt-10 | 0.300 | 0.300 [0.250, 0.350] |" in text
+    assert "- t expl: base 0.360 -> ckpt-20 0.200 (exact, no test needed)" in text
+    p = strategy.change_p(figure(0.1, 0.03), figure(0.6, 0.05))
+    assert (
+        f"- t win_mass: base 0.100 [0.070, 0.130] -> ckpt-20 0.600 [0.550, 0.650] (z-test p = {format_p(p)})"
+        in text
+    )
+    assert "| base | heuristic | 128 | 2/10/116 |" in text and "| - |" in text
+    assert f"wins base 2/128 -> ckpt-20 20/128 (Fisher p = {format_p(fisher_exact(2, 128, 20, 128))})" in text
+    assert f"non-losses 12 -> 60 (p = {format_p(fisher_exact(12, 128, 60, 128))})" in text
+    assert lines[-1] == "- training wall time: 30.0 min"
