@@ -52,8 +52,8 @@ def train(recipe: str, runs_dir: Path, name: str) -> tuple[Path, float]:
 
 def probe(run_dir: Path, probes: list[tuple[str, str]], every: int) -> dict[str, Any]:
     """The probes on base, every `every`-th checkpoint and the last: {label: {probe: result dict}}."""
+    from unstable_core.eval.probes import _template, probe_players
     from unstable_core.eval.targets import checkpoints_of, resolve_argument, run_base_model
-    from unstable_core.games.analysis.run import _template, probe_players
 
     steps = checkpoints_of(run_dir)
     chosen = [folder for step, folder in steps if step % every == 0 or step == steps[-1][0]]
