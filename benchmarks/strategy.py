@@ -29,7 +29,7 @@ GAMES = {
     "kuhn": {
         "recipe": "examples/kuhn-strategy.toml",
         "probes": [("kuhn-exploitability", "KuhnPoker-v0-chips")],
-        "eval_env": "KuhnPoker-v0-short-chips",
+        "eval_env": "KuhnPoker-v0-chips",
         "opponents": ["random", "optimal"],
     },
     "tictactoe": {
