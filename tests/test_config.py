@@ -221,3 +221,14 @@ def test_a_non_utf8_file_is_one_error(tmp_path):
     path.write_bytes(b'run_name = "caf\xe9"\n')
     with pytest.raises(ConfigError, match="is not UTF-8 text"):
         load_config(path)
+
+
+@pytest.mark.parametrize("game", ["kuhn", "tictactoe"])
+def test_the_strategy_recipes_load_and_resolve(game, tmp_path):
+    """benchmarks/strategy.py trains these: every component they name exists and the local model runs them."""
+    from unstable_core.runtime.launch.components import Components
+
+    cfg = load_config(EXAMPLES / f"{game}-strategy.toml", {"runs_dir": str(tmp_path)})
+    comp = Components.resolve(cfg, tmp_path / "run")
+    assert comp.learner is not None and cfg.model_name == "smollm2-135m" and cfg.sampler == "fixed"
+    assert cfg.prompt_template == f"{game}-compact" and cfg.learning_steps <= 120
