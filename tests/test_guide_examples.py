@@ -114,12 +114,13 @@ LEARNER_AND_ERRORS = textwrap.dedent("""
     from unstable_core.config import load_config
     from unstable_core.plugins import get_registry
     from unstable_core.runtime.launch.plan import RunPlan
+    from unstable_core.runtime.launch.preflight import check_run
     from unstable_core.testing import check_learner_learns, sign_flipped
 
     lines = []
     for overrides in {cases!r}:
         try:
-            RunPlan.resolve(load_config(None, overrides)).check()
+            check_run(RunPlan.resolve(load_config(None, overrides)))
             lines.append("accepted")
         except Exception as exc:
             lines.append(f"Error: {{exc}}")
