@@ -211,19 +211,9 @@ def test_logprobs_are_those_of_the_tempered_policy(backend, prompts):
 def test_bf16_backend_applies_a_lora_on_the_lm_head(tiny_model, tmp_path, prompts):
     """A bf16 model's fp32 head is taken from the base weights, unless an adapter wraps lm_head: then the
     model's own (adapted) logits are used, so the recorded log-probs stay those of the adapted policy."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
+    from unstable_core.testing import make_tiny_adapter
 
-    model = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(tiny_model),
-        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "lm_head"]),
-    )
-    torch.manual_seed(0)
-    for name, param in model.named_parameters():
-        if "lora_B" in name:
-            torch.nn.init.normal_(param, std=1.0)
-    model.save_pretrained(tmp_path / "head")
-    path = str(tmp_path / "head")
+    path = make_tiny_adapter(tiny_model, tmp_path / "head", ["q_proj", "lm_head"], seed=0)
     bf16 = TransformersBackend(tiny_model, dtype=torch.bfloat16)
     params = SamplingParams(temperature=1.0, max_tokens=4, seed=0)
     out = bf16.generate_batch([GenerationRequest(prompts[0], lora_path=path, params=params)])[0]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from unstable_core.config import RunConfig, load_config
 from unstable_core.errors import ConfigError
@@ -17,25 +16,14 @@ from unstable_core.games.analysis.probe import Figure
 from unstable_core.report.run_probes import change_lines, probe_changes, probe_panels, probe_records
 from unstable_core.runtime.actors.probes import ProbeActor
 from unstable_core.runtime.launch.plan import RunPlan
+from unstable_core.testing import make_tiny_adapter
 
 PROBE, ENV = "tictactoe-tactics", "TicTacToe-v0-train"
 
 
 def make_checkpoint(base_model: str, folder) -> str:
     """A LoRA checkpoint of the tiny model with non-zero random B weights, so that it changes the policy."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    model = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(base_model),
-        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
-    )
-    torch.manual_seed(7)
-    for name, param in model.named_parameters():
-        if "lora_B" in name:
-            torch.nn.init.normal_(param, std=1.0)
-    model.save_pretrained(folder)
-    return str(folder)
+    return make_tiny_adapter(base_model, folder, ["q_proj", "v_proj"], seed=7)
 
 
 def test_the_probe_actor_measures_base_and_a_checkpoint_as_unstable_eval_does(tiny_model, tmp_path):

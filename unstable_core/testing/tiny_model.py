@@ -46,3 +46,24 @@ def make_tiny_model(
     model = tiny_llama(tok, hidden_size, num_layers)
     model.save_pretrained(folder, safe_serialization=True)
     return str(folder)
+
+
+def make_tiny_adapter(
+    base_model: str, folder: str | os.PathLike, target_modules: list[str], seed: int = 0
+) -> str:
+    """Write a LoRA adapter of `base_model` whose B weights are random, not zero (so that it changes the
+    policy), to `folder`; return its path: a checkpoint's adapter, as the learner saves one."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base_model),
+        LoraConfig(r=4, lora_alpha=8, target_modules=target_modules),
+    )
+    torch.manual_seed(seed)
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=1.0)
+    model.save_pretrained(folder)
+    return str(folder)
