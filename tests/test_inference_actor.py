@@ -8,13 +8,13 @@ import ray
 from unstable_core.errors import UnstableError
 from unstable_core.inference.base import GenerationRequest, SamplingParams
 from unstable_core.runtime.actors.inference import create_inference_actor
+from unstable_core.testing import local_ray
 
 
 @pytest.fixture(scope="module")
 def ray_runtime():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+    with local_ray(num_cpus=2):
+        yield
 
 
 RESTARTING = (

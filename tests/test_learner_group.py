@@ -14,21 +14,15 @@ from unstable_core.learners.data_parallel import CollectiveFailed
 from unstable_core.runtime.actors.graph import ActorGraph
 from unstable_core.runtime.recovery.learner_group import group_failure
 from unstable_core.runtime.recovery.liveness import ActorDied
+from unstable_core.testing import local_ray
 
 BROKEN = "the learner group's all_gather failed (another worker died or left the group): Connection closed"
 
 
 @pytest.fixture(scope="module")
 def ray_session():
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        namespace="unstable-learner-group",
-    )
-    yield
-    ray.shutdown()
+    with local_ray(num_cpus=2, namespace="unstable-learner-group"):
+        yield
 
 
 @ray.remote(num_cpus=0, max_concurrency=2)

@@ -22,20 +22,14 @@ from unstable_core.runtime.actors.recorder import Recorder, RecorderActor
 from unstable_core.runtime.recovery.liveness import ActorDied, ActorHung, InferenceWatch, check_answers
 from unstable_core.runtime.recovery.stop_decision import decide_stop
 from unstable_core.runtime.run import Run
+from unstable_core.testing import local_ray
 from unstable_core.types import GameInformation, GameResult
 
 
 @pytest.fixture(scope="module")
 def ray_session():
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        namespace="unstable-liveness",
-    )
-    yield
-    ray.shutdown()
+    with local_ray(num_cpus=2, namespace="unstable-liveness"):
+        yield
 
 
 def game(idx: int) -> GameResult:

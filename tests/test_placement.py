@@ -22,6 +22,7 @@ from unstable_core.runtime.launch.placement import (
     split_cpu_threads,
 )
 from unstable_core.runtime.run import Run
+from unstable_core.testing import local_ray
 
 
 def test_cpu_places_everything_on_the_cpu():
@@ -234,11 +235,8 @@ def place(run: Run):
 
 @pytest.fixture
 def declared_gpus(request):
-    ray.init(
-        address="local", num_cpus=2, num_gpus=request.param, include_dashboard=False, log_to_driver=False
-    )
-    yield request.param
-    ray.shutdown()
+    with local_ray(num_cpus=2, num_gpus=request.param):
+        yield request.param
 
 
 @pytest.mark.parametrize("declared_gpus", [1], indirect=True)

@@ -19,6 +19,7 @@ from unstable_core.runtime.actors.recorder import Recorder
 from unstable_core.runtime.actors.scheduled_eval import ScheduledEval
 from unstable_core.runtime.actors.scheduler import GameScheduler
 from unstable_core.runtime.run import Run
+from unstable_core.testing import local_ray
 from unstable_core.types import EvalEnvSpec, TrainEnvSpec
 
 TTT = "TicTacToe-v0-train"
@@ -33,11 +34,8 @@ RESTARTING = (
 
 @pytest.fixture(scope="module")
 def ray_session():
-    ray.init(
-        address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="unstable-tests"
-    )
-    yield
-    ray.shutdown()
+    with local_ray(num_cpus=4, namespace="unstable-tests"):
+        yield
 
 
 @pytest.fixture(scope="module")

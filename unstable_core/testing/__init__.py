@@ -21,6 +21,7 @@ from unstable_core.testing.learning_check import (  # noqa: F401  (re-exported: 
     run_default_transforms,
     sign_flipped,
 )
+from unstable_core.testing.local_ray import local_ray  # noqa: F401  (re-exported)
 from unstable_core.testing.tiny_model import make_tiny_adapter, make_tiny_model, tiny_llama  # noqa: F401  (re-exported)
 from unstable_core.types import Step
 
