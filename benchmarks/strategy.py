@@ -52,7 +52,7 @@ def train(recipe: str, runs_dir: Path, name: str) -> tuple[Path, float]:
 
 def probe(run_dir: Path, probes: list[tuple[str, str]], every: int) -> dict[str, Any]:
     """The probes on base, every `every`-th checkpoint and the last: {label: {probe: result dict}}."""
-    from unstable_core.eval.probes import _template, probe_players
+    from unstable_core.eval.probes import players_template, probe_players
     from unstable_core.eval.targets import checkpoints_of, resolve_argument, run_base_model
 
     steps = checkpoints_of(run_dir)
@@ -60,7 +60,7 @@ def probe(run_dir: Path, probes: list[tuple[str, str]], every: int) -> dict[str,
     targets = resolve_argument(run_base_model(run_dir)) + [
         t for f in chosen for t in resolve_argument(str(f))
     ]
-    results = probe_players(probes, targets, _template([t for t in targets if t.run_dir], None))
+    results = probe_players(probes, targets, players_template([t for t in targets if t.run_dir], None))
     return {label: {name: r.to_dict() for name, r in pairs} for label, pairs in results.items()}
 
 

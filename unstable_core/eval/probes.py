@@ -24,7 +24,9 @@ from unstable_core.games.analysis.probe import ProbeResult, player_policy
 from unstable_core.games.templates import get_template
 
 
-def _template(targets: list[Any], template: str | None) -> str:
+def players_template(targets: list[Any], template: str | None) -> str:
+    """The template to prompt `targets` with: `template`, else the one their runs share (a ConfigError
+    naming --template where they differ), else the run default."""
     default = attrs.fields(RunConfig).prompt_template.default
     template = template or run_setting(targets, "prompt_template", default, "--template")
     get_template(template)
@@ -43,7 +45,9 @@ def run_probe(
     (default: the run's, else the run default) in `env_id` (default: the probe's)."""
     probe_of(name, env_id)
     targets = resolve_argument(model)
-    (result,) = probe_players([(name, env_id)], targets[-1:], _template(targets, template), device).values()
+    (result,) = probe_players(
+        [(name, env_id)], targets[-1:], players_template(targets, template), device
+    ).values()
     return result[0][1]
 
 
