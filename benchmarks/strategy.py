@@ -10,7 +10,8 @@ the scripted opponents. The probes run on the base model, every `--every`-th che
 the run's own template; exact figures (Kuhn's exploitability) have no interval, the others a 95% t
 interval over positions. `unstable eval` then plays base and the last checkpoint against each opponent,
 `--games` games per pair, seats alternated: each rate with its Wilson 95% interval, and a Fisher exact
-test of base against last. Everything is also written to `<run>/strategy.json`.
+test of base against last. Everything is also written to `<run>/strategy.json`, and the probes per
+checkpoint are drawn in `<run>/strategy.png`.
 """
 
 from __future__ import annotations
@@ -62,6 +63,16 @@ def probe(run_dir: Path, probes: list[tuple[str, str]], every: int) -> dict[str,
     ]
     results = probe_players(probes, targets, players_template([t for t in targets if t.run_dir], None))
     return {label: {name: r.to_dict() for name, r in pairs} for label, pairs in results.items()}
+
+
+def probe_records(probes: dict[str, Any]) -> list[dict[str, Any]]:
+    """`probe`'s results as probes.jsonl records (step 0 for the base model, N for ckpt-N), for the plot."""
+    records = []
+    for label, results in probes.items():
+        step = int(label.rsplit("-", 1)[1]) if label.startswith("ckpt-") else 0
+        for name, result in results.items():
+            records.append({"step": step, "probe": name, "env_id": result["env_id"], **result})
+    return sorted(records, key=lambda r: r["step"])
 
 
 def play(run_dir: Path, env_id: str, opponents: list[str], games: int, out: Path) -> list[dict[str, Any]]:
@@ -189,6 +200,10 @@ def main() -> None:
     print("\n".join(lines))
     out = {"run": str(run_dir), "wall_s": wall_s, "probes": probes, "games": rows, "report": lines}
     (run_dir / "strategy.json").write_text(json.dumps(out, indent=1))
+    from unstable_core.report.plots import plot_probes
+
+    picture = plot_probes(probe_records(probes), run_dir / "strategy.png", f"{args.game}: {run_dir.name}")
+    print(f"- curves: {picture}")
 
 
 if __name__ == "__main__":

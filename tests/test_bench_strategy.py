@@ -69,3 +69,21 @@ def test_the_report_compares_first_with_last_and_base_with_the_checkpoint(strate
     assert f"wins base 2/128 -> ckpt-20 20/128 (Fisher p = {format_p(fisher_exact(2, 128, 20, 128))})" in text
     assert f"non-losses 12 -> 60 (p = {format_p(fisher_exact(12, 128, 60, 128))})" in text
     assert lines[-1] == "- training wall time: 30.0 min"
+
+
+def test_the_probes_per_checkpoint_are_drawn_in_step_order(strategy, tmp_path):
+    from unstable_core.report.plots import plot_probes
+
+    exact = {"value": 0.36, "low": 0.36, "high": 0.36, "n": 12, "exact": True}
+    probes = {
+        "ckpt-20": {"t": {"probe": "t", "env_id": "E-v0", "figures": {"win_mass": figure(0.6, 0.05)}}},
+        "smollm2-135m": {"t": {"probe": "t", "env_id": "E-v0", "figures": {"win_mass": figure(0.1, 0.03)}}},
+        "ckpt-5": {"t": {"probe": "t", "env_id": "E-v0", "figures": {"win_mass": exact}}},
+    }
+    records = strategy.probe_records(probes)
+    assert [r["step"] for r in records] == [0, 5, 20]
+    assert records[1]["figures"]["win_mass"] == exact
+    picture = plot_probes(records, tmp_path / "strategy.png", "t")
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="no probe figure"):
+        plot_probes([], tmp_path / "none.png")

@@ -64,14 +64,8 @@ def plot_run(run_dir: str | Path) -> list[Path]:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o")
             ax.set_ylabel(key.split("/", 1)[1], fontsize=7)
         banded = [(p, True) for p in rate_panels] + [(p, False) for p in probe_panels]
-        for ax, ((label, xs, rates, los, his), rate) in zip(axes[len(keys) :, 0], banded, strict=True):
-            if los != rates or his != rates:  # an exact figure (a probe's) has no band
-                ax.fill_between(xs, los, his, alpha=0.25, label="95% interval")
-                ax.legend(fontsize=6, loc="best")
-            ax.plot(xs, rates, marker="o")
-            if rate:
-                ax.set_ylim(-0.02, 1.02)
-            ax.set_ylabel(label, fontsize=7)
+        for ax, (panel, rate) in zip(axes[len(keys) :, 0], banded, strict=True):
+            _draw_banded(ax, panel, rate)
         axes[-1, 0].set_xlabel("learner step = policy version")
         axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
         fig.tight_layout()
@@ -79,6 +73,44 @@ def plot_run(run_dir: str | Path) -> list[Path]:
         plt.close(fig)
         written.append(run_dir / "curves.png")
     return written
+
+
+def plot_probes(records: list[dict], path: str | Path, title: str = "") -> Path:
+    """Draw each probe figure of `records` (probes.jsonl's form: step, probe, env_id, figures) against the
+    step, a panel each, with its 95% band where it has one; write the picture to `path`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    from unstable_core.report.run_probes import probe_panels
+
+    panels = probe_panels(records)
+    if not panels:
+        raise ValueError("plot_probes: the records hold no probe figure")
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2 * len(panels)), sharex=True, squeeze=False)
+    for ax, panel in zip(axes[:, 0], panels, strict=True):
+        _draw_banded(ax, panel, rate=False)
+    axes[0, 0].set_title(title, fontsize=9)
+    axes[-1, 0].set_xlabel("learner step (0: the base model)")
+    axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)
+
+
+def _draw_banded(ax, panel: tuple[str, list[int], list[float], list[float], list[float]], rate: bool) -> None:
+    """One panel: the values per step, their 95% band unless exact, a rate's axis from 0 to 1."""
+    label, xs, values, los, his = panel
+    if los != values or his != values:  # an exact figure (a probe's) has no band
+        ax.fill_between(xs, los, his, alpha=0.25, label="95% interval")
+        ax.legend(fontsize=6, loc="best")
+    ax.plot(xs, values, marker="o")
+    if rate:
+        ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel(label, fontsize=7)
 
 
 def _probe_panels(run_dir: Path) -> list[tuple[str, list[int], list[float], list[float], list[float]]]:
