@@ -72,10 +72,9 @@ def play_games(
     The first game of each distinct error is passed to `on_event` as it is recorded."""
     import ray
 
-    from unstable_core.runtime.actors.recorder import wait_for_records
+    from unstable_core.runtime.actors.recorder import ErrorLines, wait_for_records
     from unstable_core.runtime.launch.build import build_eval_graph, close_adapter_caches, start_collection
     from unstable_core.runtime.launch.cluster import raise_interrupt, start_ray, stop_ray
-    from unstable_core.runtime.recovery.failures import ErrorLines
 
     games = len(plan.schedule.games)
     owns_ray = not ray.is_initialized()

@@ -22,6 +22,7 @@ from unstable_core.rewards.specs import pipeline
 from unstable_core.run_lock import LOCK_NAME, RunLock
 from unstable_core.runtime.actors.graph import ActorGraph
 from unstable_core.runtime.actors.probes import ScheduledProbes
+from unstable_core.runtime.actors.recorder import ErrorLines
 from unstable_core.runtime.launch.build import (
     build_graph,
     close_adapter_caches,
@@ -31,7 +32,6 @@ from unstable_core.runtime.launch.build import (
 from unstable_core.runtime.launch.cluster import end_watchdog, start_ray, stop_ray
 from unstable_core.runtime.launch.plan import RunPlan
 from unstable_core.runtime.launch.preflight import check_run, claim_run_dir
-from unstable_core.runtime.recovery.failures import ErrorLines
 from unstable_core.runtime.recovery.learner_group import group_failure
 from unstable_core.runtime.recovery.liveness import (
     ActorDied,
