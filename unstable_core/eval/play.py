@@ -73,7 +73,7 @@ def play_games(
     import ray
 
     from unstable_core.runtime.actors.recorder import ErrorLines, wait_for_records
-    from unstable_core.runtime.launch.build import build_eval_graph, close_adapter_caches, start_collection
+    from unstable_core.runtime.launch.build import build_eval_graph, start_collection
     from unstable_core.runtime.launch.cluster import raise_interrupt, start_ray, stop_ray
 
     games = len(plan.schedule.games)
@@ -98,7 +98,7 @@ def play_games(
         wait_for_records(graph.recorder, "eval_games", games)
         errors.show(ray.get(graph.recorder.snapshot.remote()))
         ray.get([graph.recorder.close.remote(), graph.league.flush.remote()])
-        close_adapter_caches(graph)
+        graph.close_adapter_caches()
     finally:
         signal.signal(signal.SIGTERM, previous)
         if owns_ray:

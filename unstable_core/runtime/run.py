@@ -25,7 +25,6 @@ from unstable_core.runtime.actors.probes import ScheduledProbes
 from unstable_core.runtime.actors.recorder import ErrorLines
 from unstable_core.runtime.launch.build import (
     build_graph,
-    close_adapter_caches,
     record_resumed_state,
     start_collection,
 )
@@ -353,7 +352,7 @@ class Run:
         ray.wait(self._collect_refs, num_returns=len(self._collect_refs), timeout=60)
         restarts = self._watch.restarts if self._watch is not None else 0
         snap = close_files(actors, self.run_dir, self.index_base, restarts)
-        close_adapter_caches(actors)
+        actors.close_adapter_caches()
         self.summary = {"run_dir": str(self.run_dir), "elapsed_s": time.time() - self.started_at, **snap}
         if self.learn:
             self.summary["reward_pipeline"] = pipeline(self.cfg, self.components)

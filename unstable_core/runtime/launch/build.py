@@ -197,14 +197,6 @@ def start_engines(plan: RunPlan, placed: Placed, adapter_store: str | None = Non
     )
 
 
-def close_adapter_caches(graph: ActorGraph, timeout_s: float = 10.0) -> None:
-    """The inference actors remove their copies of adapters (a dead or busy one is not waited for)."""
-    import ray
-
-    refs = [a.close_adapters.remote() for a in graph.inference_actors()]
-    ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-
-
 def start_collectors(
     plan: RunPlan, graph: ActorGraph, schedulers: list[Any], collector_cls: type | None = None
 ) -> list[Any]:
