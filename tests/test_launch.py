@@ -95,3 +95,20 @@ def test_no_command_or_benchmark_builds_actors_of_its_own(module, builder):
     for name in ("RecorderActor", "LeagueActor", "create_engines", "create_inference_actor"):
         assert name not in text, f"{module} starts {name} itself"
     assert builder in text
+
+
+def test_a_fixed_scheduler_hands_out_its_games_in_order_as_ray_ships_it():
+    """What a collector of an evaluation plays: its share of the schedule, in order, and no training game."""
+    import pickle
+
+    from unstable_core.errors import UnstableError
+    from unstable_core.runtime.actors.scheduler import FixedScheduler
+
+    model, rand = EvalTarget("m", "model", model="some-model"), EvalTarget("random", "player")
+    specs = [g.spec for g in plan_games([model], [rand], [ENV], games=4, seed=7)]
+    scheduler = pickle.loads(pickle.dumps(FixedScheduler(specs[1::2])))  # as Ray sends it to the collector
+    assert (scheduler.shard, scheduler.num_shards) == (0, 1)
+    scheduler.env_sampler.update(None)  # nothing to learn from a game
+    assert [scheduler.next_eval(None) for _ in range(2)] == [specs[1], specs[3]]
+    with pytest.raises(UnstableError, match="no training games"):
+        scheduler.next_train(None)
