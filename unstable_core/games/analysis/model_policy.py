@@ -1,9 +1,9 @@
 """A model (a base model, or a LoRA checkpoint on one) as a probe's policy: its probability of each legal
 answer at a position, prompted exactly as a run prompts it.
 
-The prompt is the run's: the position's observation through the run's template and tokenizer
-(`templates.prompt_renderer`, the game loop's renderer), ending with the template's answer prefix (`move`:
-`[`). An answer's probability is that of the completion that plays it, sampled at temperature 1: the
+The prompt is the run's: the position's observation through the run's template and tokenizer (the game
+loop's renderer, resolved once per tokenizer by `templates.answer_prompt`), ending with the template's
+answer prefix (`move`: `[`). An answer's probability is that of the completion that plays it, sampled at temperature 1: the
 spelling after the prefix (`[check]` -> `check`) in the tokenizer's own tokens, then any one token whose
 text starts with the spelling's closing `]` (`]`, `].`, `]]`: the game loop reads the first `[...]`), so
 that `check]` followed by anything is counted once. A move's probability sums the spellings the game
