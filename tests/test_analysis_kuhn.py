@@ -101,11 +101,12 @@ def test_the_prompts_are_those_of_a_real_game(tiny_model):
     history records the exact prompt ids the probe scores there."""
     from unstable_core.games.analysis.model_policy import ModelPolicy, load_model
     from unstable_core.games.loop import play_game
+    from unstable_core.games.templates import answer_prompt
     from unstable_core.inference.base import GenerationOutput, SamplingParams
     from unstable_core.types import GameSpec, PlayerSpec
 
     model, tokenizer = load_model(tiny_model, device="cpu")
-    policy = ModelPolicy(model, tokenizer, "move")
+    policy = ModelPolicy(model, tokenizer, answer_prompt("move", tokenizer))
     target = kuhn.reach(ENV, 2, 1, "b")  # the second player (seat 0) holds K and faces a bet
     seed = kuhn.deal_seed(ENV, 0, 2, 0)
     prompts = []

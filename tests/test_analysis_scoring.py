@@ -10,6 +10,7 @@ import torch
 
 from unstable_core.games.analysis.model_policy import ModelPolicy, load_model
 from unstable_core.games.analysis.scoring import MIN_SHARED, Scorer, prompt_groups
+from unstable_core.games.templates import answer_prompt
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,7 @@ def test_a_policy_sums_the_spellings_of_each_move_over_its_completions(tiny):
     from unstable_core.games.analysis import kuhn
 
     model, tokenizer = tiny
-    policy = ModelPolicy(model, tokenizer, "move")
+    policy = ModelPolicy(model, tokenizer, answer_prompt("move", tokenizer))
     position = kuhn.positions("KuhnPoker-v0-short-train")[0]
     (probs,) = policy([position])
     text, ids = policy.render(position.observation)

@@ -10,8 +10,8 @@ from unstable_core.errors import UnstableError
 from unstable_core.io import dumps_json, json_line, read_jsonl
 from unstable_core.rewards import FinalRewardTransform, StepRewardTransform
 from unstable_core.runtime.actors.buffer import StepBuffer
-from unstable_core.runtime.actors.recorder import Recorder
-from unstable_core.runtime.recovery.failures import ErrorLines, FailureMonitor, NonFiniteUpdates, error_key
+from unstable_core.runtime.actors.recorder import ErrorLines, Recorder
+from unstable_core.runtime.recovery.failures import FailureMonitor, NonFiniteUpdates, error_key
 from unstable_core.trackers.jsonl import JSONLTracker
 from unstable_core.types import GameInformation, GameResult, Step, Trajectory, to_dict
 

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from unstable_core.errors import UnstableError
-from unstable_core.games.templates import TEMPLATES, get_template, render_prompt
+from unstable_core.games.templates import TEMPLATES, answer_prompt, get_template, render_prompt
 
 OBS = (
     "[GAME] You are Player 0 in Tic Tac Toe.\n 0 | 1 | 2 \n---+---+---\n 3 | O | 5 \n"
@@ -71,6 +71,17 @@ def test_render_prompt_round_trips(name, tokenizer):
     assert text == TEMPLATES[name](OBS, tokenizer)
     assert tokenizer.decode(ids) == text
     assert ids == tokenizer.encode(text, add_special_tokens=False)
+
+
+@pytest.mark.parametrize(("name", "prefix"), [("move", "["), ("default", "")])
+def test_an_answer_prompt_renders_as_a_game_and_knows_its_answer_prefix(name, prefix, tokenizer):
+    """Resolved once for a tokenizer, a template renders each observation as the game loop does."""
+    prompt = answer_prompt(name, tokenizer)
+    assert prompt.prefix == prefix
+    for observation in (OBS, "x"):
+        assert prompt.render(observation) == render_prompt(name, observation, tokenizer)
+    with pytest.raises(UnstableError, match="unknown prompt template 'nope'"):
+        answer_prompt("nope", tokenizer)
 
 
 def test_render_prompt_encodes_chatml_markers_as_special_tokens(tokenizer):

@@ -1,5 +1,6 @@
-"""The one launch path: every command's actors come from a `RunPlan` through `build_graph`, as an
-`ActorGraph`; an evaluation is a plan that does not learn and plays a fixed schedule."""
+"""The one launch path: every command's actors come from a `RunPlan` through `runtime/launch/build.py`
+(`build_graph`, or `build_eval_graph` for an evaluation: a plan that does not learn and plays a fixed
+schedule), as an `ActorGraph`."""
 
 from types import SimpleNamespace
 
@@ -81,8 +82,11 @@ def test_the_run_defaults_are_the_evaluations_unless_given(tiny_model):
     assert cfg.temperature == 0.5 and cfg.trackers == []
 
 
-@pytest.mark.parametrize("module", ["unstable_core/eval/play.py", "benchmarks/rollout.py"])
-def test_no_command_or_benchmark_builds_actors_of_its_own(module):
+@pytest.mark.parametrize(
+    ("module", "builder"),
+    [("unstable_core/eval/play.py", "build_eval_graph"), ("benchmarks/rollout.py", "build_graph")],
+)
+def test_no_command_or_benchmark_builds_actors_of_its_own(module, builder):
     """The actor classes are started in runtime/launch/build.py alone (play_games and the rollout benchmark
     each had their own copy of the wiring)."""
     from pathlib import Path
@@ -90,4 +94,21 @@ def test_no_command_or_benchmark_builds_actors_of_its_own(module):
     text = (Path(__file__).parents[1] / module).read_text()
     for name in ("RecorderActor", "LeagueActor", "create_engines", "create_inference_actor"):
         assert name not in text, f"{module} starts {name} itself"
-    assert "build_graph" in text
+    assert builder in text
+
+
+def test_a_fixed_scheduler_hands_out_its_games_in_order_as_ray_ships_it():
+    """What a collector of an evaluation plays: its share of the schedule, in order, and no training game."""
+    import pickle
+
+    from unstable_core.errors import UnstableError
+    from unstable_core.runtime.actors.scheduler import FixedScheduler
+
+    model, rand = EvalTarget("m", "model", model="some-model"), EvalTarget("random", "player")
+    specs = [g.spec for g in plan_games([model], [rand], [ENV], games=4, seed=7)]
+    scheduler = pickle.loads(pickle.dumps(FixedScheduler(specs[1::2])))  # as Ray sends it to the collector
+    assert (scheduler.shard, scheduler.num_shards) == (0, 1)
+    scheduler.env_sampler.update(None)  # nothing to learn from a game
+    assert [scheduler.next_eval(None) for _ in range(2)] == [specs[1], specs[3]]
+    with pytest.raises(UnstableError, match="no training games"):
+        scheduler.next_train(None)

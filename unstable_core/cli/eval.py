@@ -149,30 +149,22 @@ def eval_command(models, opponents, envs, tasks, probes, games, all_checkpoints,
     err = click.echo if not as_json else lambda m: click.echo(m, err=True)
     started = time.time()
     results = _play(evaluation.run_plan, out_dir, made, concurrency, err) if evaluation.planned else []
-    probed = _probe(evaluation, err)
+    probed = []
+    if evaluation.probes:
+        from unstable_core.eval.probes import probe_evaluation
+
+        asked = ", ".join(f"{name} ({env})" for name, env in evaluation.probes)
+        err(f"unstable eval: probing {len(evaluation.models)} model(s) with {asked}; loading the models...")
+        try:
+            probed = probe_evaluation(evaluation)
+        except UnstableError:
+            raise
+        except Exception as exc:  # a model that cannot load, a probe that fails: one line, status 1
+            raise RunFailed(f"probe failed: {failure_line(exc)}") from exc
     wall_s = time.time() - started
     verdict = report(evaluation, results, out_dir, wall_s, as_json, err, probed, allow_failures)
     if verdict is not None:
         raise RunFailed(verdict)
-
-
-def _probe(evaluation: Any, err: Any) -> list[dict[str, Any]]:
-    """Each probe of the evaluation on each evaluated model, as JSON-ready results with the model's label."""
-    if not evaluation.probes:
-        return []
-    from unstable_core.eval.probes import probe_players
-
-    asked = ", ".join(f"{name} ({env})" for name, env in evaluation.probes)
-    err(f"unstable eval: probing {len(evaluation.models)} model(s) with {asked}; loading the models...")
-    try:
-        found = probe_players(
-            evaluation.probes, evaluation.models, evaluation.template, evaluation.cfg.device
-        )
-    except UnstableError:
-        raise
-    except Exception as exc:  # a model that cannot load, a probe that fails: one line, status 1
-        raise RunFailed(f"probe failed: {failure_line(exc)}") from exc
-    return [{"model": label, **result.to_dict()} for label, runs in found.items() for _, result in runs]
 
 
 def _play(plan: Any, out_dir: Path, made: list[Path], concurrency: int, err: Any) -> list[Any]:

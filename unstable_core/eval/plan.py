@@ -1,6 +1,6 @@
 """What `unstable eval` plays, planned once: its players resolved (`EvalTargets`), its games, tasks and
 probes, the RunConfig they play with, and the `RunPlan` of a run that does not learn and plays exactly
-those games (`eval.play` starts it with the same `build_graph` as every run: one engine per base model,
+those games (`eval.play` starts it with the launch path's `build_eval_graph`: one engine per base model,
 checkpoints as LoRA adapters on it, a collector keeping many games in flight, the league and the
 recorder). No buffer and no learner exist here.
 

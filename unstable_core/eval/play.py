@@ -1,6 +1,7 @@
 """Playing an evaluation's games, and where they go: its output folder, made (never over an earlier
 evaluation) and removed again when nothing was played; the games themselves are played by a run that does
-not learn, started by the same `build_graph` as every run, which writes each to `<out>/games/games.jsonl`.
+not learn, whose actors `build_eval_graph` starts (the launch path's builder of an evaluation: engines,
+collectors of the fixed schedule, league, recorder), which writes each to `<out>/games/games.jsonl`.
 """
 
 from __future__ import annotations
@@ -66,15 +67,14 @@ def play_games(
     on_progress: Callable[[dict[str, int]], None] | None = None,
     on_event: Callable[[str], None] | None = None,
 ) -> list[GameResult]:
-    """Play every game of the plan's schedule, `concurrency` at once, on the actors `build_graph` starts for
-    any run; returns their results (failed ones included), as written to `<out_dir>/games/games.jsonl`.
+    """Play every game of the plan's schedule, `concurrency` at once, on the actors `build_eval_graph` starts;
+    returns their results (failed ones included), as written to `<out_dir>/games/games.jsonl`.
     The first game of each distinct error is passed to `on_event` as it is recorded."""
     import ray
 
-    from unstable_core.runtime.actors.recorder import wait_for_records
-    from unstable_core.runtime.launch.build import build_graph, close_adapter_caches, start_collection
+    from unstable_core.runtime.actors.recorder import ErrorLines, wait_for_records
+    from unstable_core.runtime.launch.build import build_eval_graph, start_collection
     from unstable_core.runtime.launch.cluster import raise_interrupt, start_ray, stop_ray
-    from unstable_core.runtime.recovery.failures import ErrorLines
 
     games = len(plan.schedule.games)
     owns_ray = not ray.is_initialized()
@@ -86,7 +86,7 @@ def play_games(
         signal.signal(signal.SIGTERM, raise_interrupt)  # after ray.init, which sets its own
         errors = ErrorLines(on_event)
         placed = plan.place()
-        graph = build_graph(plan, out_dir, placed)
+        graph = build_eval_graph(plan, out_dir, placed)
         (done,) = start_collection(graph.collectors, 0, concurrency, games)
         while not ray.wait([done], timeout=1.0)[0]:
             if on_progress:
@@ -98,7 +98,7 @@ def play_games(
         wait_for_records(graph.recorder, "eval_games", games)
         errors.show(ray.get(graph.recorder.snapshot.remote()))
         ray.get([graph.recorder.close.remote(), graph.league.flush.remote()])
-        close_adapter_caches(graph)
+        graph.close_adapter_caches()
     finally:
         signal.signal(signal.SIGTERM, previous)
         if owns_ray:

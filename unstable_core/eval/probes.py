@@ -1,6 +1,7 @@
 """Probes of `unstable eval`'s players: on a model, checkpoint or run directory named as `unstable eval` names
-it (`run_probe`), and on the players of an evaluation, each base model loaded once (`probe_players`); a
-probe on a policy is `games.analysis.measuring`'s.
+it (`run_probe`), and on the players of an evaluation, each base model loaded once (`probe_players`;
+`probe_evaluation` for an `Evaluation`'s probes and models); a probe on a policy is
+`games.analysis.measuring`'s.
 
 `run_probe("kuhn-exploitability", "runs/<name>")` measures the run's latest checkpoint with the run's
 template on the probe's default env, and `.to_dict()` is JSON-ready: what a scheduled evaluation calls on
@@ -66,6 +67,12 @@ def probe_players(
     for target, policy in _policies(targets, template, device):
         out[target.label] = [(name, measure(name, policy, env)) for name, env in probes]
     return out
+
+
+def probe_evaluation(evaluation: Any) -> list[dict[str, Any]]:
+    """Each probe of an `Evaluation` on each of its models, as JSON-ready results labelled with the model."""
+    found = probe_players(evaluation.probes, evaluation.models, evaluation.template, evaluation.cfg.device)
+    return [{"model": label, **result.to_dict()} for label, runs in found.items() for _, result in runs]
 
 
 def _policies(targets: Sequence[Any], template: str, device: str | None) -> Any:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
+
 from unstable_core.errors import UnstableError
 from unstable_core.games.prompt_tokens import prompt_encoder, template_frame
 
@@ -177,7 +179,29 @@ def prompt_renderer(
     The template, its frame and the tokenizer's encoder are looked up once, not on every turn (a game
     renders all of a seat's turns with one renderer; the lookups cost as much as a prompt's encoding).
     """
+    return _renderer(get_template(template_name, templates), tokenizer)
+
+
+@attrs.frozen
+class AnswerPrompt:
+    """A template resolved once for one tokenizer, as what scores a model's answers needs: the prompt of an
+    observation (`render`) and the text it ends with that belongs to the answer (`prefix`, `move`: `[`)."""
+
+    render: PromptRenderer
+    prefix: str
+
+
+def answer_prompt(
+    template_name: str, tokenizer: Any, templates: Mapping[str, Template] | None = None
+) -> AnswerPrompt:
+    """The template `template_name` for `tokenizer`: its renderer and its answer prefix."""
     template = get_template(template_name, templates)
+    prefix = answer_prefix(template)
+    return AnswerPrompt(_renderer(template, tokenizer), prefix)
+
+
+def _renderer(template: Template, tokenizer: Any) -> PromptRenderer:
+    """The renderer of a resolved template: its frame and the tokenizer's encoder looked up now."""
     text = _prompt_text(template, template_frame(template, tokenizer), tokenizer)
     encoder = prompt_encoder(tokenizer)
     encode = encoder.encode if encoder is not None else _whole_encoder(tokenizer)

@@ -22,16 +22,15 @@ from unstable_core.rewards.specs import pipeline
 from unstable_core.run_lock import LOCK_NAME, RunLock
 from unstable_core.runtime.actors.graph import ActorGraph
 from unstable_core.runtime.actors.probes import ScheduledProbes
+from unstable_core.runtime.actors.recorder import ErrorLines
 from unstable_core.runtime.launch.build import (
     build_graph,
-    close_adapter_caches,
     record_resumed_state,
     start_collection,
 )
 from unstable_core.runtime.launch.cluster import end_watchdog, start_ray, stop_ray
 from unstable_core.runtime.launch.plan import RunPlan
 from unstable_core.runtime.launch.preflight import check_run, claim_run_dir
-from unstable_core.runtime.recovery.failures import ErrorLines
 from unstable_core.runtime.recovery.learner_group import group_failure
 from unstable_core.runtime.recovery.liveness import (
     ActorDied,
@@ -353,7 +352,7 @@ class Run:
         ray.wait(self._collect_refs, num_returns=len(self._collect_refs), timeout=60)
         restarts = self._watch.restarts if self._watch is not None else 0
         snap = close_files(actors, self.run_dir, self.index_base, restarts)
-        close_adapter_caches(actors)
+        actors.close_adapter_caches()
         self.summary = {"run_dir": str(self.run_dir), "elapsed_s": time.time() - self.started_at, **snap}
         if self.learn:
             self.summary["reward_pipeline"] = pipeline(self.cfg, self.components)

@@ -1,9 +1,9 @@
 """A model (a base model, or a LoRA checkpoint on one) as a probe's policy: its probability of each legal
 answer at a position, prompted exactly as a run prompts it.
 
-The prompt is the run's: the position's observation through the run's template and tokenizer
-(`templates.prompt_renderer`, the game loop's renderer), ending with the template's answer prefix (`move`:
-`[`). An answer's probability is that of the completion that plays it, sampled at temperature 1: the
+The prompt is the run's: the position's observation through the run's template and tokenizer (the game
+loop's renderer, resolved once per tokenizer by `templates.answer_prompt`), ending with the template's
+answer prefix (`move`: `[`). An answer's probability is that of the completion that plays it, sampled at temperature 1: the
 spelling after the prefix (`[check]` -> `check`) in the tokenizer's own tokens, then any one token whose
 text starts with the spelling's closing `]` (`]`, `].`, `]]`: the game loop reads the first `[...]`), so
 that `check]` followed by anything is counted once. A move's probability sums the spellings the game
@@ -19,7 +19,7 @@ from typing import Any
 
 from unstable_core.errors import UnstableError
 from unstable_core.games.analysis.probe import Position
-from unstable_core.games.templates import answer_prefix, get_template, prompt_renderer
+from unstable_core.games.templates import AnswerPrompt, answer_prompt
 
 CLOSING = "]"  # TextArena's moves end with it
 
@@ -59,28 +59,30 @@ def policies_of(
 ) -> Iterator[tuple[str, ModelPolicy]]:
     """(label, policy) of each player of one base model: (label, None) is the base model itself, (label,
     adapter folder) a LoRA checkpoint on it. One copy of the model serves them all; its own policies come
-    first, and each is to be measured before the next is made (peft changes the model's layers in place)."""
+    first, and each is to be measured before the next is made (peft changes the model's layers in place).
+    `template` is resolved once, for them all."""
     net, tokenizer = load_model(base, device)
+    prompt = answer_prompt(template, tokenizer)
     for label, adapter in players:
         if adapter is None:
-            yield label, ModelPolicy(net, tokenizer, template, label=label)
+            yield label, ModelPolicy(net, tokenizer, prompt, label=label)
     wrapped = None
     for k, (label, adapter) in enumerate(p for p in players if p[1] is not None):
         wrapped = with_adapter(net if wrapped is None else wrapped, adapter, f"probe-{k}")
-        yield label, ModelPolicy(wrapped, tokenizer, template, label=label)
+        yield label, ModelPolicy(wrapped, tokenizer, prompt, label=label)
 
 
 class ModelPolicy:
-    """A causal LM's probabilities of the legal answers at positions, rendered with `template`."""
+    """A causal LM's probabilities of the legal answers at positions, prompted with `prompt` (a template
+    resolved for its tokenizer: `templates.answer_prompt`)."""
 
-    def __init__(self, model: Any, tokenizer: Any, template: str = "move", label: str = "") -> None:
+    def __init__(self, model: Any, tokenizer: Any, prompt: AnswerPrompt, label: str = "") -> None:
         from unstable_core.games.analysis.scoring import Scorer
 
-        self.tokenizer, self.template, self.label = tokenizer, template, label
+        self.tokenizer, self.label = tokenizer, label
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.scorer = Scorer(model, pad_id=int(pad or 0))
-        self.render = prompt_renderer(template, tokenizer)
-        self.prefix = answer_prefix(get_template(template))
+        self.render, self.prefix = prompt.render, prompt.prefix
 
     @classmethod
     def load(
@@ -90,7 +92,7 @@ class ModelPolicy:
         net, tokenizer = load_model(model, device)
         if adapter is not None:
             net = with_adapter(net, adapter)
-        return cls(net, tokenizer, template, label=adapter or model)
+        return cls(net, tokenizer, answer_prompt(template, tokenizer), label=adapter or model)
 
     def completions(self, prompt: str, spellings: Sequence[str]) -> list[list[int]]:
         """The token ids of each spelling's completion after `prompt`, without the closing `]`."""

@@ -1,4 +1,5 @@
-"""The typed set of a run's Ray actors, as `runtime.launch.build` starts them and the run watches them."""
+"""The typed set of a run's Ray actors, as `runtime.launch.build` starts them and the run watches and closes
+them."""
 
 from __future__ import annotations
 
@@ -23,6 +24,13 @@ class ActorGraph:
 
     def inference_actors(self) -> list[Any]:
         return [a for pool in self.engines.values() for a in pool]
+
+    def close_adapter_caches(self, timeout_s: float = 10.0) -> None:
+        """The inference actors remove their copies of adapters (a dead or busy one is not waited for)."""
+        import ray
+
+        refs = [a.close_adapters.remote() for a in self.inference_actors()]
+        ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
 
     def stateful(self) -> dict[str, Any]:
         """Name -> actor of those whose state a run cannot lose (Ray restarts only the inference actors)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,20 @@ def wait_for_records(recorder: Any, key: str, expected: int, timeout_s: float = 
         if ray.get(recorder.snapshot.remote())["counts"].get(key, 0) >= expected:
             return
         time.sleep(0.2)
+
+
+class ErrorLines:
+    """The first game of each distinct error in a recorder's snapshot, passed to `on_event` once as its line
+    (what a run and an evaluation show while they play; the driver reads the snapshot)."""
+
+    def __init__(self, on_event: Callable[[str], None] | None) -> None:
+        self.on_event, self.shown = on_event, set()
+
+    def show(self, snapshot: dict[str, Any]) -> None:
+        for entry in snapshot.get("failures", {}).get("errors", []):
+            if self.on_event is not None and entry["error"] not in self.shown:
+                self.shown.add(entry["error"])
+                self.on_event(f"{entry['kind']} game {entry['game_idx']} failed: {entry['error']}")
 
 
 class RecorderActor:

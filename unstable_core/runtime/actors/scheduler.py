@@ -6,6 +6,8 @@ import random
 from collections import deque
 from typing import Any
 
+import attrs
+
 from unstable_core.errors import UnstableError
 from unstable_core.league.league import League
 from unstable_core.runtime.actors.scheduled_eval import ScheduledEval
@@ -117,17 +119,22 @@ def _rng_state(rng: random.Random) -> list[Any]:
     return [version, list(internal), gauss]
 
 
+class FixedSampler:
+    """A fixed schedule's env and model sampler: nothing to learn from a game."""
+
+    def update(self, info: Any) -> None:
+        """Nothing to learn from a game: the schedule is fixed."""
+
+
+@attrs.define
 class FixedScheduler:
     """Hands a collector the games of a fixed schedule in order (an evaluation's; no training games)."""
 
-    class _Static:
-        def update(self, info: Any) -> None:
-            """Nothing to learn from a game: the schedule is fixed."""
-
-    def __init__(self, specs: list[GameSpec] | tuple[GameSpec, ...]) -> None:
-        self.specs = deque(specs)
-        self.env_sampler = self.model_sampler = self._Static()
-        self.shard, self.num_shards = 0, 1
+    specs: deque[GameSpec] = attrs.field(converter=deque)
+    env_sampler: FixedSampler = attrs.field(factory=FixedSampler, init=False)
+    model_sampler: FixedSampler = attrs.field(factory=FixedSampler, init=False)
+    shard: int = attrs.field(default=0, init=False)
+    num_shards: int = attrs.field(default=1, init=False)
 
     def next_eval(self, league: Any) -> GameSpec:
         return self.specs.popleft()

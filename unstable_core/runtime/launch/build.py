@@ -1,7 +1,8 @@
 """The ONE builder of a run's actors, for `run`, `play`, `eval` and the benchmarks: `build_graph` starts
-them from a `RunPlan`, one function per phase (recorder, league, buffer, engines, collectors, learner), and
-returns them as an `ActorGraph`. A resumed run's actors start from its checkpoint's state. Nothing plays
-until `start_collection`, nothing learns until the learner's `train` is called (`Run.start` does both)."""
+a run's from a `RunPlan`, one function per phase (recorder, league, buffer, engines, collectors, learner),
+and `build_eval_graph` an evaluation's (a plan that plays a fixed schedule: no buffer, no learner); both
+return an `ActorGraph`. A resumed run's actors start from its checkpoint's state. Nothing plays until
+`start_collection`, nothing learns until the learner's `train` is called (`Run.start` does both)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ def build_graph(
     num_eval: int | None = None,
     collector_cls: type | None = None,
 ) -> ActorGraph:
-    """Every actor of `plan` as `placed` on the cluster, phase by phase, in `run_dir`; from `point`'s state
-    in a resumed run.
+    """Every actor of a run's `plan` as `placed` on the cluster, phase by phase, in `run_dir`; from `point`'s
+    state in a resumed run.
     `num_eval`: the evaluation games in flight (default the config's); `collector_cls`: a Collector
     subclass (a benchmark's, which measures)."""
     recorder = start_recorder(plan, run_dir, point)
@@ -34,11 +35,27 @@ def build_graph(
     graph.adapter_store, store_name = start_adapter_store()
     graph.engines = start_engines(plan, placed, store_name)
     num_eval = plan.cfg.num_eval_workers if num_eval is None else num_eval
-    graph.collectors = start_collectors(plan, graph, index_base, point, num_eval, collector_cls)
+    schedulers = [scheduler_of(plan, s, index_base, point, num_eval) for s in range(plan.cfg.num_collectors)]
+    graph.collectors = start_collectors(plan, graph, schedulers, collector_cls)
     if plan.learn:
         workers = start_learner(plan, run_dir, graph, placed, point)
         graph.learner, graph.learner_workers = workers[0], workers[1:]
         graph.probes = start_probes(plan, run_dir)
+    return graph
+
+
+def build_eval_graph(plan: RunPlan, out_dir: Path, placed: Placed) -> ActorGraph:
+    """The actors of a plan that plays its fixed schedule and learns nothing (an evaluation's), in `out_dir`:
+    the recorder, the league of the schedule's models, the engines, and collectors that each play their
+    share of the games in order."""
+    from unstable_core.runtime.actors.scheduler import FixedScheduler
+
+    shards = plan.cfg.num_collectors
+    schedulers = [FixedScheduler(plan.schedule.games[shard::shards]) for shard in range(shards)]
+    graph = ActorGraph(start_recorder(plan, out_dir, None), start_eval_league(plan, out_dir), {})
+    graph.adapter_store, store_name = start_adapter_store()
+    graph.engines = start_engines(plan, placed, store_name)
+    graph.collectors = start_collectors(plan, graph, schedulers)
     return graph
 
 
@@ -87,29 +104,38 @@ def start_recorder(plan: RunPlan, run_dir: Path, point: ResumePoint | None) -> A
 
 
 def start_league(plan: RunPlan, run_dir: Path, point: ResumePoint | None) -> Any:
-    """The league of rated models (its file: `league_path`): the current checkpoint and every fixed opponent, or the
-    models of a fixed schedule."""
+    """A run's league of rated models (its file: `league_path`): the current checkpoint and every fixed
+    opponent; from the checkpoint's state in a resumed run (one resumed before its first checkpoint
+    starts over)."""
     import ray
 
     from unstable_core.runtime.actors.league import LeagueActor
 
-    # a run's league starts from its checkpoint's state or empty (a resume before the first checkpoint
-    # starts over); an evaluation's adds to the file of an earlier one in the same folder
-    fresh = plan.schedule is None
     league = remote(LeagueActor, scheduling_strategy=on_this_node()).remote(
-        str(league_path(run_dir)), state=point.league if point else None, fresh=fresh
+        str(league_path(run_dir)), state=point.league if point else None, fresh=True
     )
-    if plan.schedule is not None:
-        for e in plan.schedule.league:
-            add = league.add_fixed.remote(e.uid) if e.fixed else None
-            ray.get(add or league.add_checkpoint.remote(e.uid, e.adapter, e.step, inherit=False))
-        return league
     if point is None:
         ray.get(league.add_checkpoint.remote("ckpt-0", None, 0, inherit=False))
     else:  # the league as it was when the checkpoint was saved, then the checkpoint itself
         ray.get(league.add_checkpoint.remote(f"ckpt-{point.step}", str(point.checkpoint), point.step))
     for name in plan.fixed_opponents:
         ray.get(league.add_fixed.remote(name))
+    return league
+
+
+def start_eval_league(plan: RunPlan, out_dir: Path) -> Any:
+    """An evaluation's league: the models of its fixed schedule, added to the file of an earlier
+    evaluation in the same folder."""
+    import ray
+
+    from unstable_core.runtime.actors.league import LeagueActor
+
+    league = remote(LeagueActor, scheduling_strategy=on_this_node()).remote(
+        str(league_path(out_dir)), state=None, fresh=False
+    )
+    for e in plan.schedule.league:
+        add = league.add_fixed.remote(e.uid) if e.fixed else None
+        ray.get(add or league.add_checkpoint.remote(e.uid, e.adapter, e.step, inherit=False))
     return league
 
 
@@ -171,23 +197,10 @@ def start_engines(plan: RunPlan, placed: Placed, adapter_store: str | None = Non
     )
 
 
-def close_adapter_caches(graph: ActorGraph, timeout_s: float = 10.0) -> None:
-    """The inference actors remove their copies of adapters (a dead or busy one is not waited for)."""
-    import ray
-
-    refs = [a.close_adapters.remote() for a in graph.inference_actors()]
-    ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-
-
 def start_collectors(
-    plan: RunPlan,
-    graph: ActorGraph,
-    index_base: int,
-    point: ResumePoint | None,
-    num_eval: int,
-    collector_cls: type | None = None,
+    plan: RunPlan, graph: ActorGraph, schedulers: list[Any], collector_cls: type | None = None
 ) -> list[Any]:
-    """The collectors, each with its shard of the game schedule (`Run` starts their collection)."""
+    """The collectors, one per scheduler of the games (`Run` starts their collection)."""
     from unstable_core.inference.base import SamplingParams
     from unstable_core.runtime.actors.collector import Collector
 
@@ -196,34 +209,30 @@ def start_collectors(
     params = SamplingParams(
         temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_generation_len, seed=seed
     )
-    collectors = []
-    for shard in range(cfg.num_collectors):
-        collectors.append(
-            # collect() runs for the whole run: stop() and stats() need room beside it
-            remote(collector_cls or Collector, max_concurrency=4).remote(
-                engines=graph.engines,
-                tokenizers=plan.engines,
-                buffer=graph.buffer,
-                league=graph.league,
-                recorder=graph.recorder,
-                scheduler=scheduler_of(plan, shard, index_base, point, num_eval),
-                params=params,
-                max_turns=cfg.max_turns,
-                game_timeout_s=cfg.game_timeout_s,
-                error_allowance=cfg.error_allowance,
-                scheduled_eval=plan.scheduled_eval if plan.learn else None,
-            )
+    return [
+        # collect() runs for the whole run: stop() and stats() need room beside it
+        remote(collector_cls or Collector, max_concurrency=4).remote(
+            engines=graph.engines,
+            tokenizers=plan.engines,
+            buffer=graph.buffer,
+            league=graph.league,
+            recorder=graph.recorder,
+            scheduler=scheduler,
+            params=params,
+            max_turns=cfg.max_turns,
+            game_timeout_s=cfg.game_timeout_s,
+            error_allowance=cfg.error_allowance,
+            scheduled_eval=plan.scheduled_eval if plan.learn else None,
         )
-    return collectors
+        for scheduler in schedulers
+    ]
 
 
 def scheduler_of(plan: RunPlan, shard: int, index_base: int, point: ResumePoint | None, num_eval: int) -> Any:
-    """Collector `shard`'s games: its share of a fixed schedule, or its samplers' (from its saved state)."""
-    from unstable_core.runtime.actors.scheduler import FixedScheduler, GameScheduler
+    """A run's collector `shard`'s games: its samplers' (from its saved state)."""
+    from unstable_core.runtime.actors.scheduler import GameScheduler
 
     cfg, comp, shards = plan.cfg, plan.components, plan.cfg.num_collectors
-    if plan.schedule is not None:
-        return FixedScheduler(plan.schedule.games[shard::shards])
     scheduler = GameScheduler(
         comp.env_sampler(
             plan.train_envs, plan.eval_specs(num_eval), seed=cfg.seed + shard, **cfg.env_sampler_config

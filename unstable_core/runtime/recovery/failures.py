@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 MAX_DISTINCT = 50  # errors kept apart; later new ones are counted under OTHER
@@ -77,20 +76,6 @@ class FailureMonitor:
 
     def snapshot(self) -> dict[str, Any]:
         return {"games": self.games, "failed": self.failed, "errors": list(self.errors.values())}
-
-
-class ErrorLines:
-    """The first game of each distinct error in a recorder's snapshot, passed to `on_event` once as its line
-    (what a run and an evaluation show while they play)."""
-
-    def __init__(self, on_event: Callable[[str], None] | None) -> None:
-        self.on_event, self.shown = on_event, set()
-
-    def show(self, snapshot: dict[str, Any]) -> None:
-        for entry in snapshot.get("failures", {}).get("errors", []):
-            if self.on_event is not None and entry["error"] not in self.shown:
-                self.shown.add(entry["error"])
-                self.on_event(f"{entry['kind']} game {entry['game_idx']} failed: {entry['error']}")
 
 
 class NonFiniteUpdates:
