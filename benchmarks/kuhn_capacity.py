@@ -49,6 +49,7 @@ def build(model: str, template: str, env_id: str, lr: float) -> dict[str, Any]:
     from unstable_core.config import DEFAULT_LORA_CFG
     from unstable_core.games.analysis.kuhn import positions
     from unstable_core.games.analysis.model_policy import ModelPolicy
+    from unstable_core.games.templates import answer_prompt
     from unstable_core.model_loading import load_causal_lm, load_tokenizer
 
     tokenizer = load_tokenizer(model)
@@ -58,7 +59,7 @@ def build(model: str, template: str, env_id: str, lr: float) -> dict[str, Any]:
         LoraConfig(r=lora["lora_rank"], lora_alpha=lora["lora_alpha"], lora_dropout=lora["lora_dropout"],
                    target_modules=lora["target_modules"]),
     )  # fmt: skip
-    policy = ModelPolicy(net, tokenizer, template, label="capacity")
+    policy = ModelPolicy(net, tokenizer, answer_prompt(template, tokenizer), label="capacity")
     sets = positions(env_id)
     items = []
     for p in sets:
