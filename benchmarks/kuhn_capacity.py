@@ -8,7 +8,11 @@ target: check J and Q first or after a check, bet K; fold J facing a bet, call Q
 
     sft        cross-entropy on the target answer: -log pi(target | s)
     reinforce  an answer sampled from pi renormalised over the two legal ones, reward +1 if it is the
-               target and -1 if not: -r log pi(answer | s), the clean, balanced policy-gradient signal
+               target and -1 if not: -r log pi(answer | s), the clean, balanced policy-gradient signal;
+               with `--explore EPS`, the answer is drawn uniformly from the legal ones with probability EPS
+               and trained on as if pi had sampled it (no importance weight: with one, the expected
+               gradient would be the unexplored one's); with `--positive-only`, an answer rewarded -1 adds
+               nothing (filtered behaviour cloning: rejection-sampling fine-tuning's signal)
 
 Every `--every` updates it prints pi(target | s), renormalised over the legal answers, per information
 set (OpenSpiel's key: card 0 J, 1 Q, 2 K, then the history), their mean and the exact exploitability of
@@ -83,7 +87,9 @@ def logprob(net: Any, prompt: list[int], completion: list[int]) -> Any:
     return logits.gather(-1, torch.tensor(completion)[:, None]).sum()
 
 
-def update(state: dict[str, Any], mode: str, rng: random.Random) -> None:
+def update(
+    state: dict[str, Any], mode: str, rng: random.Random, explore: float = 0.0, positive_only: bool = False
+) -> None:
     """One update over the 12 information sets (the mean of their losses)."""
     import torch
 
@@ -98,9 +104,16 @@ def update(state: dict[str, Any], mode: str, rng: random.Random) -> None:
         with torch.no_grad():
             probs = {m: logprob(net, item["prompt"], c).exp().item() for m, c in item["answers"].items()}
         total = sum(probs.values())
-        answer = rng.choices(list(probs), [v / total for v in probs.values()])[0]
+        if rng.random() < explore:
+            answer = rng.choice(list(probs))
+        else:
+            answer = rng.choices(list(probs), [v / total for v in probs.values()])[0]
         reward = 1.0 if answer == target else -1.0
+        if positive_only and reward < 0:
+            continue
         loss = loss - reward * logprob(net, item["prompt"], item["answers"][answer])
+    if isinstance(loss, float):  # every answer filtered out: nothing to learn from this update
+        return
     (loss / len(items)).backward()
     state["optimizer"].step()
 
@@ -132,6 +145,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--every", type=int, default=5)
     parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument(
+        "--explore", type=float, default=0.0, help="reinforce: a uniform legal answer this often"
+    )
+    parser.add_argument("--positive-only", action="store_true", help="reinforce: train on +1 answers only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="also write the measurements to this file")
     args = parser.parse_args()
@@ -155,7 +172,7 @@ def main() -> None:
     started = time.monotonic()
     show(0, 0.0)
     for step in range(1, args.steps + 1):
-        update(state, args.mode, rng)
+        update(state, args.mode, rng, args.explore, args.positive_only)
         if step % args.every == 0 or step == args.steps:
             show(step, time.monotonic() - started)
     print(f"{(time.monotonic() - started) / args.steps:.1f} s per update (measuring included)")

@@ -63,5 +63,6 @@ def test_supervised_updates_raise_the_target_and_reinforce_updates_run(capacity,
     assert target_logprob() > before + 1.0  # summed over the 12 information sets
     trainable = [p for p in state["net"].parameters() if p.requires_grad]
     weights = [p.detach().clone() for p in trainable]
-    capacity.update(state, "reinforce", random.Random(0))
+    capacity.update(state, "reinforce", random.Random(0), explore=0.5)
+    capacity.update(state, "reinforce", random.Random(1), explore=1.0, positive_only=True)
     assert any(not torch.equal(p, w) for p, w in zip(trainable, weights, strict=True))
