@@ -48,21 +48,21 @@ def build(model: str, template: str, env_id: str, lr: float) -> dict[str, Any]:
     """The model with a fresh LoRA (the run's default), its optimizer, the probe's policy on it, and per
     information set the prompt ids and each legal answer's completion ids."""
     import torch
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
 
     from unstable_core.config import DEFAULT_LORA_CFG
     from unstable_core.games.analysis.kuhn import positions
     from unstable_core.games.analysis.model_policy import ModelPolicy
     from unstable_core.games.templates import answer_prompt
+    from unstable_core.learners.lora import make_lora_config, present_target_modules
     from unstable_core.model_loading import load_causal_lm, load_tokenizer
 
     tokenizer = load_tokenizer(model)
-    lora = DEFAULT_LORA_CFG
+    base = load_causal_lm(model, device="cpu")
+    wanted = present_target_modules(base, DEFAULT_LORA_CFG["target_modules"])
     net = get_peft_model(
-        load_causal_lm(model, device="cpu"),
-        LoraConfig(r=lora["lora_rank"], lora_alpha=lora["lora_alpha"], lora_dropout=lora["lora_dropout"],
-                   target_modules=lora["target_modules"]),
-    )  # fmt: skip
+        base, make_lora_config(DEFAULT_LORA_CFG, wanted)
+    )  # the run's LoRA, as the learner builds it
     policy = ModelPolicy(net, tokenizer, answer_prompt(template, tokenizer), label="capacity")
     sets = positions(env_id)
     items = []

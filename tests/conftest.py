@@ -1,4 +1,10 @@
+import importlib
+import sys
+from pathlib import Path
+
 import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="session")
@@ -7,3 +13,17 @@ def tiny_model(tmp_path_factory) -> str:
     from unstable_core.testing import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def import_benchmark():
+    """Import a script of benchmarks/ by name (they are scripts, not a package: on sys.path only meanwhile)."""
+
+    def load(name: str):
+        sys.path.insert(0, str(BENCHMARKS))
+        try:
+            return importlib.import_module(name)
+        finally:
+            sys.path.remove(str(BENCHMARKS))
+
+    return load

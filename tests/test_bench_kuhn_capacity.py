@@ -4,23 +4,15 @@ the model's probability of it, and each measurement is the exact probe's."""
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 ENV = "KuhnPoker-v0-chips"
 
 
 @pytest.fixture(scope="module")
-def capacity():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import kuhn_capacity as module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+def capacity(import_benchmark):
+    return import_benchmark("kuhn_capacity")
 
 
 def test_the_target_depends_on_the_card_and_is_the_tight_policy(capacity):

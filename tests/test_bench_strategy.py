@@ -4,24 +4,15 @@ figures whose answers are known (no training: that is the benchmark's own, hour-
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
 from unstable_core.report.stats import fisher_exact, format_p, t_quantile
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
 
 @pytest.fixture(scope="module")
-def strategy():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import strategy as module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+def strategy(import_benchmark):
+    return import_benchmark("strategy")
 
 
 def figure(value, half, n=32):

@@ -14,7 +14,7 @@ from unstable_core.inference.hf import backend as hf
 from unstable_core.inference.hf.backend import MIN_SHARED_PREFIX, TransformersBackend, _Row
 from unstable_core.inference.hf.prefill import prefill_groups
 from unstable_core.inference.hf.prefix_cache import PrefixCache
-from unstable_core.testing import plain_logprobs
+from unstable_core.testing import make_tiny_adapter, plain_logprobs
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=6)
 
@@ -31,27 +31,10 @@ def prompts(backend):
     return [tuple(backend.tokenizer.encode(t)) for t in texts]
 
 
-def make_adapter(base_path, folder, seed):
-    """A LoRA adapter on the tiny model with non-zero random B weights, so it changes the outputs."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    model = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(base_path),
-        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
-    )
-    torch.manual_seed(seed)
-    for name, param in model.named_parameters():
-        if "lora_B" in name:
-            torch.nn.init.normal_(param, std=1.0)
-    model.save_pretrained(folder)
-    return str(folder)
-
-
 @pytest.fixture(scope="module")
 def adapters(tiny_model, tmp_path_factory):
     root = tmp_path_factory.mktemp("adapters")
-    return [make_adapter(tiny_model, root / f"a{i}", seed=i) for i in range(3)]
+    return [make_tiny_adapter(tiny_model, root / f"a{i}", ["q_proj", "v_proj"], seed=i) for i in range(3)]
 
 
 def recompute_logprobs(backend, prompt, completion, adapter=None, temperature=1.0):
@@ -211,7 +194,6 @@ def test_logprobs_are_those_of_the_tempered_policy(backend, prompts):
 def test_bf16_backend_applies_a_lora_on_the_lm_head(tiny_model, tmp_path, prompts):
     """A bf16 model's fp32 head is taken from the base weights, unless an adapter wraps lm_head: then the
     model's own (adapted) logits are used, so the recorded log-probs stay those of the adapted policy."""
-    from unstable_core.testing import make_tiny_adapter
 
     path = make_tiny_adapter(tiny_model, tmp_path / "head", ["q_proj", "lm_head"], seed=0)
     bf16 = TransformersBackend(tiny_model, dtype=torch.bfloat16)
@@ -359,10 +341,10 @@ def test_missing_adapter_fails_only_its_request(backend, prompts, tmp_path):
 
 
 def test_rewritten_adapter_folder_is_reloaded(tiny_model, backend, prompts, tmp_path):
-    path = make_adapter(tiny_model, tmp_path / "moving", seed=20)
+    path = make_tiny_adapter(tiny_model, tmp_path / "moving", ["q_proj", "v_proj"], seed=20)
     first = backend.generate_batch([GenerationRequest(prompts[0], lora_path=path, params=GREEDY)])[0]
     shutil.rmtree(path)
-    make_adapter(tiny_model, tmp_path / "moving", seed=21)
+    make_tiny_adapter(tiny_model, tmp_path / "moving", ["q_proj", "v_proj"], seed=21)
     second = backend.generate_batch([GenerationRequest(prompts[0], lora_path=path, params=GREEDY)])[0]
     fresh = TransformersBackend(tiny_model).generate_batch(
         [GenerationRequest(prompts[0], lora_path=path, params=GREEDY)]
@@ -374,12 +356,12 @@ def test_reloading_the_only_adapter_keeps_serving(tiny_model, prompts, tmp_path)
     """The only loaded adapter's folder rewritten: deleting it left peft's active adapter naming it, and the
     next forward raised KeyError: 'adapter_0'. Also after a failed reload (no adapter left) the base model
     is served."""
-    path = make_adapter(tiny_model, tmp_path / "only", seed=30)
+    path = make_tiny_adapter(tiny_model, tmp_path / "only", ["q_proj", "v_proj"], seed=30)
     lone = TransformersBackend(tiny_model, max_loras=1)
     base, adapted = (GenerationRequest(prompts[0], lora_path=p, params=GREEDY) for p in (None, path))
     first = lone.generate_batch([adapted])[0]
     shutil.rmtree(path)
-    make_adapter(tiny_model, tmp_path / "only", seed=31)
+    make_tiny_adapter(tiny_model, tmp_path / "only", ["q_proj", "v_proj"], seed=31)
     second, plain = lone.generate_batch([adapted, base])
     fresh = TransformersBackend(tiny_model)
     assert (
@@ -393,7 +375,7 @@ def test_reloading_the_only_adapter_keeps_serving(tiny_model, prompts, tmp_path)
     assert broken.finish_reason == "error" and "could not load LoRA adapter" in broken.error
     assert plain.finish_reason == "length" and plain.token_ids == fresh.generate_batch([base])[0].token_ids
     shutil.rmtree(path)
-    make_adapter(tiny_model, tmp_path / "only", seed=32)
+    make_tiny_adapter(tiny_model, tmp_path / "only", ["q_proj", "v_proj"], seed=32)
     again = lone.generate_batch([adapted])[0]
     assert again.token_ids == TransformersBackend(tiny_model).generate_batch([adapted])[0].token_ids
 
