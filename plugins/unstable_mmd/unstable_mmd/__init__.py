@@ -1,0 +1,3 @@
+"""unstable-mmd: the MMD learner plugin of unstable."""
+
+__version__ = "0.1.0"

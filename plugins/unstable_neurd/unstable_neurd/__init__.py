@@ -1,0 +1,3 @@
+"""unstable-neurd: the NeuRD learner plugin of unstable."""
+
+__version__ = "0.1.0"

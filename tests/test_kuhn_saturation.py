@@ -1,0 +1,97 @@
+"""The saturation of policy gradient on Kuhn Poker's 12 first-round sets, on the real learner path.
+
+A one-layer model reads the prompts (kuhn-compact, the real env driven to each set) with a strong shared
+feature and a weak card feature (`make_kuhn_model`). Trained first to bet and call with every card (the
+strategy recipe's card-blind point, q >= 0.99 everywhere), each signal then gets the card-dependent target
+for the same number of updates through the learner's own `update`: sampled policy gradient (REINFORCE on
+a sampled answer, +1 if it is the target, -1 if not) stays card-blind at the sets where the target is the
+minority answer, while NeuRD and MMD, which score every legal answer, reach it at all 12.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from peft import get_peft_model_state_dict, set_peft_model_state_dict  # noqa: E402
+
+from unstable_core.plugins import get_registry  # noqa: E402
+from unstable_core.testing.kuhn_sets import (  # noqa: E402
+    AGGRESSIVE,
+    kuhn_sets,
+    make_kuhn_model,
+    policy_q,
+    sampled,
+    target_of,
+    target_q,
+    valued,
+)
+
+UPDATES = 150
+MINORITY = ("0b", "0pb", "2", "2p")  # J folds facing a bet, K bets first: the answers the others do not give
+
+
+@pytest.fixture(scope="module")
+def saturated(tmp_path_factory):
+    """(model folder, the 12 sets, the card-blind adapter's state) of the saturation point."""
+    from unstable_core.model_loading import load_tokenizer
+
+    torch.set_num_threads(1)
+    model = make_kuhn_model(str(tmp_path_factory.mktemp("kuhn-model")))
+    sets = kuhn_sets(load_tokenizer(model))
+    blind = make("mmd", model, tmp_path_factory.mktemp("blind"), eta=20.0, alpha=0.0)
+    aggressive = [next(m for m in s.moves if m in AGGRESSIVE) for s in sets]
+    for _ in range(30):  # until q(bet or call) >= 0.99 at every set: 5 updates
+        blind.update([valued(s, a) for s, a in zip(sets, aggressive, strict=True)])
+        if min(target_q(blind, sets, aggressive).values()) >= 0.99:
+            break
+    else:
+        raise AssertionError("the card-blind point was not reached in 30 updates")
+    return model, sets, get_peft_model_state_dict(blind.model)
+
+
+def make(name, model, run_dir, **options):
+    cls = get_registry().load("learner", name)
+    learner = cls.create(
+        model,
+        device="cpu",
+        run_dir=run_dir,
+        lora_config={"lora_rank": 8},
+        max_generation_len=8,
+        learning_rate=1e-2,
+        batch_size=12,
+        mini_batch_size=12,
+        seed=0,
+    )
+    learner.initialize_algorithm(**({"legal_mass_coef": 0.0} if name != "reinforce" else {}), **options)
+    return learner
+
+
+def train(name, saturated, tmp_path, **options):
+    model, sets, blind = saturated
+    learner = make(name, model, tmp_path, **options)
+    set_peft_model_state_dict(learner.model, blind)
+    targets = [target_of(s.key) for s in sets]
+    rng = random.Random(0)
+    for _ in range(UPDATES):
+        if name == "reinforce":
+            qs = policy_q(learner, sets)
+            batch = [sampled(s, t, q, rng) for s, t, q in zip(sets, targets, qs, strict=True)]
+        else:
+            batch = [valued(s, t) for s, t in zip(sets, targets, strict=True)]
+        learner.update(batch)
+    return target_q(learner, sets, targets)
+
+
+def test_sampled_policy_gradient_stays_card_blind(saturated, tmp_path):
+    found = train("reinforce", saturated, tmp_path)
+    assert sum(found[key] < 0.5 for key in MINORITY) >= 3, found
+
+
+@pytest.mark.parametrize(("name", "options"), [("neurd", {"threshold": 1.0}), ("mmd", {})])
+def test_legal_answer_signals_reach_the_card_dependent_target(saturated, tmp_path, name, options):
+    found = train(name, saturated, tmp_path, **options)
+    assert min(found.values()) >= 0.9, found
