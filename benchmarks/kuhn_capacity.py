@@ -1,25 +1,27 @@
-"""Can the model learn Kuhn Poker's card-dependent answers at all, and can policy gradient find them?
+"""Which learning signal teaches Kuhn Poker's card-dependent answers, and which stays card-blind?
 
-The strategy recipe's policy stays card-blind (docs/benchmarks.md#strategy). This separates the model from
-the signal: no games, no opponent, no noise. Each update sees the 12 first-round information sets once,
-rendered exactly as a run renders them (`--template`), with the run's LoRA, and a fixed card-dependent
-target: check J and Q first or after a check, bet K; fold J facing a bet, call Q and K (exploitability
-0.167). Two signals:
+No games, no opponent: each update sees the 12 first-round information sets once, rendered as a run renders
+them (the real env driven to each set, `--template`, the run's LoRA), through a learner's own `update`.
+The target is fixed and card-dependent: check J and Q first or after a check, bet K; fold J facing a bet,
+call Q and K (exploitability 1/6). Rows (each a registered learner; `q` is the policy renormalised over the
+two legal answers, the probe's view):
 
-    sft        cross-entropy on the target answer: -log pi(target | s)
-    reinforce  an answer sampled from pi renormalised over the two legal ones, reward +1 if it is the
-               target and -1 if not: -r log pi(answer | s), the clean, balanced policy-gradient signal;
-               with `--explore EPS`, the answer is drawn uniformly from the legal ones with probability EPS
-               and trained on as if pi had sampled it (no importance weight: with one, the expected
-               gradient would be the unexplored one's); with `--positive-only`, an answer rewarded -1 adds
-               nothing (filtered behaviour cloning: rejection-sampling fine-tuning's signal)
+    cross-entropy     -log q(target)                         (mmd, eta 20, alpha 0: the target one-hot)
+    exact-pg          softmax PG on q with the exact values +1/-1      (reinforce-legal, values given)
+    exact-pg+entropy  the same, + 0.1 H(q), the exact entropy over the legal answers
+    reinforce-q       an answer sampled from q, +1/-1: REINFORCE on log q  (reinforce-legal, played value)
+    explore           the same, 20% of answers uniform, importance-weighted by q/mu
+    reinforce         the run's signal: REINFORCE on the sampled completion's full-vocabulary log pi
+    neurd             thresholded NeuRD (threshold 1) with the exact values
+    mmd               MMD's target (eta 1, alpha 0.05, uniform magnet) fitted by cross-entropy
 
-Every `--every` updates it prints pi(target | s), renormalised over the legal answers, per information
-set (OpenSpiel's key: card 0 J, 1 Q, 2 K, then the history), their mean and the exact exploitability of
-the policy (the `kuhn-exploitability` probe, on this model as it is).
+The q-based rows put no weight on the legal mass (`legal_mass_coef` 0): they measure the choice between
+the legal answers only. `--direction` adds the row the saturation turns on: from the card-blind point (q
+>= 0.99 on bet and call at every set, reached by cross-entropy), the first-order change of q(target) at
+each set along each signal's expected update direction (unit step), before any step is taken.
 
-    python3 benchmarks/kuhn_capacity.py --mode sft --steps 20
-    python3 benchmarks/kuhn_capacity.py --mode reinforce --steps 20
+    python3 benchmarks/kuhn_capacity.py --rows cross-entropy,reinforce,neurd --updates 200
+    python3 benchmarks/kuhn_capacity.py --tiny --direction   # the saturation test's one-layer model
 """
 
 from __future__ import annotations
@@ -27,158 +29,247 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
+import tempfile
 import time
 from typing import Any
 
-#: the target answer per OpenSpiel history, for cards J, Q, K
-TARGET = {
-    "": ("[check]", "[check]", "[bet]"),
-    "p": ("[check]", "[check]", "[bet]"),
-    "b": ("[fold]", "[call]", "[call]"),
-    "pb": ("[fold]", "[call]", "[call]"),
+import attrs
+
+ROWS: dict[str, tuple[str, dict[str, Any], str]] = {  # row -> (learner, options, batch)
+    "cross-entropy": ("mmd", {"eta": 20.0, "alpha": 0.0, "legal_mass_coef": 0.0}, "valued"),
+    "exact-pg": ("reinforce-legal", {"legal_mass_coef": 0.0}, "valued"),
+    "exact-pg+entropy": ("reinforce-legal", {"legal_mass_coef": 0.0, "entropy_coef": 0.1}, "valued"),
+    "reinforce-q": ("reinforce-legal", {"legal_mass_coef": 0.0}, "sampled"),
+    "explore": ("reinforce-legal", {"legal_mass_coef": 0.0}, "explore"),
+    "reinforce": ("reinforce", {}, "completion"),
+    "neurd": ("neurd", {"threshold": 1.0, "legal_mass_coef": 0.0}, "valued"),
+    "mmd": ("mmd", {"legal_mass_coef": 0.0}, "valued"),
 }
+DIRECTIONS = ("cross-entropy", "exact-pg", "reinforce", "neurd", "mmd")
+EXPLORE = 0.2
 
 
-def target_of(key: str) -> str:
-    """The target answer at an information set `key` (card digit, then the history)."""
-    return TARGET[key[1:]][int(key[0])]
+def fail(message: str) -> None:
+    """End a bad invocation in one line, exit 2."""
+    print(f"kuhn_capacity: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
-def build(model: str, template: str, env_id: str, lr: float) -> dict[str, Any]:
-    """The model with a fresh LoRA (the run's default), its optimizer, the probe's policy on it, and per
-    information set the prompt ids and each legal answer's completion ids."""
-    import torch
-    from peft import get_peft_model
+def make_learner(model: str, row: str, lr: float, seed: int) -> Any:
+    """The row's registered learner on `model` with the run's LoRA and 12 steps an update."""
+    from unstable_core.plugins import get_registry
 
-    from unstable_core.config import DEFAULT_LORA_CFG
-    from unstable_core.games.analysis.kuhn import positions
-    from unstable_core.games.analysis.model_policy import ModelPolicy
-    from unstable_core.games.templates import answer_prompt
-    from unstable_core.learners.lora import make_lora_config, present_target_modules
-    from unstable_core.model_loading import load_causal_lm, load_tokenizer
-
-    tokenizer = load_tokenizer(model)
-    base = load_causal_lm(model, device="cpu")
-    wanted = present_target_modules(base, DEFAULT_LORA_CFG["target_modules"])
-    net = get_peft_model(
-        base, make_lora_config(DEFAULT_LORA_CFG, wanted)
-    )  # the run's LoRA, as the learner builds it
-    policy = ModelPolicy(net, tokenizer, answer_prompt(template, tokenizer), label="capacity")
-    sets = positions(env_id)
-    items = []
-    for p in sets:
-        text, ids = policy.render(p.observation)
-        moves = list(p.answers)
-        completions = policy.completions(text, moves)  # one spelling per move: the one TextArena writes
-        items.append(
-            {"key": p.key, "prompt": list(ids), "answers": dict(zip(moves, completions, strict=True))}
-        )
-    params = [q for q in net.parameters() if q.requires_grad]
-    return {"net": net, "policy": policy, "positions": sets, "items": items,
-            "optimizer": torch.optim.AdamW(params, lr=lr, weight_decay=0.0)}  # fmt: skip
+    name, options, _ = ROWS[row]
+    learner = get_registry().load("learner", name).create(
+        model, device="cpu", run_dir=tempfile.mkdtemp(prefix="kuhn-capacity-"), learning_rate=lr,
+        max_generation_len=8, batch_size=12, mini_batch_size=12, seed=seed,
+    )  # fmt: skip
+    learner.initialize_algorithm(**options)
+    return learner
 
 
-def logprob(net: Any, prompt: list[int], completion: list[int]) -> Any:
-    """log pi(completion | prompt), summed over its tokens (with the graph, for a gradient)."""
-    import torch
+def with_values(step: Any, values: list[float], played: int = -1) -> Any:
+    """`step` with its legal answers' values (and the played index)."""
+    from unstable_core.learners.legal import LEGAL
 
-    ids = torch.tensor([prompt + completion])
-    logits = net(ids).logits[0, len(prompt) - 1 : -1].float().log_softmax(-1)
-    return logits.gather(-1, torch.tensor(completion)[:, None]).sum()
-
-
-def update(
-    state: dict[str, Any], mode: str, rng: random.Random, explore: float = 0.0, positive_only: bool = False
-) -> None:
-    """One update over the 12 information sets (the mean of their losses)."""
-    import torch
-
-    net, items = state["net"], state["items"]
-    state["optimizer"].zero_grad()
-    loss = 0.0
-    for item in items:
-        target = target_of(item["key"])
-        if mode == "sft":
-            loss = loss - logprob(net, item["prompt"], item["answers"][target])
-            continue
-        with torch.no_grad():
-            probs = {m: logprob(net, item["prompt"], c).exp().item() for m, c in item["answers"].items()}
-        total = sum(probs.values())
-        if rng.random() < explore:
-            answer = rng.choice(list(probs))
-        else:
-            answer = rng.choices(list(probs), [v / total for v in probs.values()])[0]
-        reward = 1.0 if answer == target else -1.0
-        if positive_only and reward < 0:
-            continue
-        loss = loss - reward * logprob(net, item["prompt"], item["answers"][answer])
-    if isinstance(loss, float):  # every answer filtered out: nothing to learn from this update
-        return
-    (loss / len(items)).backward()
-    state["optimizer"].step()
+    legal = {**step.step_info[LEGAL], "values": values, "played": played}
+    return attrs.evolve(step, step_info={LEGAL: legal})
 
 
-def measure(state: dict[str, Any], env_id: str) -> dict[str, Any]:
-    """pi(target | s) renormalised over the legal answers per information set, and the exact exploitability."""
-    import torch
+def batch_of(kind: str, sets: list[Any], qs: list[list[float]], rng: random.Random) -> list[Any]:
+    """One update's 12 steps for a row's kind of signal (see the module docstring)."""
+    from unstable_core.testing.kuhn_sets import sampled, target_of, valued
 
+    batch = []
+    for kset, q in zip(sets, qs, strict=True):
+        target = target_of(kset.key)
+        if kind == "valued":
+            batch.append(valued(kset, target))
+        elif kind == "completion":
+            batch.append(sampled(kset, target, q, rng))
+        else:  # an answer from mu = q, or (1 - EXPLORE) q + EXPLORE uniform; Q_hat = r / mu at it
+            eps = EXPLORE if kind == "explore" else 0.0
+            mu = [(1 - eps) * p + eps / len(q) for p in q]
+            k = rng.choices(range(len(q)), weights=mu)[0]
+            reward = 1.0 if kset.moves[k] == target else -1.0
+            values = [reward / mu[k] if i == k else 0.0 for i in range(len(q))]
+            batch.append(with_values(kset.step, values, k))
+    return batch
+
+
+def measure(learner: Any, sets: list[Any], env_id: str) -> dict[str, Any]:
+    """q(target) per set, their mean and the exact exploitability of the policy q."""
     from unstable_core.games.analysis.kuhn import KuhnExploitability
+    from unstable_core.testing.kuhn_sets import policy_q, target_of
 
-    with torch.no_grad():
-        result = KuhnExploitability()(state["policy"], env_id)
-    right = {}
-    for detail in result.positions:
-        probs = detail["probabilities"]
-        right[detail["key"]] = probs[target_of(detail["key"])] / max(sum(probs.values()), 1e-12)
+    qs = policy_q(learner, sets)
+    by_key = {s.key: dict(zip(s.moves, q, strict=True)) for s, q in zip(sets, qs, strict=True)}
+    right = {s.key: by_key[s.key][target_of(s.key)] for s in sets}
+    result = KuhnExploitability()(lambda positions: [by_key[p.key] for p in positions], env_id)
     return {"target": right, "mean_target": sum(right.values()) / len(right),
             "exploitability": result.figures["exploitability"].value}  # fmt: skip
 
 
-def main() -> None:
+def train_row(
+    args: argparse.Namespace, row: str, sets: list[Any], start: dict[str, Any] | None
+) -> list[dict]:
+    """`args.updates` updates of one row from `start` (an adapter state; None: a fresh LoRA), measured
+    every `args.every`; prints and returns the measurements."""
+    from peft import set_peft_model_state_dict
+
+    from unstable_core.testing.kuhn_sets import policy_q
+
+    learner = make_learner(args.model, row, args.lr, args.seed)
+    if start is not None:
+        set_peft_model_state_dict(learner.model, start)
+    rng, rows, started = random.Random(args.seed), [], time.monotonic()
+    for update in range(args.updates + 1):
+        if update % args.every == 0 or update == args.updates:
+            found = {"row": row, "update": update, "wall_s": time.monotonic() - started}
+            found.update(measure(learner, sets, args.env))
+            rows.append(found)
+            wrong = sum(v < 0.5 for v in found["target"].values())
+            print(f"{row:17s} update {update:4d}  q(target) mean {found['mean_target']:.3f} min "
+                  f"{min(found['target'].values()):.3f}  sets wrong {wrong:2d}  exploitability "
+                  f"{found['exploitability']:.3f}", flush=True)  # fmt: skip
+        if update < args.updates:
+            learner.update(batch_of(ROWS[row][2], sets, policy_q(learner, sets), rng))
+    return rows
+
+
+def card_blind(args: argparse.Namespace, sets: list[Any]) -> dict[str, Any]:
+    """The adapter state at the card-blind point: cross-entropy to bet and call until q >= 0.99 at every set."""
+    from peft import get_peft_model_state_dict
+
+    from unstable_core.testing.kuhn_sets import AGGRESSIVE, target_q, valued
+
+    learner = make_learner(args.model, "cross-entropy", args.lr, args.seed)
+    aggressive = [next(m for m in s.moves if m in AGGRESSIVE) for s in sets]
+    for update in range(1, 201):
+        learner.update([valued(s, a) for s, a in zip(sets, aggressive, strict=True)])
+        if min(target_q(learner, sets, aggressive).values()) >= 0.99:
+            print(f"card-blind point: q(bet or call) >= 0.99 at every set after {update} updates")
+            return get_peft_model_state_dict(learner.model)
+    fail("cross-entropy did not reach the card-blind point in 200 updates; raise --lr")
+    raise AssertionError  # unreachable
+
+
+def expected_batch(row: str, sets: list[Any], qs: list[list[float]]) -> list[Any]:
+    """The batch whose gradient is the row's expected one (a sampled row: every answer weighted by q)."""
+    from unstable_core.testing.kuhn_sets import target_of, valued
+
+    if ROWS[row][2] == "valued":
+        return [valued(s, target_of(s.key)) for s in sets]
+    batch = []
+    for kset, q in zip(sets, qs, strict=True):  # REINFORCE: E_q[-r grad log pi(a)] as one row per answer
+        for k, move in enumerate(kset.moves):
+            reward = (1.0 if move == target_of(kset.key) else -1.0) * q[k] * len(q)
+            ids = kset.step.step_info["legal"]["ids"][k]
+            batch.append(attrs.evolve(kset.step, completion_ids=list(ids), reward=reward, step_info={}))
+    return batch
+
+
+def direction(
+    args: argparse.Namespace, sets: list[Any], start: dict[str, Any]
+) -> dict[str, dict[str, float]]:
+    """Per row, per set: d q(target) along the row's expected update direction (unit step), at `start`."""
+    import torch
+    from peft import set_peft_model_state_dict
+
+    from unstable_core.learners.legal import LegalState, answer_logprobs, legal_logq
+    from unstable_core.testing.kuhn_sets import policy_q, target_of
+
+    out = {}
+    for row in DIRECTIONS:
+        learner = make_learner(args.model, row, args.lr, args.seed)
+        set_peft_model_state_dict(learner.model, start)
+        params = learner.trainable_parameters()
+        learner.model.zero_grad()
+        learner._update(expected_batch(row, sets, policy_q(learner, sets)), 1.0)
+        step = [-(p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)) for p in params]
+        norm = torch.sqrt(sum((s * s).sum() for s in step))
+        out[row] = {}
+        for kset in sets:
+            learner.model.zero_grad()
+            state = LegalState.of(kset.step)
+            logq = legal_logq(answer_logprobs(learner, state))
+            logq[kset.moves.index(target_of(kset.key))].exp().backward()
+            change = sum((p.grad * s).sum() for p, s in zip(params, step, strict=True) if p.grad is not None)
+            out[row][kset.key] = float(change / norm)
+    return out
+
+
+def print_direction(found: dict[str, dict[str, float]], start_q: dict[str, float]) -> None:
+    """A table: per set, q(target) at the card-blind point and each row's first-order change of it."""
+    print("first-order change of q(target) per unit step along each signal's expected update:")
+    print(f"{'set':5s} {'q(target)':>9s} " + " ".join(f"{r:>13s}" for r in found))
+    for key, q in start_q.items():
+        print(f"{key:5s} {q:9.4f} " + " ".join(f"{found[r][key]:+13.4f}" for r in found))
+    wrong = [k for k, q in start_q.items() if q < 0.5]
+    for row, changes in found.items():
+        raised = sum(changes[k] > 0 for k in wrong)
+        print(f"{row}: raises q(target) at {raised} of the {len(wrong)} sets where the policy is wrong")
+
+
+def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--mode", choices=["sft", "reinforce"], required=True)
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--tiny", action="store_true", help="the saturation test's one-layer model instead")
     parser.add_argument("--template", default="kuhn-compact")
     parser.add_argument("--env", default="KuhnPoker-v0-chips")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--every", type=int, default=5)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument(
-        "--explore", type=float, default=0.0, help="reinforce: a uniform legal answer this often"
-    )
-    parser.add_argument("--positive-only", action="store_true", help="reinforce: train on +1 answers only")
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of: {', '.join(ROWS)}")
+    parser.add_argument("--from", dest="start", choices=["fresh", "card-blind"], default="card-blind")
+    parser.add_argument("--updates", type=int, default=200)
+    parser.add_argument("--every", type=int, default=20)
+    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--direction", action="store_true", help="also the direction check at the card-blind point"
+    )
     parser.add_argument("--json", default=None, help="also write the measurements to this file")
     args = parser.parse_args()
+    args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = [r for r in args.rows if r not in ROWS]
+    if unknown:
+        fail(f"unknown row(s) {', '.join(unknown)}; choose from {', '.join(ROWS)}")
+    if args.updates < 1 or args.every < 1:
+        fail("--updates and --every must be >= 1")
+    return args
+
+
+def main() -> None:
     import torch
 
+    from unstable_core.errors import UnstableError
+    from unstable_core.model_loading import load_tokenizer
+    from unstable_core.testing.kuhn_sets import kuhn_sets, make_kuhn_model, target_of, target_q
+
+    args = parse()
     torch.manual_seed(args.seed)
-    rng = random.Random(args.seed)
-    state = build(args.model, args.template, args.env, args.lr)
-    rows = []
+    try:
+        if args.tiny:
+            args.model = make_kuhn_model(tempfile.mkdtemp(prefix="kuhn-model-"))
+        sets = kuhn_sets(load_tokenizer(args.model), args.env, args.template)
+    except (UnstableError, OSError, ValueError) as exc:
+        fail(str(exc))
+    start = card_blind(args, sets) if args.start == "card-blind" or args.direction else None
+    report: dict[str, Any] = {"args": vars(args), "rows": []}
+    if args.direction:
+        probe = make_learner(args.model, "cross-entropy", args.lr, args.seed)
+        from peft import set_peft_model_state_dict
 
-    def show(step: int, wall_s: float) -> None:
-        row = {"step": step, "wall_s": wall_s, **measure(state, args.env)}
-        rows.append(row)
-        sets = " ".join(f"{k}:{v:.2f}" for k, v in row["target"].items())
-        print(f"update {step:3d}  pi(target) mean {row['mean_target']:.3f}  exploitability "
-              f"{row['exploitability']:.3f}  | {sets}", flush=True)  # fmt: skip
-
-    print(
-        f"{args.mode}, lr {args.lr}, template {args.template}, {args.model}: pi(target | s) per information set"
-    )
-    started = time.monotonic()
-    show(0, 0.0)
-    for step in range(1, args.steps + 1):
-        update(state, args.mode, rng, args.explore, args.positive_only)
-        if step % args.every == 0 or step == args.steps:
-            show(step, time.monotonic() - started)
-    print(f"{(time.monotonic() - started) / args.steps:.1f} s per update (measuring included)")
+        set_peft_model_state_dict(probe.model, start)
+        start_q = target_q(probe, sets, [target_of(s.key) for s in sets])
+        report["direction"] = direction(args, sets, start)
+        print_direction(report["direction"], start_q)
+    for row in args.rows:
+        report["rows"] += train_row(args, row, sets, start if args.start == "card-blind" else None)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "rows": rows}, f, indent=1)
+            json.dump(report, f, indent=1)
 
 
 if __name__ == "__main__":

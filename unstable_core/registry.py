@@ -37,6 +37,7 @@ ANALYSIS_KINDS = ("probe", "player")  # the `kind=` of a game analysis
 KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
     "learner": {
         "reinforce": "unstable-reinforce",
+        "reinforce-legal": "unstable-reinforce",
         "a2c": "unstable-a2c",
         "ppo": "unstable-ppo",
         "cispo": "unstable-cispo",

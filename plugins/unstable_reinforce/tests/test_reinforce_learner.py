@@ -165,3 +165,23 @@ def test_plugin_registers_reinforce():
     assert component.dist == "unstable-reinforce"
     assert component.load() is REINFORCELearner
     assert REINFORCELearner.buffer_kind == "step"
+
+
+def test_legal_pg_is_the_exact_softmax_policy_gradient():
+    from unstable_reinforce.legal import legal_pg_loss
+
+    y = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)
+    values = torch.tensor([1.0, -1.0, 0.0])
+    legal_pg_loss(y, values).backward()
+    logits = y.detach().clone().requires_grad_(True)
+    q = torch.softmax(logits, dim=0)
+    (-(q * values).sum()).backward()  # -E_q[Q]: its gradient is the exact policy gradient's negative
+    assert y.grad.tolist() == pytest.approx(logits.grad.tolist(), abs=1e-6)
+
+
+def test_legal_pg_is_registered():
+    from unstable_reinforce.legal import LegalPGLearner
+
+    from unstable_core.plugins import get_registry
+
+    assert get_registry().load("learner", "reinforce-legal") is LegalPGLearner
