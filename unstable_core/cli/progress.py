@@ -178,6 +178,23 @@ def reward_stages(run: Any, learning_steps: int | None) -> dict[str, list[str]]:
     return pipeline(cfg, getattr(run, "components", None))
 
 
+def legal_answers_line(run: Any, learning_steps: int | None) -> str:
+    """Which of a training run's envs record every legal answer (and are branched), in one line."""
+    from unstable_core.games.legal_answers import scored_envs
+
+    cfg = getattr(run, "cfg", None)
+    if learning_steps is None or not hasattr(cfg, "train_envs"):
+        return ""
+    scored, plain = scored_envs(spec.env_id for spec in cfg.train_envs)
+    parts = []
+    if scored:
+        branched = f", valued by {cfg.branch_samples} continuations a move" if cfg.branch_samples else ""
+        parts.append(f"scored on {', '.join(scored)}{branched}")
+    if plain:
+        parts.append(f"not on {', '.join(plain)} (their legal moves cannot be read: sampled gradient)")
+    return "legal answers: " + "; ".join(parts)
+
+
 def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: Any) -> dict[str, Any]:
     """Start a run, show live progress, stop cleanly on Ctrl-C, print the summary."""
     from rich.console import Console
@@ -189,6 +206,9 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
     stages = reward_stages(run, learning_steps)
     if stages:
         console.print(f"reward pipeline: {escape(pipeline_text(stages))}", soft_wrap=True)
+    line = legal_answers_line(run, learning_steps)
+    if line:
+        console.print(escape(line), soft_wrap=True)
     console.print("starting Ray actors and loading the model (a minute on a laptop CPU)...")
     previous = signal.getsignal(signal.SIGTERM)
     try:

@@ -303,6 +303,14 @@ class RunConfig:
             "invalid moves a player may retry before losing (UnstableBaselines v0.2: 0, the first one loses)"
         ),
     )
+    branch_samples: int = attrs.field(
+        default=0,
+        validator=non_negative,
+        metadata=_help(
+            "values of the answers not played: after a game, each legal move of every state the learner "
+            "visited is played and the game continued this many times with the same players (0: off)"
+        ),
+    )
     failure_window: int = attrs.field(
         default=20,
         validator=at_least_one,

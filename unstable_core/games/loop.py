@@ -24,6 +24,7 @@ from unstable_core.games.env_ops import (
     make_env,
     set_error_allowance,
 )
+from unstable_core.games.legal_answers import LEGAL, AnswerTokens, LegalReader, legal_reader, legal_record
 from unstable_core.games.random_player import ScriptedPlayer
 from unstable_core.games.templates import (
     PromptRenderer,
@@ -61,6 +62,7 @@ async def play_game(
     timeout_s: float | None = None,
     env_factory: EnvFactory | None = None,
     error_allowance: int | None = 0,
+    branch_samples: int = 0,
 ) -> GameResult:
     """Play `spec` to the end and return every seat's trajectory with the game's information.
 
@@ -73,11 +75,13 @@ async def play_game(
     `error_allowance` is how many invalid moves in a row a seat may retry (0, as in UnstableBaselines
     v0.2: the first one loses; None: the env's own, 1 in most TextArena games).
     An env error, a failed generation, more than `max_turns` turns or `timeout_s` seconds end the game
-    as failed (`info.failed`, `info.error`). Raises UnstableError before playing when the arguments do not
+    as failed (`info.failed`, `info.error`). With `branch_samples` K > 0, each legal move of every state a
+    learner seat visited is then valued by K continuations (`games.branching`); a branching that fails
+    leaves those values out and the game as it was. Raises UnstableError before playing when the arguments do not
     fit the spec; re-raises InferenceUnavailable and cancellation.
     """
     players = _check_arguments(
-        spec, lora_paths, policy_versions, templates, max_turns, timeout_s, error_allowance
+        spec, lora_paths, policy_versions, templates, max_turns, timeout_s, error_allowance, branch_samples
     )
     generate = _per_seat(
         generate, players, "generate", lambda g: callable(g) or isinstance(g, ScriptedPlayer)
@@ -108,7 +112,23 @@ async def play_game(
         error = f"game timed out after {timeout_s} s (turn {len(game.steps)})"
     except Exception as exc:
         error = f"unexpected {type(exc).__name__} at turn {len(game.steps)}: {exc}"
-    return game.result(error, time.monotonic() - started)
+    duration = time.monotonic() - started
+    if branch_samples and error is None:
+        await _branch(game, branch_samples, max_turns)
+    return game.result(error, duration)
+
+
+async def _branch(game: _Game, samples: int, max_turns: int) -> None:
+    """`branching.add_branch_values`, its failure logged on the game's first step instead of failing it."""
+    from unstable_core.games.branching import add_branch_values
+
+    try:
+        await add_branch_values(game, samples, max_turns)
+    except (InferenceUnavailable, asyncio.CancelledError):
+        raise
+    except Exception as exc:
+        if game.steps:
+            game.steps[0].step_info["branch_error"] = f"{type(exc).__name__}: {exc}"
 
 
 def _per_seat(
@@ -140,24 +160,28 @@ class _Game:
     steps: list[Step] = attrs.field(factory=list)
     final_rewards: dict[int, float] = attrs.field(factory=dict)
     reason: str = ""
+    record_legal: bool = True  # a continuation (branching) records no legal answers
     # per seat, made at its first turn: its prompt renderer, and the start and end of the answer its template opens
     _prompting: dict[int, tuple[PromptRenderer, str, str]] = attrs.field(factory=dict)
+    _answer_tokens: dict[int, AnswerTokens] = attrs.field(factory=dict)
 
-    async def play(self, max_turns: int) -> None:
-        """The turns of the game, appended to `steps`; raises GameFailed when the game cannot go on."""
+    async def play(self, max_turns: int, env: Any = None, first_turn: int = 0) -> None:
+        """The turns of the game, appended to `steps`; raises GameFailed when the game cannot go on. A
+        continuation (branching) passes the env it replayed and the turn it stands at."""
         spec = self.spec
-        env = _env_call(spec, "make", self.env_factory, spec.env_id)
-        _env_call(spec, "reset", env.reset, num_players=spec.num_players, seed=spec.seed)
-        set_error_allowance(env, self.error_allowance)
+        env = self.start_env() if env is None else env
         probe = InvalidMoveProbe(env)
         takes_completion = getattr(env, "takes_completion", False)  # a task checks the whole answer
         received_action = action_receiver(env)
-        for turn in range(max_turns):
+        reader = legal_reader(env, spec.env_id) if self.record_legal else None
+        for turn in range(first_turn, max_turns):
             pid, observation = _env_call(spec, "get_observation", env.get_observation)
             if isinstance(self.generate.get(pid), ScriptedPlayer):
                 step = self._scripted_step(env, pid, observation, turn)
             else:
                 step = await self._generate_step(pid, observation, turn)
+                if reader is not None and self.players[pid].collect_data:
+                    self._record_legal(step, env, observation, reader)
             if takes_completion:
                 step.action = (step.step_info.get("answer_prefix") or "") + step.act
             step.action = received_action(step.action)
@@ -175,6 +199,28 @@ class _Game:
             )
         rewards, game_info = _env_call(spec, "close", env.close)
         self.final_rewards, self.reason = _outcome(spec, self.players, rewards, game_info)
+
+    def start_env(self) -> Any:
+        """The game's env, made and reset with its seed and the error allowance."""
+        spec = self.spec
+        env = _env_call(spec, "make", self.env_factory, spec.env_id)
+        _env_call(spec, "reset", env.reset, num_players=spec.num_players, seed=spec.seed)
+        set_error_allowance(env, self.error_allowance)
+        return env
+
+    def _record_legal(self, step: Step, env: Any, observation: str, reader: LegalReader) -> None:
+        """Put the state's legal answers on `step` (`games.legal_answers`); a reader that fails records none."""
+        try:
+            moves = reader(env, observation)
+        except Exception:  # the reader's guess at an unusual state: the step keeps the sampled gradient
+            return
+        if len(moves) < 2:
+            return
+        tokens = self._answer_tokens.get(step.pid)
+        if tokens is None:
+            tokens = self._answer_tokens[step.pid] = AnswerTokens(self.tokenizer[step.pid])
+        opened = step.step_info.get("answer_prefix") or ""
+        step.step_info[LEGAL] = legal_record(moves, step.action, tokens, opened)
 
     async def _generate_step(self, pid: int, observation: Any, turn: int) -> Step:
         """Seat `pid`'s move on `observation`: prompt, completion and extracted action (not yet played)."""
@@ -364,6 +410,7 @@ def _check_arguments(
     max_turns: int,
     timeout_s: float | None,
     error_allowance: int | None = 0,
+    branch_samples: int = 0,
 ) -> dict[int, PlayerSpec]:
     """The seats of `spec` by pid, after checking that the arguments cover them (else UnstableError)."""
     players = {p.pid: p for p in spec.players}
@@ -386,6 +433,8 @@ def _check_arguments(
         raise UnstableError(
             f"timeout_s must be > 0 or None, got {timeout_s}; use None for no per-game timeout"
         )
+    if isinstance(branch_samples, bool) or not isinstance(branch_samples, int) or branch_samples < 0:
+        raise UnstableError(f"branch_samples must be an int >= 0, got {branch_samples!r}; 0 branches nothing")
     if error_allowance is not None and (
         isinstance(error_allowance, bool) or not isinstance(error_allowance, int) or error_allowance < 0
     ):

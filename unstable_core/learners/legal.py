@@ -41,6 +41,7 @@ class LegalState:
     ids: tuple[tuple[int, ...], ...]
     played: int = -1
     values: tuple[float, ...] | None = None
+    cost: dict[str, float] = attrs.field(factory=dict)  # branching's: continuation turns, seconds
 
     @classmethod
     def of(cls, step: Step) -> LegalState | None:
@@ -175,6 +176,8 @@ class LegalAnswersLearner(BaseLearner):
                 "legal/illegal_mass": 1.0 - float(y.detach().exp().sum()),
                 "legal/q_played": float(q[state.played]) if state.played >= 0 else 0.0,
                 "legal/branched": float(state.values is not None),
+                "branch/turns": float(state.cost.get("turns", 0.0)),
+                "branch/seconds": float(state.cost.get("seconds", 0.0)),
             }
         )
         return metrics

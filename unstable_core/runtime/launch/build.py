@@ -222,6 +222,7 @@ def start_collectors(
             max_turns=cfg.max_turns,
             game_timeout_s=cfg.game_timeout_s,
             error_allowance=cfg.error_allowance,
+            branch_samples=cfg.branch_samples,
             scheduled_eval=plan.scheduled_eval if plan.learn else None,
         )
         for scheduler in schedulers
