@@ -180,12 +180,13 @@ def reward_stages(run: Any, learning_steps: int | None) -> dict[str, list[str]]:
 
 def legal_answers_line(run: Any, learning_steps: int | None) -> str:
     """Which of a training run's envs record every legal answer (and are branched), in one line."""
+    from unstable_core.envs.specs import train_specs
     from unstable_core.games.legal_answers import scored_envs
 
     cfg = getattr(run, "cfg", None)
     if learning_steps is None or not hasattr(cfg, "train_envs"):
         return ""
-    scored, plain = scored_envs(spec.env_id for spec in cfg.train_envs)
+    scored, plain = scored_envs(spec.env_id for spec in train_specs(cfg))
     parts = []
     if scored:
         branched = f", valued by {cfg.branch_samples} continuations a move" if cfg.branch_samples else ""
