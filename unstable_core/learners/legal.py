@@ -67,6 +67,7 @@ class LegalState:
             ids,
             int(legal.get("played", -1)),
             None if values is None else tuple(map(float, values)),
+            dict(legal.get("cost", {})),
         )
 
 

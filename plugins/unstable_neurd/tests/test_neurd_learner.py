@@ -59,7 +59,7 @@ def learner(tiny_model, tmp_path):
 def legal_step(values=None, played=1, reward=1.0):
     legal = {"moves": ["[a]", "[b]", "[c]"], "ids": [[5, 77], [6, 77], [7, 8, 77]], "played": played}
     if values is not None:
-        legal["values"] = values
+        legal.update(values=values, k=1, cost={"turns": 6, "seconds": 0.5})
     return Step(
         pid=0, env_id="t", obs="", act="", prompt_ids=[1, 2, 3, 4], completion_ids=[6, 77], reward=reward,
         step_info={LEGAL: legal},
@@ -86,6 +86,7 @@ def test_update_raises_the_best_answer(learner):
     after = legal_logq(answer_logprobs(learner, state)).exp()[2].item()
     assert math.log(after) > math.log(before) + 0.5  # NeuRD moves the logit, whatever its q
     assert metrics["legal/steps"] == 1.0 and metrics["legal/branched"] == 1.0
+    assert metrics["branch/turns"] == 6.0  # the step's recorded cost, per step of the batch
     assert 0 <= metrics["neurd/gated_fraction"] <= 1
 
 
