@@ -181,3 +181,47 @@ def test_a_resume_from_the_last_checkpoint_rewrites_no_log(saved, tmp_path):
     assert record["resumed_from_step"] == 3 and "skipped_checkpoints" not in record
     assert {p: p.stat().st_ino for p in before} == before  # appended to, never rewritten
     assert not (run_dir / "metrics.rolled-back.jsonl").exists()
+
+
+def test_optimizer_states_are_kept_in_the_newest_checkpoints_only(saved, tmp_path):
+    from unstable_core.learners.checkpoint import OPTIMIZER_FILE, prune_optimizer_states
+
+    run_dir = copy_of(saved, tmp_path)
+    checkpoints = run_dir / "checkpoints"
+    removed = prune_optimizer_states(checkpoints, keep=2)
+    assert removed == [checkpoints / "step-1" / OPTIMIZER_FILE]
+    kept = [k for k in (1, 2, 3) if (checkpoints / f"step-{k}" / OPTIMIZER_FILE).is_file()]
+    assert kept == [2, 3]
+    assert all((checkpoints / f"step-{k}" / "adapter_model.safetensors").is_file() for k in (1, 2, 3))
+    assert checkpoint_problem(checkpoints / "step-1") is None  # an adapter without its optimizer loads
+
+
+def test_a_resume_without_optimizer_state_starts_the_optimizer_fresh_and_says_so(saved, tiny_model, tmp_path):
+    from unstable_reinforce.learner import REINFORCELearner
+
+    from unstable_core.learners.checkpoint import prune_optimizer_states
+
+    run_dir = copy_of(saved, tmp_path)
+    prune_optimizer_states(run_dir / "checkpoints", keep=1)
+    for k in (2, 3):  # the newest two do not load: the resume falls back to step 1, which kept no optimizer
+        corrupt_header(run_dir / "checkpoints" / f"step-{k}" / "adapter_model.safetensors")
+    point = find_resume_point(run_dir)
+    assert point.step == 1
+    assert "kept no optimizer state" in point.optimizer_line() and "starts fresh" in point.optimizer_line()
+    learner = REINFORCELearner.create(
+        tiny_model, device="cpu", run_dir=run_dir, lora_config={"lora_rank": 4, "lora_alpha": 8}
+    )
+    learner.initialize_algorithm()
+    learner.load_checkpoint(point.checkpoint)
+    assert learner.step == 1 and learner.optimizer_fresh
+
+
+def test_keep_optimizer_states_zero_is_refused_in_one_line():
+    from click.testing import CliRunner
+
+    from unstable_core.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["run", "--keep-optimizer-states", "0"])
+    assert result.exit_code == 2, result.output
+    assert "keep_optimizer_states must be >= 1, got 0" in result.output
+    assert "Traceback" not in result.output

@@ -265,7 +265,13 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
         console.print(escape(line), soft_wrap=True)
     for p in summary.get("plots", []):
         console.print(f"picture: [cyan]{p}[/cyan]")
-    console.print(f"run directory: [cyan]{run.run_dir}[/cyan]")
+    disk = summary.get("disk", {})
+    used = (
+        f" ({disk['bytes'] / 1e6:.0f} MB, checkpoints {disk['checkpoints_bytes'] / 1e6:.0f} MB)"
+        if disk
+        else ""
+    )
+    console.print(f"run directory: [cyan]{run.run_dir}[/cyan]{used}")
     if summary.get("interrupted"):
         sys.exit(130)  # the shell's convention for a command stopped by Ctrl-C
     return summary

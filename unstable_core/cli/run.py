@@ -39,9 +39,10 @@ def run(config_path: str | None, resume_dir: str | None, **options: Any) -> None
         cfg, changed = resume_config(resume_dir, overrides_from(options))
         title = f"unstable run --resume ({cfg.learner}, {cfg.sampler})"
         run = Run.open(cfg, resume=resume_dir, resume_changes=changed)
-        fallback = run.resume_point.fallback_line() if run.resume_point is not None else None
-        if fallback is not None:
-            click.echo(fallback)
+        point = run.resume_point
+        for line in (point.fallback_line(), point.optimizer_line()) if point is not None else ():
+            if line is not None:
+                click.echo(line)
         execute(run, cfg.learning_steps, title)
         return
     cfg = load_config(config_path, overrides_from(options))

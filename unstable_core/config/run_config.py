@@ -303,6 +303,15 @@ class RunConfig:
             "invalid moves a player may retry before losing (UnstableBaselines v0.2: 0, the first one loses)"
         ),
     )
+    keep_optimizer_states: int = attrs.field(
+        default=2,
+        validator=at_least_one,
+        metadata=_help(
+            "checkpoints that keep their optimizer state, the newest (each is twice its adapter); every "
+            "adapter is kept for the league and evaluation, and a resume from an older one starts the "
+            "optimizer fresh"
+        ),
+    )
     branch_samples: int = attrs.field(
         default=0,
         validator=non_negative,

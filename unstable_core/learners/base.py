@@ -26,6 +26,7 @@ from unstable_core.learners.batch import (
     too_long,
 )
 from unstable_core.learners.checkpoint import (
+    OPTIMIZER_FILE,
     optimizer_state_from_flat,
     optimizer_state_to_flat,
     read_json,
@@ -139,6 +140,7 @@ class BaseLearner:
         self._algorithm_ready = False
         self._off_policy = OffPolicyStats()
         self.data_parallel: DataParallel | None = None  # set by `join_data_parallel`
+        self.optimizer_fresh = False  # a loaded checkpoint had no optimizer state
 
     def join_data_parallel(self, data_parallel: DataParallel) -> None:
         """Train as one rank of a process group (which `data_parallel` has joined): every optimizer step
@@ -398,7 +400,7 @@ class BaseLearner:
             for name, opt in self.optimizers.items():
                 flat, rest[name] = optimizer_state_to_flat(opt.state_dict())
                 tensors.update({f"{name}/{key}": value for key, value in flat.items()})
-            save_file(tensors, str(folder / "optimizer.safetensors"))
+            save_file(tensors, str(folder / OPTIMIZER_FILE))
             self._save_extra(folder)
             for name, data in (extra_json or {}).items():
                 write_json(folder / name, data)
@@ -417,7 +419,8 @@ class BaseLearner:
         return write_folder_atomically(self.checkpoint_dir(), fill)
 
     def load_checkpoint(self, path: str | Path) -> None:
-        """Restore the policy adapter, optimizer state(s), algorithm extras and step from a checkpoint folder."""
+        """Restore the policy adapter, optimizer state(s), algorithm extras and step from a checkpoint folder;
+        one whose optimizer state was pruned starts the optimizers fresh (`optimizer_fresh` says so)."""
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
@@ -444,13 +447,15 @@ class BaseLearner:
             raise UnstableError(
                 f"checkpoint {folder} has adapter weights the model lacks: {result.unexpected_keys[:3]}"
             )
-        tensors = load_file(str(folder / "optimizer.safetensors"), device="cpu")
-        missing = sorted(set(self.optimizers) - set(state["optimizers"]))
-        if missing:
-            raise UnstableError(f"checkpoint {folder} has no state for optimizer(s) {', '.join(missing)}")
-        for name, opt in self.optimizers.items():
-            prefix = f"{name}/"
-            flat = {key[len(prefix) :]: value for key, value in tensors.items() if key.startswith(prefix)}
-            opt.load_state_dict(optimizer_state_from_flat(flat, state["optimizers"][name]))
+        self.optimizer_fresh = not (folder / OPTIMIZER_FILE).is_file()
+        if not self.optimizer_fresh:  # an older checkpoint's was pruned (keep_optimizer_states)
+            tensors = load_file(str(folder / OPTIMIZER_FILE), device="cpu")
+            missing = sorted(set(self.optimizers) - set(state["optimizers"]))
+            if missing:
+                raise UnstableError(f"checkpoint {folder} has no state for optimizer(s) {', '.join(missing)}")
+            for name, opt in self.optimizers.items():
+                prefix = f"{name}/"
+                flat = {key[len(prefix) :]: value for key, value in tensors.items() if key.startswith(prefix)}
+                opt.load_state_dict(optimizer_state_from_flat(flat, state["optimizers"][name]))
         self._load_extra(folder)
         self.step = int(state["step"])

@@ -134,13 +134,35 @@ def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
-#: what every checkpoint folder holds beside an algorithm's extras (`save_checkpoint`)
+OPTIMIZER_FILE = "optimizer.safetensors"  # kept in the newest `keep_optimizer_states` checkpoints only
+#: what every checkpoint folder holds beside an algorithm's extras and the optimizer state (`save_checkpoint`)
 CHECKPOINT_FILES = (
     "learner_state.json",
     "adapter_config.json",
     "adapter_model.safetensors",
-    "optimizer.safetensors",
 )
+
+
+def prune_optimizer_states(checkpoints: Path, keep: int) -> list[Path]:
+    """Delete the optimizer state of every `step-<n>` folder in `checkpoints` but the newest `keep` (the
+    adapters stay: the league and evaluation play them). Returns the files removed."""
+    steps = sorted(
+        (int(p.name.split("-", 1)[1]), p)
+        for p in Path(checkpoints).glob("step-*")
+        if p.is_dir() and p.name.split("-", 1)[1].isdigit()
+    )
+    removed = []
+    for _, folder in steps[:-keep] if keep > 0 else steps:
+        state = folder / OPTIMIZER_FILE
+        if state.is_file():
+            state.unlink()
+            removed.append(state)
+    return removed
+
+
+def disk_bytes(folder: Path) -> int:
+    """Bytes of the files under `folder` (a run's disk use)."""
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def checkpoint_problem(folder: Path, required: tuple[str, ...] = CHECKPOINT_FILES) -> str | None:

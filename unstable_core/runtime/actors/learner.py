@@ -12,6 +12,7 @@ import ray
 
 from unstable_core.errors import UnstableError
 from unstable_core.fault_points import pause_point
+from unstable_core.learners.checkpoint import prune_optimizer_states
 from unstable_core.learners.data_parallel import LearnerGroup, default_backend
 from unstable_core.learners.settings import LearnerConfig
 from unstable_core.runtime.recovery.failures import NonFiniteUpdates
@@ -51,6 +52,7 @@ class LearnerActor:
         collectors: list[Any] = (),
         resume_from: str | None = None,
         max_nonfinite_updates: int = 3,
+        keep_optimizer_states: int = 2,
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
@@ -68,6 +70,7 @@ class LearnerActor:
         self.run_dir = Path(run_dir)
         self._stop = threading.Event()
         self.nonfinite = NonFiniteUpdates(max_nonfinite_updates)
+        self.keep_optimizer_states = keep_optimizer_states
         self.rank, self.world_size = rank, world_size
         self._phase = ("starting", time.time())  # what `phase()` reports: a stalled pipeline's evidence
 
@@ -158,6 +161,7 @@ class LearnerActor:
             give_up = self.nonfinite.observe(metrics)
             metrics.update(update_s=time.time() - started, batch_steps=len(batch), peak_rss_gb=peak_rss_gb())
             path = self.learner.save_checkpoint(extra_json={RUN_STATE: self.run_state(metrics)})
+            prune_optimizer_states(path.parent, self.keep_optimizer_states)
             step = self.learner.step
             ray.get(self.league.add_checkpoint.remote(f"ckpt-{step}", str(path), step))
             ray.get(self.buffer.set_policy_version.remote(step))

@@ -30,7 +30,12 @@ import attrs
 from unstable_core.config import RunConfig, config_from_dict, merge_layers
 from unstable_core.errors import ConfigError
 from unstable_core.io import append_jsonl, read_jsonl
-from unstable_core.learners.checkpoint import CHECKPOINT_FILES, checkpoint_problem, recover_folder
+from unstable_core.learners.checkpoint import (
+    CHECKPOINT_FILES,
+    OPTIMIZER_FILE,
+    checkpoint_problem,
+    recover_folder,
+)
 from unstable_core.runtime.recovery.rollback import roll_back_logs
 
 RUN_STATE = "run_state.json"
@@ -79,6 +84,15 @@ class ResumePoint:
     checkpoint: Path
     state: dict[str, Any]
     skipped: list[Skipped] = attrs.field(factory=list)  # newer checkpoints that do not load
+
+    def optimizer_line(self) -> str | None:
+        """The one line that says the checkpoint resumed from kept no optimizer state, or None."""
+        if (self.checkpoint / OPTIMIZER_FILE).is_file():
+            return None
+        return (
+            f"checkpoint step {self.step} kept no optimizer state (only the newest --keep-optimizer-states "
+            "do): the optimizer starts fresh, its moment estimates rebuilt over the next updates"
+        )
 
     def fallback_line(self) -> str | None:
         """The one line that says the run resumes from an older checkpoint than its last, or None."""

@@ -95,6 +95,15 @@ def write_summary(run_dir: Path, summary: dict[str, Any], learn: bool) -> dict[s
         except Exception as exc:  # as the pictures: not worth losing the summary
             summary["learning_error"] = describe(exc)
     try:
+        from unstable_core.learners.checkpoint import disk_bytes
+
+        summary["disk"] = {
+            "bytes": disk_bytes(run_dir),
+            "checkpoints_bytes": disk_bytes(run_dir / "checkpoints"),
+        }
+    except OSError as exc:  # as the pictures: not worth losing the summary
+        summary["disk_error"] = str(exc)
+    try:
         atomic_write_json(run_dir / "summary.json", summary)
     except OSError as exc:  # the summary is still returned (and printed)
         summary["summary_error"] = f"summary.json not written: {exc}"
