@@ -61,3 +61,50 @@ def choice(*allowed: str) -> Validator:
             raise ConfigError(f"{attribute.name} must be one of {', '.join(allowed)}; got {value!r}")
 
     return check
+
+
+# ---- algorithm options (`--algorithm-config`): a learner's attrs options class uses these, so that every
+# learner refuses a bool, a string or an out-of-range value with the same one line. `algorithm_config`
+# puts the learner's name before the message: "ppo clip_low must be in (0, 1), got 1.0".
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def number_in(lo: float, hi: float, *, low_open: bool = False, high_open: bool = False) -> Validator:
+    """A number between lo and hi, each end included unless `low_open` / `high_open`."""
+    span = f"{'(' if low_open else '['}{lo:g}, {hi:g}{')' if high_open else ']'}"
+
+    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+        inside = _number(value) and (lo < value if low_open else lo <= value)
+        inside = inside and (value < hi if high_open else value <= hi)
+        if not inside:
+            raise ConfigError(f"{attribute.name} must be a number in {span}, got {value!r}")
+
+    return check
+
+
+def number_above(lo: float, *, inclusive: bool = False, optional: bool = False) -> Validator:
+    """A number > lo (>= lo with `inclusive`); None too with `optional` (an option that can be off)."""
+
+    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if optional and value is None:
+            return
+        if not (_number(value) and (value >= lo if inclusive else value > lo)):
+            off = " (or null: off)" if optional else ""
+            raise ConfigError(
+                f"{attribute.name} must be a number {'>=' if inclusive else '>'} {lo:g}{off}, got {value!r}"
+            )
+
+    return check
+
+
+def count(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """An integer >= 1."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise ConfigError(f"{attribute.name} must be an integer >= 1, got {value!r}")
+
+
+positive = number_above(0.0)
+non_negative_number = number_above(0.0, inclusive=True)

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import attrs
 
 from unstable_core.config import config_from_dict
-from unstable_core.errors import UnstableError
+from unstable_core.errors import ConfigError, UnstableError
 from unstable_core.learners.batch import (
     TokenBatch,
     collate,
@@ -74,18 +74,33 @@ class BaseLearner:
     #: attributes holding attrs statistics of sums that `_update` adds to: with data parallelism each rank
     #: adds only its micro-batches', and the optimizer step merges them over the ranks (`merge_sums`)
     step_stats: ClassVar[tuple[str, ...]] = ("_off_policy",)
+    #: where the learner weights for the sampler itself (an option of its own, e.g. "behaviour_weight_cap in
+    #: --algorithm-config"): then --importance-cap is refused, before the start and in the actor; None: it
+    #: uses the base's truncated weight
+    own_importance_weight: ClassVar[str | None] = None
 
     @classmethod
     def check_options(cls, algorithm_kwargs: Mapping[str, Any], importance_cap: float | None = None) -> None:
         """Raise ConfigError for options this learner would refuse, without a model (a run calls it before
         Ray starts): the algorithm options, checked when the learner declares `algorithm_config_class` or
         takes none (BaseLearner's own `initialize_algorithm`)."""
+        cls.check_importance_cap(importance_cap)
         if (
             cls.algorithm_config_class is None
             and cls.initialize_algorithm is not BaseLearner.initialize_algorithm
         ):
             return  # options of its own, undeclared: its initialize_algorithm checks them in the actor
         algorithm_config(registered_name("learner", cls), cls.algorithm_config_class, dict(algorithm_kwargs))
+
+    @classmethod
+    def check_importance_cap(cls, importance_cap: float | None) -> None:
+        """ConfigError when --importance-cap is given to a learner that weights for the sampler itself."""
+        if cls.own_importance_weight is not None and importance_cap is not None:
+            name = registered_name("learner", cls)
+            raise ConfigError(
+                f"{name} weights for the sampler itself ({cls.own_importance_weight}); drop --importance-cap "
+                "(it is for reinforce and a2c)"
+            )
 
     @classmethod
     def create(
@@ -192,6 +207,7 @@ class BaseLearner:
             raise UnstableError(
                 f"{type(self).__name__}.initialize_algorithm() was already called; call it once"
             )
+        self.check_importance_cap(self.config.importance_cap)
         cfg = algorithm_config(registered_name("learner", type(self)), config_cls, kwargs)
         self.algorithm_cfg = attrs.asdict(cfg) if cfg is not None else {}
         self._algorithm_ready = True

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from unstable_core.config.validators import non_negative
+from unstable_core.config.validators import non_negative_number
 from unstable_core.errors import UnstableError
 from unstable_core.learners.base import BaseLearner
 from unstable_core.types import Step
@@ -190,11 +190,11 @@ class LegalOptions:
 
     legal_mass_coef: float = attrs.field(
         default=1.0,
-        validator=non_negative,
+        validator=non_negative_number,
         metadata={"help": "weight of -log(legal mass), which teaches the answers the game accepts (0: off)"},
     )
     entropy_coef: float = attrs.field(
         default=0.0,
-        validator=non_negative,
+        validator=non_negative_number,
         metadata={"help": "tau of -tau H(q), the exact entropy over the legal answers (0: off)"},
     )

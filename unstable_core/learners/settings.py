@@ -67,7 +67,8 @@ def algorithm_config(learner: str, config_cls: type | None, kwargs: dict[str, An
         return None
     try:
         return config_cls(**kwargs)
+    except ConfigError as exc:  # a shared validator's line, which names the option: say whose it is
+        message = str(exc)
+        raise ConfigError(message if message.startswith(f"{learner} ") else f"{learner} {message}") from None
     except (TypeError, ValueError) as exc:  # a value of the wrong type met a validator's comparison
-        if isinstance(exc, ConfigError):
-            raise
         raise ConfigError(f"{learner} options {kwargs}: {exc}") from None

@@ -298,7 +298,7 @@ def test_options_are_checked(tiny_model, tmp_path):
     lrn = A2CLearner.create(tiny_model, device="cpu", run_dir=tmp_path, lora_config={"lora_rank": 4})
     with pytest.raises(UnstableError, match=r"unknown a2c option\(s\) lamda; allowed: gamma, gae_lambda"):
         lrn.initialize_algorithm(lamda=0.9)
-    with pytest.raises(ConfigError, match="gamma must be in"):
+    with pytest.raises(ConfigError, match="gamma must be a number in"):
         lrn.initialize_algorithm(gamma=1.5)
     lrn.initialize_algorithm(normalize_adv=True)
     with pytest.raises(UnstableError, match="already called"):

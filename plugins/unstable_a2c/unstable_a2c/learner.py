@@ -8,22 +8,13 @@ from typing import Any
 import attrs
 
 from unstable_a2c.gae import compute_gae, group_episodes, outcome_rewards, shaped_advantages
-from unstable_core.errors import ConfigError, UnstableError
+from unstable_core.config.validators import count, number_in, positive
+from unstable_core.errors import UnstableError
 from unstable_core.learners import POLICY_ADAPTER, BaseLearner, TokenBatch
 from unstable_core.learners.shared_prefix import decoder_hidden
 from unstable_core.types import Step
 
 CRITIC_ADAPTER = "critic"
-
-
-def _in_unit_interval(instance: Any, attribute: attrs.Attribute, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ConfigError(f"a2c {attribute.name} must be in [0, 1], got {value!r}")
-
-
-def _positive(instance: Any, attribute: attrs.Attribute, value: float) -> None:
-    if not value > 0:
-        raise ConfigError(f"a2c {attribute.name} must be > 0, got {value!r}")
 
 
 @attrs.frozen
@@ -32,7 +23,7 @@ class A2CConfig:
 
     gamma: float = attrs.field(
         default=1.0,
-        validator=_in_unit_interval,
+        validator=number_in(0.0, 1.0),
         metadata={
             "help": "discount per turn; 1: a game is a short episode whose only delayed reward is its "
             "outcome, which discounting would only shrink for early moves (UnstableBaselines v0.2 "
@@ -41,7 +32,7 @@ class A2CConfig:
     )
     gae_lambda: float = attrs.field(
         default=0.95,
-        validator=_in_unit_interval,
+        validator=number_in(0.0, 1.0),
         metadata={
             "help": "GAE's bias/variance trade-off: 1 is Monte-Carlo returns minus V, unbiased but noisy; "
             "lower leans on the young critic"
@@ -49,7 +40,7 @@ class A2CConfig:
     )
     critic_learning_rate: float = attrs.field(
         default=5e-5,
-        validator=_positive,
+        validator=positive,
         metadata={
             "help": "AdamW learning rate of the critic's adapter and value head, as in UnstableBaselines v0.2"
         },
@@ -63,7 +54,7 @@ class A2CConfig:
     )
     infer_mini_batch_size: int = attrs.field(
         default=16,
-        validator=_positive,
+        validator=count,
         metadata={"help": "steps per forward pass when the critic estimates V for a batch (no gradients)"},
     )
 

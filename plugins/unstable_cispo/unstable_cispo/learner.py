@@ -14,19 +14,9 @@ from typing import Any
 
 import attrs
 
-from unstable_core.errors import ConfigError
+from unstable_core.config.validators import number_in, positive
 from unstable_core.learners import BaseLearner
 from unstable_core.types import Step
-
-
-def _eps_low(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ConfigError(f"{attribute.name} must be a number in [0, 1] (1: no lower bound), got {value!r}")
-
-
-def _eps_high(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(f"{attribute.name} must be a number > 0, got {value!r}")
 
 
 @attrs.frozen
@@ -35,14 +25,14 @@ class CISPOConfig:
 
     eps_low: float = attrs.field(
         default=1.0,
-        validator=_eps_low,
+        validator=number_in(0.0, 1.0),
         metadata={
             "help": "the weight's lower bound is 1 - eps_low; 1 (none) as MiniMax-M1, which tunes only eps_high"
         },
     )
     eps_high: float = attrs.field(
         default=0.28,
-        validator=_eps_high,
+        validator=positive,
         metadata={"help": "the weight's upper bound is 1 + eps_high (DAPO's clip-higher value, 0.28)"},
     )
 
@@ -66,29 +56,16 @@ def cispo_loss(logp: Any, weights: Any, advantages: Any, mask: Any, mean_tokens:
     return ((per_token * mask).sum(dim=-1) / mean_tokens).mean()
 
 
-def _check_no_importance_cap(importance_cap: float | None) -> None:
-    if importance_cap is not None:
-        raise ConfigError(
-            "cispo clips its own importance weight (eps_low, eps_high in --algorithm-config); drop --importance-cap"
-        )
-
-
 class CISPOLearner(BaseLearner):
     """CISPO with the step's shaped reward as advantage (baselines come from the reward transforms)."""
 
     algorithm_config_class = CISPOConfig
     default_importance_cap = None  # the clipped weight is the loss's own
-
-    @classmethod
-    def check_options(cls, algorithm_kwargs: Any, importance_cap: float | None = None) -> None:
-        """CISPOConfig's checks, and no --importance-cap."""
-        super().check_options(algorithm_kwargs, importance_cap)
-        _check_no_importance_cap(importance_cap)
+    own_importance_weight = "eps_low, eps_high in --algorithm-config"
 
     def initialize_algorithm(self, **kwargs: Any) -> None:
         """Set the options of `CISPOConfig`."""
         self.cispo: CISPOConfig = self.accept_algorithm_kwargs(CISPOConfig, kwargs)
-        _check_no_importance_cap(self.config.importance_cap)
 
     def prepare_batch(self, batch: list[Step]) -> list[Step]:
         """Count the update's completion tokens, for the loss's mean over them."""

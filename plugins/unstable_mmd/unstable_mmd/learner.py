@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from unstable_core.config.validators import above, choice, non_negative
+from unstable_core.config.validators import choice, non_negative_number, positive
 from unstable_core.learners.legal import LegalAnswersLearner, LegalOptions, LegalState, legal_logq
 
 
@@ -31,11 +31,11 @@ class MMDConfig(LegalOptions):
     """MMD's options (`--algorithm-config`), beside the rules' and entropy's weights."""
 
     eta: float = attrs.field(
-        default=1.0, validator=above(0.0, 1e3), metadata={"help": "the mirror step's size (> 0)"}
+        default=1.0, validator=positive, metadata={"help": "the mirror step's size (> 0)"}
     )
     alpha: float = attrs.field(
         default=0.05,
-        validator=non_negative,
+        validator=non_negative_number,
         metadata={"help": "the magnet's strength (0: mirror descent with no magnet)"},
     )
     magnet: str = attrs.field(

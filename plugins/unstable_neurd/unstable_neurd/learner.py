@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from unstable_core.config.validators import above
+from unstable_core.config.validators import positive
 from unstable_core.learners.legal import LegalAnswersLearner, LegalOptions, LegalState, legal_logq
 
 
@@ -30,7 +30,7 @@ class NeuRDConfig(LegalOptions):
 
     threshold: float = attrs.field(
         default=1.0,
-        validator=above(0.0, 1e6),
+        validator=positive,
         metadata={
             "help": "beta: a centred logit is not pushed past +-beta (Hennes et al.'s threshold); at 2 the "
             "saturation test's minority sets stay stuck"

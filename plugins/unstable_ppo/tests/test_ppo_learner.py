@@ -306,13 +306,13 @@ def test_base_logprobs_are_computed_once_per_update_and_give_the_same_loss(tiny_
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"clip_low": 1.0}, "clip_low must be in (0, 1)"),
-        ({"clip_high": 0}, "clip_high must be > 0"),
+        ({"clip_low": 1.0}, "clip_low must be a number in (0, 1)"),
+        ({"clip_high": 0}, "clip_high must be a number > 0"),
         ({"epochs": 0}, "epochs must be an integer >= 1"),
         ({"mini_batches": 1.5}, "mini_batches must be an integer >= 1"),
-        ({"kl_coef": -0.1}, "kl_coef must be >= 0"),
-        ({"dual_clip": 1.0}, "dual_clip must be > 1 (or null: no dual clip)"),
-        ({"behaviour_weight_cap": 0.5}, "behaviour_weight_cap must be >= 1"),
+        ({"kl_coef": -0.1}, "kl_coef must be a number >= 0"),
+        ({"dual_clip": 1.0}, "dual_clip must be a number > 1 (or null: off)"),
+        ({"behaviour_weight_cap": 0.5}, "behaviour_weight_cap must be a number >= 1"),
         ({"kl_estimator": "k4"}, "kl_estimator must be one of k2, k3, k1-reward"),
     ],
 )

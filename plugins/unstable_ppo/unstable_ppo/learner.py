@@ -17,7 +17,14 @@ from typing import Any
 
 import attrs
 
-from unstable_core.errors import ConfigError
+from unstable_core.config.validators import (
+    choice,
+    count,
+    non_negative_number,
+    number_above,
+    number_in,
+    positive,
+)
 from unstable_core.learners import BaseLearner, TokenBatch
 from unstable_core.types import Step
 from unstable_ppo.fixed import Fixed, Layout, cut_micro_batches, split_evenly
@@ -33,99 +40,56 @@ from unstable_ppo.loss import (
 __all__ = ["PPOConfig", "PPOLearner", "PPOStats", "split_evenly"]
 
 
-def _unit_open(instance: Any, attribute: attrs.Attribute, value: float) -> None:
-    if not 0.0 < value < 1.0:
-        raise ConfigError(f"ppo {attribute.name} must be in (0, 1), got {value!r}")
-
-
-def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not value > 0:
-        raise ConfigError(f"ppo {attribute.name} must be > 0, got {value!r}")
-
-
-def _positive_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"ppo {attribute.name} must be an integer >= 1, got {value!r}")
-
-
-def _non_negative(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not value >= 0:
-        raise ConfigError(f"ppo {attribute.name} must be >= 0, got {value!r}")
-
-
-def _at_least_one(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not value >= 1:
-        raise ConfigError(f"ppo {attribute.name} must be >= 1, got {value!r}")
-
-
-def _dual_clip(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not value > 1):
-        raise ConfigError(f"ppo dual_clip must be > 1 (or null: no dual clip), got {value!r}")
-
-
-def _kl_estimator(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value not in KL_ESTIMATORS:
-        raise ConfigError(f"ppo kl_estimator must be one of {', '.join(KL_ESTIMATORS)}, got {value!r}")
-
-
-def _check_no_importance_cap(importance_cap: float | None) -> None:
-    if importance_cap is not None:
-        raise ConfigError(
-            "ppo truncates its behaviour weight itself (behaviour_weight_cap in --algorithm-config); "
-            "drop --importance-cap (it is for reinforce and a2c)"
-        )
-
-
 @attrs.frozen
 class PPOConfig:
     """PPO's options (`--algorithm-config`); each one's `help` says what it does and why its default."""
 
     clip_low: float = attrs.field(
         default=0.2,
-        validator=_unit_open,
+        validator=number_in(0.0, 1.0, low_open=True, high_open=True),
         metadata={
             "help": "r = pi / pi_old is clipped to [1 - clip_low, 1 + clip_high] (PPO's 0.2 on both sides)"
         },
     )
     clip_high: float = attrs.field(
         default=0.2,
-        validator=_positive,
+        validator=positive,
         metadata={
             "help": 'the upper clip; DAPO\'s "clip higher" raises it (e.g. 0.28) to keep exploring rare tokens'
         },
     )
     dual_clip: float | None = attrs.field(
         default=3.0,
-        validator=_dual_clip,
+        validator=number_above(1.0, optional=True),
         metadata={
             "help": "for A < 0 a token's loss is capped at dual_clip |A| (verl's clip_ratio_c); null: none"
         },
     )
     behaviour_weight_cap: float = attrs.field(
         default=2.0,
-        validator=_at_least_one,
+        validator=number_above(1.0, inclusive=True),
         metadata={"help": "w = min(pi_old / mu, cap) corrects for the sampler (oat truncates at 2)"},
     )
     epochs: int = attrs.field(
-        default=2, validator=_positive_int, metadata={"help": "passes over each batch (SPIRAL: 2)"}
+        default=2, validator=count, metadata={"help": "passes over each batch (SPIRAL: 2)"}
     )
     mini_batches: int = attrs.field(
-        default=1, validator=_positive_int, metadata={"help": "optimizer steps per pass (SPIRAL: 1)"}
+        default=1, validator=count, metadata={"help": "optimizer steps per pass (SPIRAL: 1)"}
     )
     kl_coef: float = attrs.field(
         default=0.0,
-        validator=_non_negative,
+        validator=non_negative_number,
         metadata={
             "help": "weight of the KL to the base model (the backbone with the adapter disabled); SPIRAL uses none"
         },
     )
     kl_estimator: str = attrs.field(
         default="k2",
-        validator=_kl_estimator,
+        validator=choice(*KL_ESTIMATORS),
         metadata={"help": "k2 and k1-reward follow KL(pi || base), k3 KL(base || pi) (see `loss`)"},
     )
     entropy_coef: float = attrs.field(
-        default=0.0, validator=_non_negative, metadata={"help": "weight of the entropy bonus"}
+        default=0.0, validator=non_negative_number, metadata={"help": "weight of the entropy bonus"}
     )
     filter_zero_advantage: bool = attrs.field(
         default=False,
@@ -214,19 +178,13 @@ class PPOLearner(BaseLearner):
 
     buffer_kind = "step"
     default_importance_cap = None  # behaviour_weight_cap does this job in ppo's loss
+    own_importance_weight = "behaviour_weight_cap in --algorithm-config"
     algorithm_config_class = PPOConfig
     step_stats = ("_off_policy", "_stats")  # `_update` adds to PPOStats: merged over data-parallel ranks
-
-    @classmethod
-    def check_options(cls, algorithm_kwargs: Any, importance_cap: float | None = None) -> None:
-        """PPOConfig's checks, and no --importance-cap (see `initialize_algorithm`)."""
-        super().check_options(algorithm_kwargs, importance_cap)
-        _check_no_importance_cap(importance_cap)
 
     def initialize_algorithm(self, **kwargs: Any) -> None:
         """Set the options of `PPOConfig`."""
         self.ppo: PPOConfig = self.accept_algorithm_kwargs(PPOConfig, kwargs)
-        _check_no_importance_cap(self.config.importance_cap)
         self._filtered = 0
         self._stats = PPOStats()
         self._layout = Layout()
