@@ -230,5 +230,6 @@ def test_the_strategy_recipes_load_and_resolve(game, tmp_path):
 
     cfg = load_config(EXAMPLES / f"{game}-strategy.toml", {"runs_dir": str(tmp_path)})
     comp = Components.resolve(cfg, tmp_path / "run")
-    assert comp.learner is not None and cfg.model_name == "smollm2-135m" and cfg.sampler == "fixed"
+    assert comp.learner is not None and cfg.model_name == "smollm2-135m"
+    assert cfg.sampler == {"kuhn": "mirror", "tictactoe": "fixed"}[game]  # Kuhn by self-play
     assert cfg.prompt_template == f"{game}-compact" and cfg.learning_steps <= 120

@@ -173,6 +173,8 @@ def test_tictactoe_to_the_end_with_an_invalid_retry(tokenizer):
         assert step.policy_version == 3 - step.pid
         assert step.model_uid == ("ckpt-3" if step.pid == 0 else "opponent")
         assert step.game_idx == 7
+        legal = step.step_info.pop("legal", None)  # TicTacToe's legal cells: on the learner's seat only
+        assert (legal is not None) == (step.pid == 0)
         assert step.step_info == {
             "finish_reason": "stop",
             "seed": 11,
@@ -438,6 +440,7 @@ class ExtraInfo(ta.Wrapper):
 def test_env_step_info_is_kept_json_ready(tokenizer):
     replies = ["\\boxed{0}", "\\boxed{3}", "\\boxed{1}", "\\boxed{4}", "\\boxed{2}"]
     result, _ = play(tokenizer, replies, env_factory=lambda env_id: ExtraInfo(ta.make(env_id), {"score": 2}))
+    result.trajectories[0].steps[0].step_info.pop("legal", None)
     assert result.trajectories[0].steps[0].step_info == {
         "finish_reason": "stop",
         "seed": 11,
