@@ -58,6 +58,10 @@ class GuessTheLetterEnv:
         ask = f"Letters: {letters}. The winning letter is {self.winning[len(self.actions)]}. Answer with one letter."
         return 0, ask if self.rounds == 1 else f"{ask} Round: {ROUND_WORDS[len(self.actions)]}"
 
+    def legal_moves(self) -> list[str]:
+        """The eight letters: learners that score every legal answer read them (`games.legal_answers`)."""
+        return list(LETTERS)
+
     def step(self, action: str) -> tuple[bool, dict[str, Any]]:
         self.actions.append((action or "").strip("[] \n"))
         return len(self.actions) == self.rounds, {}
