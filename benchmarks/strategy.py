@@ -190,6 +190,13 @@ def main() -> None:
     wall_s = None
     if args.run:
         run_dir = Path(args.run)
+        if not (run_dir / "config.toml").is_file() or not (run_dir / "checkpoints").is_dir():
+            print(
+                f"strategy.py: {run_dir} is not a run directory with checkpoints (no config.toml or "
+                "checkpoints/ there); pass a folder `unstable run` made, e.g. runs/<run-name>",
+                file=sys.stderr,
+            )
+            sys.exit(2)
     else:
         run_dir, wall_s = train(
             game["recipe"], Path(args.runs_dir), f"strategy-{args.game}-{int(time.time())}"

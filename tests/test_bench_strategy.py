@@ -78,3 +78,19 @@ def test_the_probes_per_checkpoint_are_drawn_in_step_order(strategy, tmp_path):
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="no probe figure"):
         plot_probes([], tmp_path / "none.png")
+
+
+def test_a_run_that_is_not_there_ends_in_one_line(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "strategy.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "kuhn", "--run", str(tmp_path / "nonexistent")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "is not a run directory" in result.stderr
+    assert "Traceback" not in result.stderr
