@@ -18,6 +18,7 @@ legal moves cannot be read) gets the sampled policy gradient on its completion, 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -79,7 +80,14 @@ def answer_rows(state: LegalState) -> list[Step]:
 def answer_logprobs(learner: BaseLearner, state: LegalState) -> Any:
     """y [K]: log pi_T(a | s) of each legal answer under `learner`'s policy, its tokens' log-probs summed;
     one forward, in which the rows share the whole prompt (`shared_prefix`)."""
-    return learner.policy_logprobs(learner.collate(answer_rows(state))).sum(dim=-1)
+    return answer_logprobs_of(learner, [state])[0]
+
+
+def answer_logprobs_of(learner: BaseLearner, states: Sequence[LegalState]) -> list[Any]:
+    """`answer_logprobs` of several states in one forward: [K_i] per state."""
+    rows = [row for state in states for row in answer_rows(state)]
+    y = learner.policy_logprobs(learner.collate(rows)).sum(dim=-1)  # [sum K_i]
+    return list(y.split([len(state.moves) for state in states]))
 
 
 def legal_logq(y: Any) -> Any:
@@ -146,19 +154,26 @@ class LegalAnswersLearner(BaseLearner):
             loss = sampled_pg_loss(weights * logp, advantages, self.config.max_generation_len)
             (loss * scale * len(plain) / len(batch)).backward()
             metrics["loss/sampled"] = loss.item()
-        sums: dict[str, float] = {}
-        for state in (st for st in states if st is not None):
-            for key, value in self._state_update(state, scale / len(batch)).items():
-                sums[key] = sums.get(key, 0.0) + value
-        for key, value in sums.items():
-            metrics[key] = value / len(batch)
+        scored = [st for st in states if st is not None]
+        if scored:
+            self.before_states(scored)
+            total, sums = None, {}
+            for state, y in zip(scored, answer_logprobs_of(self, scored), strict=True):
+                loss, found = self._state_loss(state, y)
+                total = loss if total is None else total + loss
+                for key, value in found.items():
+                    sums[key] = sums.get(key, 0.0) + value
+            (total * scale / len(batch)).backward()
+            metrics.update({key: value / len(batch) for key, value in sums.items()})
         return metrics
 
-    def _state_update(self, state: LegalState, weight: float) -> dict[str, float]:
-        """Backward `weight` times one state's loss: the algorithm's, the rules' and the entropy's."""
+    def before_states(self, states: list[LegalState]) -> None:
+        """Work on a micro-batch's states before their losses (MMD's base magnet, in one forward)."""
+
+    def _state_loss(self, state: LegalState, y: Any) -> tuple[Any, dict[str, float]]:
+        """One state's loss (the algorithm's, the rules' and the entropy's) from y [K], and its metrics."""
         import torch
 
-        y = self.answer_logprobs(state)  # [K]
         q = legal_logq(y).exp().detach()  # [K]
         if state.values is not None:
             values = torch.tensor(state.values, dtype=y.dtype, device=y.device)
@@ -169,7 +184,6 @@ class LegalAnswersLearner(BaseLearner):
         mass = legal_mass_loss(y)
         cfg = self.algorithm_cfg
         total = loss + cfg["legal_mass_coef"] * mass - cfg["entropy_coef"] * entropy
-        (total * weight).backward()
         metrics.update(
             {
                 "loss": total.item(),
@@ -181,7 +195,7 @@ class LegalAnswersLearner(BaseLearner):
                 "branch/seconds": float(state.cost.get("seconds", 0.0)),
             }
         )
-        return metrics
+        return total, metrics
 
 
 @attrs.frozen

@@ -23,7 +23,13 @@ from typing import Any
 import attrs
 
 from unstable_core.config.validators import choice, non_negative_number, positive
-from unstable_core.learners.legal import LegalAnswersLearner, LegalOptions, LegalState, legal_logq
+from unstable_core.learners.legal import (
+    LegalAnswersLearner,
+    LegalOptions,
+    LegalState,
+    answer_logprobs_of,
+    legal_logq,
+)
 
 
 @attrs.frozen
@@ -65,14 +71,21 @@ class MMDLearner(LegalAnswersLearner):
         """Set the options of `MMDConfig`."""
         self.mmd: MMDConfig = self.accept_algorithm_kwargs(MMDConfig, kwargs)
 
-    def log_magnet(self, y: Any, state: LegalState) -> Any:
-        """log rho [K]: uniform, or the base model's log q (the adapter off, no gradient)."""
+    def before_states(self, states: list[LegalState]) -> None:
+        """With the base model as magnet: its log q at every state, in one forward (adapter off, no gradient)."""
         import torch
 
-        if self.mmd.magnet == "uniform":
-            return torch.zeros_like(y)
-        with torch.no_grad(), self.model.disable_adapter():
-            return legal_logq(self.answer_logprobs(state))
+        self._base_logq: dict[int, Any] = {}
+        if self.mmd.magnet == "base":
+            with torch.no_grad(), self.model.disable_adapter():
+                found = answer_logprobs_of(self, states)
+            self._base_logq = {id(state): legal_logq(y) for state, y in zip(states, found, strict=True)}
+
+    def log_magnet(self, y: Any, state: LegalState) -> Any:
+        """log rho [K]: uniform, or the base model's log q (`before_states`)."""
+        import torch
+
+        return torch.zeros_like(y) if self.mmd.magnet == "uniform" else self._base_logq[id(state)]
 
     def legal_loss(self, y: Any, values: Any, state: LegalState) -> tuple[Any, dict[str, float]]:
         """Cross-entropy to MMD's target at one state."""
