@@ -66,8 +66,8 @@ A2C_HIDDEN = {"UNSTABLE_LOAD_PLUGINS": "unstable-samplers,unstable-rewards,unsta
 @pytest.mark.parametrize(
     ("args", "env", "expected"),
     [
-        (["--learner", "nope"], {}, "unknown learner 'nope'; installed learners: a2c, cispo, ppo, reinforce"),
-        (["--learner", "a2c"], A2C_HIDDEN, "installed learners: reinforce; 'a2c' is provided by unstable-a2c: pip install unstable-a2c"),
+        (["--learner", "nope"], {}, "unknown learner 'nope'; installed learners: a2c, cispo, mmd, neurd, ppo, reinforce, reinforce-legal"),
+        (["--learner", "a2c"], A2C_HIDDEN, "installed learners: reinforce, reinforce-legal; 'a2c' is provided by unstable-a2c: pip install unstable-a2c"),
         (["--batch-size", "0"], {}, "batch_size must be >= 1, got 0"),
         (["--error-allowance", "-1"], {}, "error_allowance must be >= 0, got -1"),
         (["--vllm-config", '{"bogus": 1}'], {}, "vllm_config: unknown key 'bogus'; allowed: UnstableBaselines v0.2's keys"),
