@@ -28,10 +28,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
 
     from unstable_core.inference.base import GenerationRequest, SamplingParams
-    from unstable_core.inference.sampling import nucleus_mask
     from unstable_core.inference.vllm.backend import VLLMBackend
     from unstable_core.testing import sampled_steps_from
     from unstable_core.testing.parity import PARITY_TEXTS, parity_learner
@@ -72,46 +70,57 @@ def main() -> None:
                 f"(largest {(fp32.double().sum(-1) - 1).abs().max():.2g}) over the {n} positions"
             )
 
-            # the edge at the worst token, in float64
-            sorted_exact, order = exact[i].sort(descending=True)
-            cum = sorted_exact.cumsum(0)
-            k = int((cum < p).sum())  # the token whose cumulative mass crosses top_p: kept by the rule
-            before, with_it, p_edge = float(cum[k - 1]), float(cum[k]), float(sorted_exact[k])
-            sorted32 = fp32[i].sort(descending=True).values
-            above32 = float(sorted32.cumsum(0)[k] - sorted32[k])
-            z = float(cum[k - 1]) if above32 >= p else with_it  # the learner's nucleus mass (edge out / in)
-            print(
-                f"edge token: rank {k}, p_edge {p_edge:.4g}; exact mass before it {before:.7f} "
-                f"(margin p - before {p - before:.2g}), with it {with_it:.7f} (+{with_it - p:.2g}); "
-                f"the learner's fp32 mass before it {above32:.7f}: " + ("cut" if above32 >= p else "kept")
-            )
-            print(
-                f"gap {float(gap[i]):+.4g} nats; log(Z_learner/Z_vLLM) with the edge token in vLLM's nucleus and "
-                f"out of the learner's: -log(1 + p_edge/Z) = {-math.log(1 + p_edge / z):+.4g}"
-            )
-
-            edge = int(order[k])
-            again = backend._thread.submit(edge_logprobs(backend, prompts, params, [edge])).result()
-            row, pos = position_of(i, [len(o.token_ids) for o in outs])
-            print(
-                f"vLLM's processed log-prob of the edge token there: {again[row][pos][edge]:.6g} "
-                f"(the learner's: {float(torch.log(fp32[i, edge] / z)) if above32 < p else -math.inf:.6g})"
-            )
-
-            # which nucleus, at every position, on the learner's own logits
-            exact_keep = nucleus_mask(exact, top_p.double())
-            kept = {
-                "learner (nucleus_mask, fp32)": nucleus_mask(fp32, top_p),
-                "vLLM's apply_top_k_top_p_pytorch": apply_top_k_top_p_pytorch(
-                    logits.clone(), None, top_p
-                ).isfinite(),
-                "nucleus_mask against the row's own sum": normalised_mask(fp32, top_p),
-            }
-            for name, keep in kept.items():
-                off = (keep != exact_keep).any(-1).nonzero()[:, 0].tolist()
-                print(f"{name}: differs from the exact nucleus at positions {off}")
+            print_edge(backend, prompts, params, outs, fp32, exact, float(gap[i]), i, p)
+            print_nuclei(logits, fp32, exact, top_p)
     finally:
         backend._release()
+
+
+def print_edge(backend, prompts, params, outs, fp32, exact, gap: float, i: int, p: float) -> None:
+    """At the worst token `i`: the nucleus edge in float64, and vLLM's processed log-prob of the edge token."""
+    import torch
+
+    sorted_exact, order = exact[i].sort(descending=True)
+    cum = sorted_exact.cumsum(0)
+    k = int((cum < p).sum())  # the token whose cumulative mass crosses top_p: kept by the rule
+    before, with_it, p_edge = float(cum[k - 1]), float(cum[k]), float(sorted_exact[k])
+    sorted32 = fp32[i].sort(descending=True).values
+    above32 = float(sorted32.cumsum(0)[k] - sorted32[k])
+    z = float(cum[k - 1]) if above32 >= p else with_it  # the learner's nucleus mass (edge out / in)
+    print(
+        f"edge token: rank {k}, p_edge {p_edge:.4g}; exact mass before it {before:.7f} "
+        f"(margin p - before {p - before:.2g}), with it {with_it:.7f} (+{with_it - p:.2g}); "
+        f"the learner's fp32 mass before it {above32:.7f}: " + ("cut" if above32 >= p else "kept")
+    )
+    print(
+        f"gap {gap:+.4g} nats; log(Z_learner/Z_vLLM) with the edge token in vLLM's nucleus and "
+        f"out of the learner's: -log(1 + p_edge/Z) = {-math.log(1 + p_edge / z):+.4g}"
+    )
+
+    edge = int(order[k])
+    again = backend._thread.submit(edge_logprobs(backend, prompts, params, [edge])).result()
+    row, pos = position_of(i, [len(o.token_ids) for o in outs])
+    print(
+        f"vLLM's processed log-prob of the edge token there: {again[row][pos][edge]:.6g} "
+        f"(the learner's: {float(torch.log(fp32[i, edge] / z)) if above32 < p else -math.inf:.6g})"
+    )
+
+
+def print_nuclei(logits, fp32, exact, top_p) -> None:
+    """Which nucleus each rule keeps at every position, on the learner's own logits, against the exact one."""
+    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
+
+    from unstable_core.inference.sampling import nucleus_mask
+
+    exact_keep = nucleus_mask(exact, top_p.double())
+    kept = {
+        "learner (nucleus_mask, fp32)": nucleus_mask(fp32, top_p),
+        "vLLM's apply_top_k_top_p_pytorch": apply_top_k_top_p_pytorch(logits.clone(), None, top_p).isfinite(),
+        "nucleus_mask against the row's own sum": normalised_mask(fp32, top_p),
+    }
+    for name, keep in kept.items():
+        off = (keep != exact_keep).any(-1).nonzero()[:, 0].tolist()
+        print(f"{name}: differs from the exact nucleus at positions {off}")
 
 
 def normalised_mask(probs, top_p):
