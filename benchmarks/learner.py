@@ -212,8 +212,8 @@ def data_parallel_report(args: Any, model: str, tmp: str) -> None:
     )
 
 
-def main() -> None:
-    """Parse arguments, time both loops, print medians and the ratio."""
+def parse_args() -> argparse.Namespace:
+    """The benchmark's options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=None, help="name, alias or folder (default: tiny model)")
     parser.add_argument("--batch-size", type=int, default=8)
@@ -232,7 +232,35 @@ def main() -> None:
     parser.add_argument(
         "--profile", action="store_true", help="also print torch.profiler's top ops of one more update"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def print_ratios(args: argparse.Namespace, device: Any, times: dict[str, list[tuple[float, float]]]) -> None:
+    """The median wall and CPU time of each loop, and learner.update's ratio to the plain loop against its target."""
+    import torch
+
+    wall = {name: statistics.median(t[0] for t in ts) for name, ts in times.items()}
+    cpu = {name: statistics.median(t[1] for t in ts) for name, ts in times.items()}
+    print(
+        f"model={args.model or 'tiny'} device={device} batch={args.batch_size} "
+        f"micro={args.mini_batch_size} prompt~{args.prompt_len} completion~{args.completion_len} "
+        f"checkpointing={not args.no_checkpointing} repeats={args.repeats} threads={torch.get_num_threads()}"
+    )
+    print(f"{'':<37} {'wall (median)':>14} {'cpu (median)':>14}")
+    for name in times:
+        print(f"{name:<37} {wall[name] * 1000:11.1f} ms {cpu[name] * 1000:11.1f} ms")
+    base = "plain loop (same maths)"
+    wall_ratio, cpu_ratio = wall["learner.update"] / wall[base], cpu["learner.update"] / cpu[base]
+    ratio = wall_ratio if device.type == "cuda" else cpu_ratio
+    print(f"ratio learner / plain (same maths)    wall {wall_ratio:.3f}  cpu {cpu_ratio:.3f}")
+    verdict = "ok" if ratio <= TARGET_RATIO else "over target"
+    which = "wall" if device.type == "cuda" else "cpu"
+    print(f"ratio ({which} time)                      {ratio:.3f}  (target <= {TARGET_RATIO})  {verdict}")
+
+
+def main() -> None:
+    """Parse arguments, time both loops, print medians and the ratio."""
+    args = parse_args()
     if args.learner_workers > 1:
         with tempfile.TemporaryDirectory() as tmp:
             model = args.model
@@ -310,26 +338,21 @@ def main() -> None:
         phases = phase_seconds(learner, batch, args.repeats, lambda: sync(learner.device))
         profile = top_ops(learner, batch) if args.profile else None
 
-    wall = {name: statistics.median(t[0] for t in ts) for name, ts in times.items()}
-    cpu = {name: statistics.median(t[1] for t in ts) for name, ts in times.items()}
-    print(
-        f"model={args.model or 'tiny'} device={learner.device} batch={args.batch_size} "
-        f"micro={args.mini_batch_size} prompt~{args.prompt_len} completion~{args.completion_len} "
-        f"checkpointing={not args.no_checkpointing} repeats={args.repeats} threads={torch.get_num_threads()}"
-    )
-    print(f"{'':<37} {'wall (median)':>14} {'cpu (median)':>14}")
-    for name in runs:
-        print(f"{name:<37} {wall[name] * 1000:11.1f} ms {cpu[name] * 1000:11.1f} ms")
-    base = "plain loop (same maths)"
-    wall_ratio, cpu_ratio = wall["learner.update"] / wall[base], cpu["learner.update"] / cpu[base]
-    ratio = wall_ratio if learner.device.type == "cuda" else cpu_ratio
-    print(f"ratio learner / plain (same maths)    wall {wall_ratio:.3f}  cpu {cpu_ratio:.3f}")
-    verdict = "ok" if ratio <= TARGET_RATIO else "over target"
-    which = "wall" if learner.device.type == "cuda" else "cpu"
-    print(f"ratio ({which} time)                      {ratio:.3f}  (target <= {TARGET_RATIO})  {verdict}")
+    print_ratios(args, learner.device, times)
     print()
     peaks = {k: max(v, peaks_after[k]) for k, v in peaks_before.items()}  # the better of two measures
-    print("\n".join(report(counted, micro, wall["learner.update"], peaks, phases, torch.get_num_threads())))
+    print(
+        "\n".join(
+            report(
+                counted,
+                micro,
+                statistics.median(t[0] for t in times["learner.update"]),
+                peaks,
+                phases,
+                torch.get_num_threads(),
+            )
+        )
+    )
     if profile is not None:
         print(f"\ntorch.profiler, one more update: the ops with the most self CPU time\n{profile}")
 
