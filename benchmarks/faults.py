@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -214,7 +215,8 @@ def checkpoints(run_dir: Path) -> int:
     return len(list((run_dir / "checkpoints").glob("step-*[0-9]")))
 
 
-def main() -> None:
+def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
+    """The benchmark's options, and the parser (for its usage errors)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -241,7 +243,94 @@ def main() -> None:
         "--learner-workers", type=int, default=1, help="data-parallel learner workers (a kill takes one)"
     )
     parser.add_argument("--runs-dir", default=None)
-    args = parser.parse_args()
+    return parser.parse_args(), parser
+
+
+def first_args(args: argparse.Namespace, model: str, runs_dir: Path) -> list[str]:
+    """The `unstable run` arguments of the first start."""
+    first = ["--model", model, "--runs-dir", str(runs_dir), "--run-name", "faults", "--learning-steps"]
+    first += [str(args.steps), *SMALL]
+    if args.repeat > 1:
+        first += ["--env-sampler-config", json.dumps({"repeat": args.repeat})]
+        first += ["--sampling-transform", "group-relative"]
+    if args.learner_workers > 1:
+        first += ["--learner-workers", str(args.learner_workers)]
+    if args.model is not None:
+        first = [a for a in first if a not in ("--lora-config", '{"lora_rank": 4, "lora_alpha": 8}')]
+    return first
+
+
+def await_after_kill(proc: subprocess.Popen, run_dir: Path, kind: str, hang_s: float, say: Any) -> int:
+    """Wait for the run's answer to a killed actor; 1 if it hung (then its processes are killed), else 0."""
+    hangs = 0
+    if kind == "inference":  # Ray restarts it: the run must say so (or end) within --hang-s
+        seen = restarts_seen(run_dir)
+        deadline = time.monotonic() + hang_s
+        while proc.poll() is None and restarts_seen(run_dir) == seen:
+            if time.monotonic() > deadline:
+                hangs = 1
+                say(f"HANG: no restart reported within {hang_s:.0f} s of killing {kind}")
+                kill_group(proc)
+                break
+            time.sleep(0.2)
+        else:
+            if proc.poll() is None:
+                say("the run reported the inference actor's restart")
+    else:  # the others stop the run at once; silence is a hang
+        try:
+            proc.wait(timeout=hang_s)
+        except subprocess.TimeoutExpired:
+            hangs = 1
+            say(f"HANG: the run did not stop within {hang_s:.0f} s of killing {kind}")
+            kill_group(proc)
+    return hangs
+
+
+def print_summary(
+    args: argparse.Namespace,
+    killed: collections.Counter[str],
+    resumes: int,
+    stops_without_line: int,
+    hangs: int,
+    driver_kills: list[tuple[float, int, int]],
+    run_dir: Path,
+    started: float,
+) -> None:
+    """The table of what was killed, what the run did about it, and the finished run's checks."""
+    rows = [
+        ("model", args.model or "tiny random-weight model"),
+        ("learning steps asked", str(args.steps)),
+        ("games per group, learner workers", f"{args.repeat}, {args.learner_workers}"),
+        (
+            "actors killed",
+            f"{sum(killed.values())} ({', '.join(f'{k} {v}' for k, v in sorted(killed.items()))})",
+        ),
+        ("resumes", str(resumes)),
+        ("stops without the resume line", str(stops_without_line)),
+        ("hangs", str(hangs)),
+        *(
+            [
+                ("driver killed: run lock free after", ", ".join(f"{k[0]:.2f} s" for k in driver_kills)),
+                ("driver killed: processes left after 10 s", ", ".join(str(k[1]) for k in driver_kills)),
+                (
+                    "driver killed: files written after the lock was free",
+                    ", ".join(str(k[2]) for k in driver_kills),
+                ),
+            ]
+            if driver_kills
+            else []
+        ),
+        *check_run(run_dir, args.steps).items(),
+        ("wall time", f"{time.monotonic() - started:.0f} s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    print()
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
+def main() -> None:
+    args, parser = parse_args()
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
@@ -255,15 +344,7 @@ def main() -> None:
         model = str(make_tiny_model(tmp / "tiny-model"))
     runs_dir = Path(args.runs_dir or tmp / "runs")
     run_dir = (runs_dir / "faults").resolve()
-    first = ["--model", model, "--runs-dir", str(runs_dir), "--run-name", "faults", "--learning-steps"]
-    first += [str(args.steps), *SMALL]
-    if args.repeat > 1:
-        first += ["--env-sampler-config", json.dumps({"repeat": args.repeat})]
-        first += ["--sampling-transform", "group-relative"]
-    if args.learner_workers > 1:
-        first += ["--learner-workers", str(args.learner_workers)]
-    if args.model is not None:
-        first = [a for a in first if a not in ("--lora-config", '{"lora_rank": 4, "lora_alpha": 8}')]
+    first = first_args(args, model, runs_dir)
     order: list[str] = []
     killed: collections.Counter[str] = collections.Counter()
     resumes = hangs = stops_without_line = 0
@@ -308,26 +389,7 @@ def main() -> None:
                 os.kill(rng.choice(pids), signal.SIGKILL)
             killed[kind] += 1
             say(f"killed {kind}")
-            if kind == "inference":  # Ray restarts it: the run must say so (or end) within --hang-s
-                seen = restarts_seen(run_dir)
-                deadline = time.monotonic() + args.hang_s
-                while proc.poll() is None and restarts_seen(run_dir) == seen:
-                    if time.monotonic() > deadline:
-                        hangs += 1
-                        say(f"HANG: no restart reported within {args.hang_s:.0f} s of killing {kind}")
-                        kill_group(proc)
-                        break
-                    time.sleep(0.2)
-                else:
-                    if proc.poll() is None:
-                        say("the run reported the inference actor's restart")
-            else:  # the others stop the run at once; silence is a hang
-                try:
-                    proc.wait(timeout=args.hang_s)
-                except subprocess.TimeoutExpired:
-                    hangs += 1
-                    say(f"HANG: the run did not stop within {args.hang_s:.0f} s of killing {kind}")
-                    kill_group(proc)
+            hangs += await_after_kill(proc, run_dir, kind, args.hang_s, say)
             continue
         err = proc.stderr.read() if proc.stderr else ""
         if proc.returncode == 0:
@@ -343,36 +405,7 @@ def main() -> None:
             break
         resumes += 1
         proc = launch(["--resume", str(run_dir)])
-    rows = [
-        ("model", args.model or "tiny random-weight model"),
-        ("learning steps asked", str(args.steps)),
-        ("games per group, learner workers", f"{args.repeat}, {args.learner_workers}"),
-        (
-            "actors killed",
-            f"{sum(killed.values())} ({', '.join(f'{k} {v}' for k, v in sorted(killed.items()))})",
-        ),
-        ("resumes", str(resumes)),
-        ("stops without the resume line", str(stops_without_line)),
-        ("hangs", str(hangs)),
-        *(
-            [
-                ("driver killed: run lock free after", ", ".join(f"{k[0]:.2f} s" for k in driver_kills)),
-                ("driver killed: processes left after 10 s", ", ".join(str(k[1]) for k in driver_kills)),
-                (
-                    "driver killed: files written after the lock was free",
-                    ", ".join(str(k[2]) for k in driver_kills),
-                ),
-            ]
-            if driver_kills
-            else []
-        ),
-        *check_run(run_dir, args.steps).items(),
-        ("wall time", f"{time.monotonic() - started:.0f} s"),
-    ]
-    width = max(len(k) for k, _ in rows)
-    print()
-    for k, v in rows:
-        print(f"{k:<{width}}  {v}")
+    print_summary(args, killed, resumes, stops_without_line, hangs, driver_kills, run_dir, started)
 
 
 if __name__ == "__main__":
