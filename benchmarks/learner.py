@@ -258,6 +258,37 @@ def print_ratios(args: argparse.Namespace, device: Any, times: dict[str, list[tu
     print(f"ratio ({which} time)                      {ratio:.3f}  (target <= {TARGET_RATIO})  {verdict}")
 
 
+def the_loops(learner: Any, batch: list, mini_batch_size: int) -> tuple[dict[str, Any], Any]:
+    """The three loops to time on `batch` (learner.update and two plain ones), and the timer of one call."""
+    import torch
+
+    micro_batches = [
+        (
+            learner.collate(batch[i : i + mini_batch_size]),
+            torch.tensor([s.reward for s in batch[i : i + mini_batch_size]], device=learner.device),
+        )
+        for i in range(0, len(batch), mini_batch_size)
+    ]
+    optimizer = torch.optim.AdamW(learner.adapter_parameters("default"), lr=learner.config.learning_rate)
+
+    def timed(fn: Any) -> tuple[float, float]:
+        """Wall-clock and process CPU seconds of one call (CPU time is steadier on a shared machine)."""
+        sync(learner.device)
+        wall, cpu = time.perf_counter(), time.process_time()
+        fn()
+        sync(learner.device)
+        return time.perf_counter() - wall, time.process_time() - cpu
+
+    runs = {
+        "learner.update": lambda: learner.update(batch),
+        "plain loop (same maths)": lambda: plain_update(learner, optimizer, micro_batches, len(batch), False),
+        "plain loop (full-vocab log-softmax)": lambda: plain_update(
+            learner, optimizer, micro_batches, len(batch), True
+        ),
+    }
+    return runs, timed
+
+
 def main() -> None:
     """Parse arguments, time both loops, print medians and the ratio."""
     args = parse_args()
@@ -296,32 +327,7 @@ def main() -> None:
         learner.initialize_algorithm()
         vocab = learner.model.get_base_model().config.vocab_size
         batch = make_batch(args.batch_size, args.prompt_len, args.completion_len, vocab, seed=0)
-        micro_batches = [
-            (
-                learner.collate(batch[i : i + args.mini_batch_size]),
-                torch.tensor([s.reward for s in batch[i : i + args.mini_batch_size]], device=learner.device),
-            )
-            for i in range(0, len(batch), args.mini_batch_size)
-        ]
-        optimizer = torch.optim.AdamW(learner.adapter_parameters("default"), lr=learner.config.learning_rate)
-
-        def timed(fn: Any) -> tuple[float, float]:
-            """Wall-clock and process CPU seconds of one call (CPU time is steadier on a shared machine)."""
-            sync(learner.device)
-            wall, cpu = time.perf_counter(), time.process_time()
-            fn()
-            sync(learner.device)
-            return time.perf_counter() - wall, time.process_time() - cpu
-
-        runs = {
-            "learner.update": lambda: learner.update(batch),
-            "plain loop (same maths)": lambda: plain_update(
-                learner, optimizer, micro_batches, len(batch), False
-            ),
-            "plain loop (full-vocab log-softmax)": lambda: plain_update(
-                learner, optimizer, micro_batches, len(batch), True
-            ),
-        }
+        runs, timed = the_loops(learner, batch, args.mini_batch_size)
         for fn in runs.values():
             fn()  # warm-up
         counted, micro = learner_flops(learner, batch)
