@@ -116,11 +116,14 @@ def test_resume_after_sigkill_during_collection_an_update_and_a_checkpoint_write
 
     assert steps_of(run_dir) == [1, 2, 3, 4, 5]
     assert not list((run_dir / "checkpoints").glob("*.tmp"))
-    for k in range(1, 6):  # every checkpoint complete: its state, adapter and optimizer tensors load
-        folder = run_dir / "checkpoints" / f"step-{k}"
+    for k in range(1, 6):  # every checkpoint complete: its state and adapter load, and the newest two's
+        folder = run_dir / "checkpoints" / f"step-{k}"  # optimizer tensors (--keep-optimizer-states 2)
         assert json.loads((folder / "learner_state.json").read_text())["step"] == k
         assert load_file(str(folder / "adapter_model.safetensors"))
-        assert load_file(str(folder / "optimizer.safetensors"))
+        if k >= 4:
+            assert load_file(str(folder / "optimizer.safetensors"))
+        else:
+            assert not (folder / "optimizer.safetensors").exists()
     state = json.loads((folder / "learner_state.json").read_text())
     learner = REINFORCELearner.create(tiny_model, device="cpu", run_dir=tmp_path / "check",
                                lora_config=state["config"]["lora_config"])  # fmt: skip
