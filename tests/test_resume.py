@@ -120,10 +120,8 @@ def test_resume_after_sigkill_during_collection_an_update_and_a_checkpoint_write
         folder = run_dir / "checkpoints" / f"step-{k}"  # optimizer tensors (--keep-optimizer-states 2)
         assert json.loads((folder / "learner_state.json").read_text())["step"] == k
         assert load_file(str(folder / "adapter_model.safetensors"))
-        if k >= 4:
-            assert load_file(str(folder / "optimizer.safetensors"))
-        else:
-            assert not (folder / "optimizer.safetensors").exists()
+        optimizer = folder / "optimizer.safetensors"
+        assert load_file(str(optimizer)) if k >= 4 else not optimizer.exists()
     state = json.loads((folder / "learner_state.json").read_text())
     learner = REINFORCELearner.create(tiny_model, device="cpu", run_dir=tmp_path / "check",
                                lora_config=state["config"]["lora_config"])  # fmt: skip
