@@ -23,15 +23,12 @@ import asyncio
 import copy
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from unstable_core.games.env_ops import action_receiver
 from unstable_core.games.legal_answers import LEGAL
-
-if TYPE_CHECKING:
-    from unstable_core.games.loop import _Game
 
 
 def continuation_seed(seed: int | None, game_seed: int, turn: int, move: int, sample: int) -> int | None:
@@ -56,7 +53,7 @@ def _fresh(player: Any, seed: int | None) -> Any:
     return player
 
 
-async def continue_from(game: _Game, index: int, move: str, move_index: int, sample: int, max_turns: int):
+async def continue_from(game: Any, index: int, move: str, move_index: int, sample: int, max_turns: int):
     """(the mover's final reward after playing `move` at `game.steps[index]`'s state then playing on, the
     turns generated): one continuation."""
     step = game.steps[index]
@@ -79,7 +76,7 @@ async def continue_from(game: _Game, index: int, move: str, move_index: int, sam
     return float(branch.final_rewards[step.pid]), len(branch.steps)
 
 
-async def add_branch_values(game: _Game, samples: int, max_turns: int) -> None:
+async def add_branch_values(game: Any, samples: int, max_turns: int) -> None:
     """Put each legal move's value (mean over `samples` continuations) and the branching's cost on every
     learner step of the finished `game` that has legal answers."""
     for index, step in enumerate(game.steps):
