@@ -10,11 +10,11 @@ import random
 import pytest
 
 from unstable_core.games.analysis.kuhn import OPENING_SEAT, deal_seed
-from unstable_core.games.legal_answers import LEGAL, scored_envs
+from unstable_core.games.legal_answers import scored_envs
 from unstable_core.games.loop import play_game
 from unstable_core.games.random_player import ScriptedPlayer
 from unstable_core.inference.base import GenerationOutput, SamplingParams
-from unstable_core.types import GameSpec, PlayerSpec
+from unstable_core.types import LEGAL, GameSpec, PlayerSpec
 
 KUHN = "KuhnPoker-v0-chips"
 MOVER = 1 - OPENING_SEAT  # answers the opening seat's move

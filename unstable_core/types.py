@@ -11,6 +11,7 @@ from typing import Any, Literal
 import attrs
 
 ModelKind = Literal["checkpoint", "fixed"]
+LEGAL = "legal"  # Step.step_info's key of a state's legal answers (games.legal_answers writes, learners.legal reads)
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

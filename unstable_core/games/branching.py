@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 
 from unstable_core.games.env_ops import action_receiver
-from unstable_core.games.legal_answers import LEGAL
+from unstable_core.types import LEGAL
 
 
 def continuation_seed(seed: int | None, game_seed: int, turn: int, move: int, sample: int) -> int | None:

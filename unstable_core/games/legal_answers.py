@@ -15,7 +15,6 @@ from typing import Any
 
 from unstable_core.games.random_player import LEGAL_MOVES, game_of
 
-LEGAL = "legal"  # the key in step.step_info
 CLOSING = "]"  # TextArena's moves end with it; the sampler stops at the token that holds it
 
 LegalReader = Callable[[Any, str], list[str]]

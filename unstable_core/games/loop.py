@@ -24,7 +24,7 @@ from unstable_core.games.env_ops import (
     make_env,
     set_error_allowance,
 )
-from unstable_core.games.legal_answers import LEGAL, AnswerTokens, LegalReader, legal_reader, legal_record
+from unstable_core.games.legal_answers import AnswerTokens, LegalReader, legal_reader, legal_record
 from unstable_core.games.random_player import ScriptedPlayer
 from unstable_core.games.templates import (
     PromptRenderer,
@@ -35,7 +35,7 @@ from unstable_core.games.templates import (
     prompt_renderer,
 )
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
-from unstable_core.types import GameInformation, GameResult, GameSpec, PlayerSpec, Step, Trajectory
+from unstable_core.types import LEGAL, GameInformation, GameResult, GameSpec, PlayerSpec, Step, Trajectory
 
 Generate = Callable[[GenerationRequest], Awaitable[GenerationOutput]]
 

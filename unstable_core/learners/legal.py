@@ -26,9 +26,8 @@ import attrs
 from unstable_core.config.validators import non_negative_number
 from unstable_core.errors import UnstableError
 from unstable_core.learners.base import BaseLearner
-from unstable_core.types import Step
+from unstable_core.types import LEGAL, Step
 
-LEGAL = "legal"  # the key of a step's legal answers in step.step_info
 MIN_PLAYED_Q = 0.05  # the floor of q(played) in an importance-weighted value estimate: bounds 1/q at 20
 
 

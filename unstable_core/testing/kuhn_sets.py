@@ -15,8 +15,9 @@ from typing import Any
 
 import attrs
 
-from unstable_core.learners.legal import LEGAL, LegalState, answer_logprobs, legal_logq
-from unstable_core.types import Step
+from unstable_core.games.legal_answers import AnswerTokens
+from unstable_core.learners.legal import LegalState, answer_logprobs, legal_logq
+from unstable_core.types import LEGAL, Step
 
 ENV_ID = "KuhnPoker-v0-chips"
 TEMPLATE = "kuhn-compact"
@@ -33,16 +34,6 @@ AGGRESSIVE = ("[bet]", "[call]")  # the card-blind policy of the strategy recipe
 def target_of(key: str) -> str:
     """The target answer at an information set `key` (card digit, then the history)."""
     return TARGET[key[1:]][int(key[0])]
-
-
-def answer_ids(tokenizer: Any, prefix: str, prompt: str, move: str) -> list[int]:
-    """The completion ids that play `move` after `prompt`, as the sampler writes them: the move's text after
-    the template's opened prefix (`check` after `[`), then the token `]` at which sampling stops."""
-    opened = prefix if prefix and prompt.endswith(prefix) else ""
-    text = move[len(opened) : -1] if opened and move.startswith(opened) else move[:-1]
-    return list(tokenizer.encode(text, add_special_tokens=False)) + list(
-        tokenizer.encode("]", add_special_tokens=False)
-    )
 
 
 @attrs.frozen
@@ -63,11 +54,13 @@ def kuhn_sets(tokenizer: Any, env_id: str = ENV_ID, template: str = TEMPLATE) ->
     from unstable_core.games.templates import answer_prompt
 
     prompt = answer_prompt(template, tokenizer)
+    tokens = AnswerTokens(tokenizer)
     sets = []
     for p in positions(env_id):
         text, ids = prompt.render(p.observation)
         moves = list(p.answers)
-        legal = {"moves": moves, "ids": [answer_ids(tokenizer, prompt.prefix, text, m) for m in moves]}
+        opened = prompt.prefix if prompt.prefix and text.endswith(prompt.prefix) else ""
+        legal = {"moves": moves, "ids": [tokens.ids(m, opened) for m in moves]}
         step = Step(
             pid=p.pid, env_id=env_id, obs=text, act="", prompt_ids=list(ids), step_info={LEGAL: legal}
         )
