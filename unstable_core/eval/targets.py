@@ -20,7 +20,7 @@ import attrs
 
 from unstable_core.config import RunConfig
 from unstable_core.errors import ConfigError, UnstableError
-from unstable_core.games.analysis.catalogue import check_players, is_player, names
+from unstable_core.games.players.catalogue import check_players, is_player, names
 from unstable_core.games.templates import get_template
 from unstable_core.model_loading import DEFAULT_MODEL, is_api_model
 from unstable_core.runtime.launch.plan import FixedSchedule, LeagueEntry
@@ -153,7 +153,7 @@ def resolve_argument(arg: str, all_checkpoints: bool = False, what: str = "model
     try:
         check_model(arg, what)  # a folder that exists, an alias, a hub id in the cache or on the hub
     except UnstableError as exc:
-        raise ConfigError(f"{exc}; a {what} is {PLAYERS} ({', '.join(names('player'))})") from None
+        raise ConfigError(f"{exc}; a {what} is {PLAYERS} ({', '.join(names())})") from None
     return [EvalTarget(arg, "model", arg)]
 
 
@@ -266,14 +266,15 @@ def eval_config(targets: list[EvalTarget], **options: Any) -> RunConfig:
 
 
 def check_targets(
-    targets: EvalTargets, envs: list[str], tasks: list[str], probes: list[tuple[str, str]], template: str
+    targets: EvalTargets, envs: list[str], tasks: list[str], probes: list[Any], template: str
 ) -> None:
-    """The players can play what they are asked: each scripted player its envs and probes, and no task; no
+    """The players can play what they are asked (`probes`: planned probes): each scripted player its envs and
+    probes, and no task; no
     API model is probed; the template (the runs' own, when none was given) is one the game loop knows."""
     mine = targets.models
     get_template(template)
     check_players((t.label, env) for t in mine + targets.opponents if t.kind == "player" for env in envs)
-    check_players((t.label, env) for t in mine if t.kind == "player" for _, env in probes)
+    check_players((t.label, env) for t in mine if t.kind == "player" for env in (p.env_id for p in probes))
     for t in mine:
         if tasks and t.kind == "player":
             raise ConfigError(f"`{t.label}` (a scripted player) plays games only; it cannot answer a --task")
