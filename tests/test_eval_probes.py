@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from unstable_core.cli.main import cli
+from unstable_core.errors import UnstableError
 
 
 def refused(*args: str) -> str:
@@ -78,18 +79,22 @@ def test_probes_alone_print_their_table_and_write_summary_json(tiny_model, tmp_p
 
 
 def test_an_unreadable_checkpoint_is_named_by_its_file_and_leaves_no_folder(tiny_model, tmp_path):
-    """A checkpoint whose adapter weights are damaged: one line naming the file, status 2 (a bad input), and
-    the output folder (and the folders made for it) gone."""
+    """A checkpoint whose adapter weights are damaged: `unstable eval` refuses it in one line naming the file
+    before anything starts (status 2, no output folder), and a probe asked from Python names it too."""
+    from unstable_core.eval.probes import run_probe
     from unstable_core.testing import make_tiny_adapter
 
     checkpoint = Path(make_tiny_adapter(tiny_model, tmp_path / "step-2", ["q_proj", "v_proj"]))
     weights = checkpoint / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     out = tmp_path / "evals" / "first"
-    result = CliRunner().invoke(
-        cli, ["eval", str(checkpoint), "--probe", "tictactoe-tactics", "--out", str(out)]
-    )
-    assert result.exit_code == 2, result.output
-    last = result.output.splitlines()[-1]
-    assert last.startswith(f"Error: checkpoint {checkpoint}: cannot read {weights}: "), last
-    assert "Traceback" not in result.output and not (tmp_path / "evals").exists()
+    for args in (["--probe", "tictactoe-tactics"], ["--opponent", "random", "--games", "2"]):
+        result = CliRunner().invoke(cli, ["eval", str(checkpoint), *args, "--out", str(out)])
+        assert result.exit_code == 2, result.output
+        assert result.output.count("\n") == 1 and "Traceback" not in result.output
+        assert f"cannot read {weights}: SafetensorError: " in result.output
+        assert not (tmp_path / "evals").exists()
+    with pytest.raises(
+        UnstableError, match=f"^checkpoint {checkpoint}: cannot read {weights}: SafetensorError"
+    ):
+        run_probe("tictactoe-tactics", str(checkpoint), device="cpu")
