@@ -272,12 +272,15 @@ def check_targets(
     whole, each scripted player plays its envs and probes and answers no task, no API model is probed, and
     the template (the runs' own, when none was given) is one the game loop knows."""
     mine = targets.models
-    get_template(template)
     for t in mine + targets.opponents:
         if t.kind == "adapter":
             check_adapter_files(t)
-    check_players((t.label, env) for t in mine + targets.opponents if t.kind == "player" for env in envs)
-    check_players((t.label, env) for t in mine if t.kind == "player" for env in (p.env_id for p in probes))
+    get_template(template)
+    scripted = [t.label for t in mine + targets.opponents if t.kind == "player"]
+    probed = [t.label for t in mine if t.kind == "player"]
+    check_players(
+        [*((n, env) for n in scripted for env in envs), *((n, p.env_id) for n in probed for p in probes)]
+    )
     for t in mine:
         if tasks and t.kind == "player":
             raise ConfigError(f"`{t.label}` (a scripted player) plays games only; it cannot answer a --task")

@@ -59,3 +59,12 @@ def covering(kind: str, name: str, env_ids: Iterable[str] = ()) -> Component:
                 f"the {kind}s are: {', '.join(described(kind))}"
             )
     return found
+
+
+def check_covered(kind: str, names_and_envs: Iterable[tuple[str, str]]) -> None:
+    """Every (name, env id) pair whose name is a registered player or probe (`kind`) is covered: a
+    ConfigError naming the first that is not; other names (models) are skipped."""
+    known = {c.name for c in registered(kind)}
+    for name, env_id in names_and_envs:
+        if name in known:
+            covering(kind, name, [env_id])

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from unstable_core.errors import ComponentFailed, UnstableError
-from unstable_core.games.coverage import covering, registered
+from unstable_core.games.coverage import check_covered, covering, registered
 from unstable_core.games.players.base import ScriptedPlayer
 from unstable_core.registry import Component
 
@@ -30,9 +30,7 @@ def is_player(name: object) -> bool:
 def check_players(names_and_envs: Iterable[tuple[str, str]]) -> None:
     """Every (scripted player, env id) pair can be played (a ConfigError naming the first that cannot);
     names that are no scripted player (models) are skipped."""
-    for name, env_id in names_and_envs:
-        if is_player(name):
-            covering(PLAYER, name, [env_id])
+    check_covered(PLAYER, names_and_envs)
 
 
 def seat_seed(name: str, game_seed: int, pid: int) -> int:
