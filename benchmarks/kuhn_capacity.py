@@ -100,7 +100,7 @@ def batch_of(kind: str, sets: list[Any], qs: list[list[float]], rng: random.Rand
 
 def measure(learner: Any, sets: list[Any], env_id: str) -> dict[str, Any]:
     """q(target) per set, their mean and the exact exploitability of the policy q."""
-    from unstable_core.games.analysis.kuhn import KuhnExploitability
+    from unstable_core.probes.kuhn_exploitability import KuhnExploitability
     from unstable_core.testing.kuhn_sets import policy_q, target_of
 
     qs = policy_q(learner, sets)

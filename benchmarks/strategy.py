@@ -55,13 +55,15 @@ def probe(run_dir: Path, probes: list[tuple[str, str]], every: int) -> dict[str,
     """The probes on base, every `every`-th checkpoint and the last: {label: {probe: result dict}}."""
     from unstable_core.eval.probes import players_template, probe_players
     from unstable_core.eval.targets import checkpoints_of, resolve_argument, run_base_model
+    from unstable_core.probes.catalogue import plan_probes
 
     steps = checkpoints_of(run_dir)
     chosen = [folder for step, folder in steps if step % every == 0 or step == steps[-1][0]]
     targets = resolve_argument(run_base_model(run_dir)) + [
         t for f in chosen for t in resolve_argument(str(f))
     ]
-    results = probe_players(probes, targets, players_template([t for t in targets if t.run_dir], None))
+    planned = plan_probes(f"{name}:{env}" for name, env in probes)
+    results = probe_players(planned, targets, players_template([t for t in targets if t.run_dir], None))
     return {label: {name: r.to_dict() for name, r in pairs} for label, pairs in results.items()}
 
 
@@ -99,7 +101,7 @@ def change_p(first: dict[str, Any], last: dict[str, Any]) -> float | None:
     """Two-sided p of a change between two probe figures: None for exact figures (no sampling error), else
     a z-test on the means with each standard error read off its 95% t interval. Unpaired, so conservative:
     both figures are measured on the same positions."""
-    from unstable_core.report.stats import t_quantile
+    from unstable_core.quantiles import t_quantile
 
     if first.get("exact") or last.get("exact"):
         return None

@@ -28,7 +28,7 @@ def setting(tmp_path_factory, capacity):
 
 
 def test_the_target_is_the_tight_card_dependent_policy():
-    from unstable_core.games.analysis.kuhn import KuhnExploitability
+    from unstable_core.probes.kuhn_exploitability import KuhnExploitability
     from unstable_core.testing.kuhn_sets import target_of
 
     assert [target_of(f"{c}") for c in range(3)] == ["[check]", "[check]", "[bet]"]

@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from unstable_core.report.stats import fisher_exact, format_p, t_quantile
+from unstable_core.quantiles import t_quantile
+from unstable_core.report.stats import fisher_exact, format_p
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,11 @@ import random
 
 import pytest
 
-from unstable_core.games.analysis.kuhn import OPENING_SEAT, deal_seed
 from unstable_core.games.legal_answers import scored_envs
 from unstable_core.games.loop import play_game
-from unstable_core.games.random_player import ScriptedPlayer
+from unstable_core.games.players.base import ScriptedPlayer
 from unstable_core.inference.base import GenerationOutput, SamplingParams
+from unstable_core.probes.kuhn_exploitability import OPENING_SEAT, deal_seed
 from unstable_core.types import LEGAL, GameSpec, PlayerSpec
 
 KUHN = "KuhnPoker-v0-chips"

@@ -47,7 +47,7 @@ def guide_text() -> str:
 
 def test_every_example_package_is_complete():
     packages = guide_files()
-    assert {"mini-pg", "my-plugins", "my-rewards"} <= set(packages)
+    assert {"mini-pg", "my-plugins", "my-rewards", "my-nim"} <= set(packages)
     for package, files in packages.items():
         assert "pyproject.toml" in files, f"the guide's {package} has no pyproject.toml"
 
@@ -92,6 +92,12 @@ def test_unstable_plugins_lists_the_guides_components(site):
             "backend": ["counting"],
             "template": ["terse"],
         },
+        "my-nim": {
+            "model_sampler": ["perfect-first"],
+            "env": ["MyNim-v0"],
+            "player": ["nim-perfect"],
+            "probe": ["winning-takes"],
+        },
     }
     for dist, provides in kinds.items():
         entry = listed[dist]
@@ -104,6 +110,7 @@ ERROR_CASES = [
     {"learner": "mini-pg", "algorithm_config": {"entropy_coef": -1}},
     {"step_transforms": ["+length-penalty:alpha=1"]},
     {"step_transforms": ["+length-penalty:per_token=-1"]},
+    {"sampler": "perfect-first"},
 ]
 
 # one interpreter for the learner's checks and the error lines: its start (torch, transformers) is the cost
@@ -183,3 +190,54 @@ def test_one_run_uses_a_component_of_every_kind(site, tiny_model, tmp_path):
         for s in t["steps"]
     ]
     assert steps and all("Reply with your move only." in s["obs"] and s["obs"].endswith("[") for s in steps)
+
+
+GAME_PARTS = textwrap.dedent("""
+    import json
+    from unstable_core.envs import make_env
+    from unstable_core.games.players.catalogue import load_player_factory
+    from unstable_core.league.league import League
+    from unstable_core.plugins import get_registry
+    from unstable_core.probes import measure, player_policy, uniform_policy
+    from unstable_core.probes.catalogue import plan_probes
+
+    (planned,) = plan_probes(["winning-takes"])
+    perfect = measure(planned, player_policy(load_player_factory("nim-perfect")))
+    uniform = measure(planned, uniform_policy)
+    try:
+        plan_probes(["winning-takes:MyNim-v1"])
+    except Exception as exc:
+        refused = str(exc)
+    env = make_env("MyNim-v0")
+    env.reset(num_players=2, seed=1)
+    league = League()
+    sampler = get_registry().load("model_sampler", "perfect-first")(seed=0, warmup=10)
+    league.add_checkpoint("ckpt-0", None, 0)
+    drawn = [sampler.sample_opponent(league)]
+    league.add_checkpoint("ckpt-12", "checkpoints/step-12", 12)
+    drawn += [league.learner_step(), sampler.sample_opponent(league)]
+    print(json.dumps([perfect.to_dict()["figures"], uniform.to_dict()["figures"], refused, env.legal_moves(), drawn]))
+""")
+
+
+def test_the_guides_game_player_probe_and_sampler(site, tmp_path):
+    """my-nim's perfect player scores 1 on its probe (its `[take N]` matched against the spellings), the
+    uniform policy 1/3; a probe on an env it does not cover is one line; the sampler reads the learner step;
+    `unstable eval` runs the player and the probe as the page shows."""
+    result = python(site, "-c", GAME_PARTS)
+    assert result.returncode == 0, result.stderr[-3000:]
+    perfect, uniform, refused, legal, drawn = json.loads(result.stdout.splitlines()[-1])
+    assert perfect["right_mass"]["value"] == 1.0 and perfect["illegal_mass"]["value"] == 0.0
+    assert uniform["right_mass"]["value"] == pytest.approx(1 / 3) and uniform["right_mass"]["n"] == 3
+    assert refused.startswith("probe 'winning-takes' cannot measure MyNim-v1: it measures MyNim-v0 only;")
+    assert legal == ["[1]", "[2]", "[3]"] and drawn == ["nim-perfect", 12, "ckpt-12"]
+    out = tmp_path / "eval"
+    evaluated = python(site, "-m", "unstable_core", "eval", "nim-perfect", "--probe", "winning-takes", "--json",
+                       "--out", str(out))  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    (probed,) = json.loads(evaluated.stdout)["probe_results"]
+    assert (probed["model"], probed["env_id"], probed["figures"]["right_mass"]["value"]) == (
+        "nim-perfect",
+        "MyNim-v0",
+        1.0,
+    )

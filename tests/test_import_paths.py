@@ -45,9 +45,23 @@ def test_the_registered_import_strings_of_the_backends_resolve_old_and_new():
     assert load_target("unstable_core.inference.hf.backend:TransformersBackend") is TransformersBackend
 
 
-def test_run_probe_moved_to_eval_and_its_old_name_warns_for_one_release():
-    from unstable_core.eval.probes import run_probe
-
+@pytest.mark.parametrize(
+    ("name", "home"),
+    [
+        ("run_probe", "unstable_core.eval.probes"),
+        ("ScriptedPlayer", "unstable_core.games.players"),
+        ("Figure", "unstable_core.probes"),
+        ("Position", "unstable_core.probes"),
+        ("ProbeResult", "unstable_core.probes"),
+        ("measure", "unstable_core.probes"),
+        ("ModelPolicy", "unstable_core.probes.model_policy"),
+    ],
+)
+def test_the_names_of_games_analysis_moved_and_warn_for_one_release(name, home):
+    """What a plugin written against `register_game_analyses` imported from `unstable_core.games.analysis`
+    (the guide's import line then) still imports, with a DeprecationWarning naming the new home."""
     analysis = importlib.import_module("unstable_core.games.analysis")
-    with pytest.warns(DeprecationWarning, match="moved to unstable_core.eval.probes.run_probe"):
-        assert analysis.run_probe is run_probe
+    with pytest.warns(DeprecationWarning, match=f"moved to {home}.{name}"):
+        assert getattr(analysis, name) is getattr(importlib.import_module(home), name)
+    with pytest.raises(AttributeError):
+        analysis.nothing_here  # noqa: B018

@@ -296,3 +296,12 @@ def test_an_upset_trueskill_cannot_compute_keeps_ratings_and_counts_the_game():
     league.update_ratings(["a", "b"], [1, 0], env_id="g")
     a = league.get_model("a")
     assert (a.mu, a.sigma, a.wins) == (-500.0, 0.5, 1)
+
+
+def test_the_learner_step_is_the_current_checkpoints():
+    league = League()
+    assert league.learner_step() == 0  # before the first checkpoint
+    league.add_checkpoint("ckpt-0", None, 0)
+    league.add_fixed("random")
+    league.add_checkpoint("ckpt-7", "checkpoints/step-7", 7)
+    assert league.learner_step() == 7

@@ -208,29 +208,167 @@ def test_bad_registrations_are_reported_and_the_rest_kept(site):
         plugins.load("env_sampler", "utp-ok")
 
 
-def test_bad_game_analyses_are_reported_and_the_rest_kept(site):
+def test_bad_players_and_probes_are_reported_and_the_rest_kept(site):
+    source = """
+    from unstable_core import hookimpl
+
+    @hookimpl
+    def register_players(register):
+        register("utp-nogames", "utp_an:P")
+        register("utp-empty", "utp_an:P", games=[])
+        register("utp-extra", "utp_an:P", games=["TicTacToe"], kind="player")
+        register("utp-fine", "utp_an:P", "a player", games=["TicTacToe", "TicTacToe"])
+
+    @hookimpl
+    def register_probes(register):
+        register("utp-probe", "utp_an:Q", "a probe", games=["TicTacToe-v0"])
+    """
+    site("utp-an", {"utp_an": source}, {"a": "utp_an"})
+    info = by_name(plugins.list_plugins())["utp-an"]
+    assert info.provides == {"player": ["utp-fine"], "probe": ["utp-probe"]}
+    assert info.hooks == ["register_players", "register_probes"]
+    assert "'utp-nogames': games must be a non-empty list" in info.error
+    assert "'utp-empty': games must be a non-empty list" in info.error
+    assert "'utp-extra': unknown option(s) kind; it takes games= only" in info.error
+    assert plugins.get_registry().get("player", "utp-fine").options == {"games": ["TicTacToe"]}
+
+
+def test_register_game_analyses_still_registers_players_and_probes(site):
+    """The hook kept for one release: `kind=` picks the kind; a bad kind is reported, the rest kept."""
     source = """
     from unstable_core import hookimpl
 
     @hookimpl
     def register_game_analyses(register):
-        register("utp-nokind", "utp_an:P", games=["TicTacToe"])
-        register("utp-badkind", "utp_an:P", games=["TicTacToe"], kind="bot")
-        register("utp-nogames", "utp_an:P", games=[], kind="player")
-        register("utp-extra", "utp_an:P", games=["TicTacToe"], kind="probe", players=2)
-        register("utp-fine", "utp_an:P", "a player", games=["TicTacToe", "TicTacToe"], kind="player")
+        register("utp-nokind", "utp_old:P", games=["TicTacToe"])
+        register("utp-badkind", "utp_old:P", games=["TicTacToe"], kind="bot")
+        register("utp-old-player", "utp_old:P", "a player", games=["TicTacToe"], kind="player")
+        register("utp-old-probe", "utp_old:Q", "a probe", games=["TicTacToe"], kind="probe")
     """
-    site("utp-an", {"utp_an": source}, {"a": "utp_an"})
-    info = by_name(plugins.list_plugins())["utp-an"]
-    assert info.provides == {"player": ["utp-fine"]} and "register_game_analyses" in info.hooks
-    assert "'utp-nokind': kind must be 'probe' or 'player', got None" in info.error
-    assert "'utp-badkind': kind must be 'probe' or 'player', got 'bot'" in info.error
-    assert "'utp-nogames': games must be a non-empty list" in info.error
-    assert "'utp-extra': unknown option(s) players; a game analysis takes games= and kind=" in info.error
-    assert plugins.get_registry().get("analysis", "utp-fine").options == {
-        "games": ["TicTacToe"],
-        "kind": "player",
+    site("utp-old", {"utp_old": source}, {"o": "utp_old"})
+    info = by_name(plugins.list_plugins())["utp-old"]
+    assert info.provides == {"player": ["utp-old-player"], "probe": ["utp-old-probe"]}
+    assert info.hooks == ["register_game_analyses"]
+    assert "'utp-nokind': kind must be 'player' or 'probe', got None" in info.error
+    assert "'utp-badkind': kind must be 'player' or 'probe', got 'bot'" in info.error
+    assert plugins.get_registry().get("player", "utp-old-player").target == "utp_old:P"  # still lazy
+
+
+def test_an_error_inside_a_running_sampler_names_it(site):
+    """What a sampler raises while a collector schedules games or learns from one: one line naming the
+    sampler, its kind and its distribution."""
+    source = """
+    from unstable_core import hookimpl
+    from unstable_core.samplers import BaseEnvSampler, BaseModelSampler
+
+    class First(BaseEnvSampler):
+        def sample(self, kind="train"):
+            return self.train_env_specs[0]
+
+        def update(self, info):
+            raise ValueError("no such env")
+
+    class Ordered(BaseModelSampler):
+        def sample_opponent(self, league):
+            return min([league.get_current_ckpt(), None])
+
+    @hookimpl
+    def register_env_samplers(register):
+        register("utp-first", First)
+
+    @hookimpl
+    def register_model_samplers(register):
+        register("utp-ordered", Ordered)
+    """
+    from unstable_core.errors import ComponentFailed
+    from unstable_core.league.league import League
+    from unstable_core.runtime.actors.scheduler import GameScheduler
+    from unstable_core.types import TrainEnvSpec
+
+    site("utp-samp", {"utp_samp": source}, {"s": "utp_samp"})
+    registry = plugins.get_registry()
+    env_sampler = registry.load("env_sampler", "utp-first")([TrainEnvSpec("TicTacToe-v0", 2, 1)])
+    scheduler = GameScheduler(env_sampler, registry.load("model_sampler", "utp-ordered")())
+    league = League()
+    league.add_checkpoint("ckpt-0", None, 0)
+    with pytest.raises(ComponentFailed) as sampled:
+        scheduler.next_train(league)
+    assert str(sampled.value) == (
+        "model sampler 'utp-ordered' of utp-samp failed: TypeError: '<' not supported between instances of "
+        "'NoneType' and 'str'"
+    )
+    with pytest.raises(
+        ComponentFailed, match=r"^env sampler 'utp-first' of utp-samp failed: ValueError: no such env$"
+    ):
+        scheduler.update(None)
+
+
+def docstring_example(hook) -> str:
+    """The code of a hook spec's docstring example: the indented block after its `::`."""
+    return textwrap.dedent(hook.__doc__.split("::", 1)[1]).strip() + "\n"
+
+
+def test_the_player_and_probe_hooks_examples_run(site):
+    """`register_players`' and `register_probes`' docstring examples, installed as a plugin: the player
+    takes the centre of an empty board, the probe measures a uniform policy's 1/9 and that player's 1."""
+    from unstable_core import hookspecs
+    from unstable_core.envs import make_env
+    from unstable_core.games.players.catalogue import load_player_factory, make_player
+    from unstable_core.probes import measure, player_policy, uniform_policy
+
+    modules = {
+        "utp_players_doc": docstring_example(hookspecs.register_players),
+        "utp_probes_doc": docstring_example(hookspecs.register_probes),
     }
+    site("utp-doc", modules, {"p": "utp_players_doc", "q": "utp_probes_doc"})
+    info = by_name(plugins.list_plugins())["utp-doc"]
+    assert (info.provides, info.error) == ({"player": ["centre"], "probe": ["centre-opening"]}, None)
+    env = make_env("TicTacToe-v0")
+    env.reset(num_players=2, seed=3)
+    assert make_player("centre", "TicTacToe-v0", 3, 0).move(env, env.get_observation()[1]) == "[4]"
+    assert measure("centre-opening", uniform_policy).figures["centre_mass"].value == pytest.approx(1 / 9)
+    centre = player_policy(load_player_factory("centre"))
+    assert measure("centre-opening", centre, "TicTacToe-v0-train").figures["centre_mass"].value == 1.0
+
+
+def test_a_probe_that_is_no_probe_is_refused_when_planned(site):
+    source = """
+    from unstable_core import hookimpl
+
+    class NoCheck:
+        default_env = "TicTacToe-v0"
+
+        def __call__(self, policy, env_id):
+            return None
+
+    class Needs:
+        default_env = "TicTacToe-v0"
+
+        def check(self, env_id):
+            raise RuntimeError("the solver is missing")
+
+        def __call__(self, policy, env_id):
+            return None
+
+    @hookimpl
+    def register_probes(register):
+        register("utp-nocheck", NoCheck, games=["TicTacToe"])
+        register("utp-needs", Needs, games=["TicTacToe"])
+    """
+    from unstable_core.errors import ComponentFailed
+    from unstable_core.probes.catalogue import plan_probes
+
+    site("utp-pr", {"utp_pr": source}, {"p": "utp_pr"})
+    with pytest.raises(ConfigError) as refused:
+        plan_probes(["utp-nocheck"], option="--probe")
+    assert str(refused.value) == (
+        "--probe utp-nocheck: probe 'utp-nocheck' of utp-pr: NoCheck has no check; a probe implements "
+        "unstable_core.probes.Probe (default_env, check(env_id), __call__(policy, env_id))"
+    )
+    with pytest.raises(
+        ComponentFailed, match=r"^probe 'utp-needs' of utp-pr failed: RuntimeError: the solver"
+    ):
+        plan_probes(["utp-needs"])
 
 
 def test_two_providers_of_one_name(site):
@@ -379,7 +517,8 @@ GAMES = '''
 """A third-party plugin of unstable: a game (Nim), a single-turn task, a scripted player and a probe."""
 from unstable_core import hookimpl
 from unstable_core.envs import Task, TaskItem
-from unstable_core.games.analysis import Figure, Position, ProbeResult, ScriptedPlayer
+from unstable_core.games.players import ScriptedPlayer
+from unstable_core.probes import Figure, ProbeResult, position_after
 
 
 class Nim:
@@ -435,25 +574,77 @@ class Takes:
 
     default_env = "UtpNim-v0"
 
-    def __call__(self, policy, env_id):
-        from unstable_core.envs.catalogue import make_env
+    def check(self, env_id):
+        pass
 
-        positions = []
-        for seed in (0, 1, 2):
-            env = make_env(env_id)
-            env.reset(num_players=2, seed=seed)
-            pid, observation = env.get_observation()
-            answers = {f"[{k}]": (f"[{k}]",) for k in (1, 2, 3)}
-            positions.append(Position(str(seed), env_id, env, pid, observation, answers))
+    def __call__(self, policy, env_id):
+        answers = {f"[{k}]": (f"[{k}]", f"[take {k}]") for k in (1, 2, 3)}
+        positions = [position_after(str(seed), env_id, answers, seed=seed) for seed in (0, 1, 2)]
         found = policy(positions)
         right = [probs[f"[{int(p.observation.split()[0]) % 4}]"] for p, probs in zip(positions, found)]
         return ProbeResult("utp-nim-takes", env_id, {"right_mass": Figure.mean(right)})
 
 
+class SpelledTaker(PerfectTaker):
+    """PerfectTaker, its move written as `[take N]`: a spelling the probe lists, not its answer key."""
+
+    def move(self, env, observation):
+        return f"[take {int(observation.split()[0]) % 4 or 1}]"
+
+
+class Broken(ScriptedPlayer):
+    def __init__(self, env_id, seed):
+        pass
+
+    def move(self, env, observation):
+        return {}["[1]"]
+
+
+@hookimpl
+def register_players(register):
+    register("utp-nim-perfect", PerfectTaker, "leaves a multiple of 4", games=["UtpNim"])
+    register("utp-nim-spelled", SpelledTaker, "leaves a multiple of 4, spelled out", games=["UtpNim"])
+    register("utp-nim-broken", Broken, "raises", games=["UtpNim"])
+
+
+@hookimpl
+def register_probes(register):
+    register("utp-nim-takes", "utp_games:Takes", "mass on the winning take", games=["UtpNim-v0"])
+'''
+
+LEGACY = '''
+"""A plugin written against the hook kept for one release, as the guide showed it then."""
+from unstable_core import hookimpl
+from unstable_core.games.analysis import Figure, Position, ProbeResult, ScriptedPlayer
+
+
+class FirstCell(ScriptedPlayer):
+    def __init__(self, env_id, seed):
+        self.env_id = env_id
+
+    def move(self, env, observation):
+        board = [cell for row in env.state.game_state["board"] for cell in row]
+        return f"[{board.index('')}]"
+
+
+class CornerMass:
+    default_env = "TicTacToe-v0"
+
+    def __call__(self, policy, env_id):
+        from unstable_core.envs.catalogue import make_env
+
+        env = make_env(env_id)
+        env.reset(num_players=2, seed=0)
+        pid, observation = env.get_observation()
+        answers = {f"[{c}]": (f"[{c}]",) for c in range(9)}
+        (probs,) = policy([Position("opening", env_id, env, pid, observation, answers)])
+        return ProbeResult("utp-corner", env_id, {"corner_mass": Figure.of_exact(probs["[0]"], 1)})
+
+
 @hookimpl
 def register_game_analyses(register):
-    register("utp-nim-perfect", PerfectTaker, "leaves a multiple of 4", games=["UtpNim"], kind="player")
-    register("utp-nim-takes", "utp_games:Takes", "mass on the winning take", games=["UtpNim-v0"], kind="probe")
+    register("utp-first-cell", FirstCell, "the first empty cell", games=["TicTacToe"], kind="player")
+    register("utp-corner", CornerMass, "mass on cell 0", games=["TicTacToe"], kind="probe")
 '''
 
 PROJECTS = {
@@ -461,6 +652,7 @@ PROJECTS = {
     "unstable-testplug-games": ("utp_games", GAMES),
     "unstable-testplug-broken": ("utp_broken", "raise RuntimeError('utp broken on purpose')\n"),
     "unstable-testplug-dup": ("utp_dup", DUPLICATE),
+    "unstable-testplug-legacy": ("utp_legacy", LEGACY),
 }
 OURS = ",".join(PROJECTS)
 
@@ -576,17 +768,33 @@ def test_third_party_plugins_are_listed(installed):
         "unstable-testplug-games": {
             "name": "unstable-testplug-games",
             "version": "1.2.3",
-            "hooks": ["register_envs", "register_game_analyses"],
+            "hooks": ["register_envs", "register_players", "register_probes"],
             "provides": {
                 "env": ["UtpNim-v0", "utp-capitals"],
-                "player": ["utp-nim-perfect"],
+                "player": ["utp-nim-perfect", "utp-nim-spelled", "utp-nim-broken"],
                 "probe": ["utp-nim-takes"],
             },
             "components": [
                 {"kind": "env", "name": "UtpNim-v0", "description": "take 1-3 stones; the last one wins"},
                 {"kind": "env", "name": "utp-capitals", "description": "name the capital"},
                 {"kind": "player", "name": "utp-nim-perfect", "description": "leaves a multiple of 4"},
+                {
+                    "kind": "player",
+                    "name": "utp-nim-spelled",
+                    "description": "leaves a multiple of 4, spelled out",
+                },
+                {"kind": "player", "name": "utp-nim-broken", "description": "raises"},
                 {"kind": "probe", "name": "utp-nim-takes", "description": "mass on the winning take"},
+            ],
+        },
+        "unstable-testplug-legacy": {
+            "name": "unstable-testplug-legacy",
+            "version": "1.2.3",
+            "hooks": ["register_game_analyses"],
+            "provides": {"player": ["utp-first-cell"], "probe": ["utp-corner"]},
+            "components": [
+                {"kind": "player", "name": "utp-first-cell", "description": "the first empty cell"},
+                {"kind": "probe", "name": "utp-corner", "description": "mass on cell 0"},
             ],
         },
     }
@@ -635,9 +843,10 @@ def test_third_party_players_and_probes_play_and_measure(installed):
     --probe`; a probe or player on a game it does not cover is one line naming the known ones."""
     script = textwrap.dedent("""
         import asyncio, json
-        from unstable_core.errors import ConfigError
-        from unstable_core.games.analysis import measure, uniform_policy
-        from unstable_core.games.analysis.catalogue import check_players, make_player
+        from unstable_core.errors import ConfigError, UnstableError
+        from unstable_core.games.players.catalogue import check_players, load_player_factory, make_player
+        from unstable_core.probes import measure, player_policy, uniform_policy
+        from unstable_core.probes.catalogue import plan_probes
         from unstable_core.games.loop import play_game
         from unstable_core.inference.base import SamplingParams
         from unstable_core.types import GameSpec, PlayerSpec
@@ -653,19 +862,29 @@ def test_third_party_players_and_probes_play_and_measure(installed):
                 call()
             except ConfigError as exc:
                 errors.append(str(exc))
-        print(json.dumps([result.info.final_rewards, measure("utp-nim-takes", uniform_policy).to_dict()["figures"],
-                          errors]))
+        (planned,) = plan_probes(["utp-nim-takes"])
+        spelled = measure(planned, player_policy(load_player_factory("utp-nim-spelled")))
+        try:
+            measure(planned, player_policy(load_player_factory("utp-nim-broken")))
+        except UnstableError as exc:
+            errors.append(str(exc))
+        print(json.dumps([result.info.final_rewards, measure(planned, uniform_policy).to_dict()["figures"],
+                          spelled.figures["right_mass"].value, errors]))
     """)
     played = run_cli(installed, "-c", script, UNSTABLE_LOAD_PLUGINS="unstable-testplug-games")
     assert played.returncode == 0, played.stderr
-    rewards, figures, errors = json.loads(played.stdout)
+    rewards, figures, spelled, errors = json.loads(played.stdout)
     assert rewards == {"0": 1.0, "1": -1.0}  # 6 stones: the first player takes 2 and wins
     assert figures["right_mass"]["value"] == pytest.approx(1 / 3) and figures["right_mass"]["n"] == 3
-    assert errors[0].startswith("opponent 'utp-nim-perfect' cannot play TicTacToe-v0-train: it plays UtpNim")
+    assert spelled == 1.0  # `[take 2]` is a spelling of the answer `[2]`
+    assert errors[0].startswith(
+        "opponent 'utp-nim-perfect' cannot play TicTacToe-v0-train: it plays UtpNim (any variant); "
+    )
     assert errors[1].startswith(
-        "probe 'utp-nim-takes' cannot measure KuhnPoker-v0-train: it measures UtpNim-v0"
+        "probe 'utp-nim-takes' cannot measure KuhnPoker-v0-train: it measures UtpNim-v0 only;"
     )
     assert "kuhn-exploitability (KuhnPoker)" in errors[1] and "\n" not in "".join(errors)
+    assert errors[2] == "player 'utp-nim-broken' of unstable-testplug-games failed: KeyError: '[1]'"
 
     evaluated = run_cli(installed, "-m", "unstable_core", "eval", "utp-nim-perfect", "--probe", "utp-nim-takes",
                         "--json", "--out", str(installed.parent / "eval"), UNSTABLE_LOAD_PLUGINS="unstable-testplug-games")  # fmt: skip
@@ -681,6 +900,32 @@ def test_third_party_players_and_probes_play_and_measure(installed):
                       UNSTABLE_LOAD_PLUGINS="unstable-testplug-games")  # fmt: skip
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
     assert "opponent 'random' cannot play UtpNim-v0" in refused.stderr
+
+
+def test_a_plugin_written_against_register_game_analyses_still_plays_and_measures(installed):
+    """The hook and the import path kept for one release: the old plugin's player plays `unstable eval`'s
+    probe positions and its probe (no `check`, as the old guide wrote them) measures it."""
+    evaluated = run_cli(installed, "-m", "unstable_core", "eval", "utp-first-cell", "--probe", "utp-corner",
+                        "--json", "--out", str(installed.parent / "legacy"), UNSTABLE_LOAD_PLUGINS="unstable-testplug-legacy")  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr
+    (probed,) = json.loads(evaluated.stdout)["probe_results"]
+    assert (probed["model"], probed["probe"], probed["env_id"]) == (
+        "utp-first-cell",
+        "utp-corner",
+        "TicTacToe-v0",
+    )
+    assert probed["figures"]["corner_mass"]["value"] == 1.0  # the first empty cell of the opening: 0
+
+
+def test_an_error_inside_a_running_plugin_names_it_and_leaves_no_folder(installed):
+    out = installed.parent / "broken-eval"
+    failed = run_cli(installed, "-m", "unstable_core", "eval", "utp-nim-broken", "--probe", "utp-nim-takes",
+                     "--out", str(out), UNSTABLE_LOAD_PLUGINS="unstable-testplug-games")  # fmt: skip
+    assert failed.returncode == 1, failed.stderr
+    assert failed.stderr.splitlines()[-1] == (
+        "Error: player 'utp-nim-broken' of unstable-testplug-games failed: KeyError: '[1]'"
+    )
+    assert "Traceback" not in failed.stderr and not out.exists()
 
 
 def test_third_party_table(installed):

@@ -12,7 +12,9 @@ import pytest
 from unstable_core.config import RunConfig, load_config
 from unstable_core.errors import ConfigError
 from unstable_core.eval.probes import run_probe
-from unstable_core.games.analysis.probe import Figure
+from unstable_core.probes import Probe
+from unstable_core.probes.catalogue import plan_probes
+from unstable_core.probes.figures import Figure
 from unstable_core.report.run_probes import change_lines, probe_changes, probe_panels, probe_records
 from unstable_core.runtime.actors.probes import ProbeActor
 from unstable_core.runtime.launch.plan import RunPlan
@@ -28,7 +30,7 @@ def make_checkpoint(base_model: str, folder) -> str:
 
 def test_the_probe_actor_measures_base_and_a_checkpoint_as_unstable_eval_does(tiny_model, tmp_path):
     checkpoint = make_checkpoint(tiny_model, tmp_path / "checkpoints" / "step-2")
-    actor = ProbeActor(str(tmp_path), tiny_model, "move", [(PROBE, ENV)], device="cpu")
+    actor = ProbeActor(str(tmp_path), tiny_model, "move", plan_probes([f"{PROBE}:{ENV}"]), device="cpu")
     (base,) = actor.probe(0, None)
     (last,) = actor.probe(2, checkpoint)
     assert probe_records(tmp_path) == [base, last]
@@ -84,10 +86,15 @@ def test_base_against_the_last_checkpoint_an_exact_change_or_two_intervals():
 
 
 def test_an_eval_probe_is_planned_with_its_env_and_checked_before_the_run():
-    plan = RunPlan.resolve(RunConfig(eval_every=2, eval_probes=[PROBE, f"{PROBE}:TicTacToe-v0"]))
-    assert plan.scheduled_eval.probes == ((PROBE, ENV), (PROBE, "TicTacToe-v0"))
+    plan = RunPlan.resolve(RunConfig(eval_every=2, eval_probes=[PROBE, f"{PROBE}:TicTacToe-v0", PROBE]))
+    planned = plan.scheduled_eval.probes
+    assert [p.to_dict() for p in planned] == [
+        {"probe": PROBE, "env_id": ENV},
+        {"probe": PROBE, "env_id": "TicTacToe-v0"},
+    ]
+    assert all(isinstance(p.probe, Probe) for p in planned)  # built and checked once, here
     with pytest.raises(
-        ConfigError, match=r"--eval-probe: unknown probe 'nope'; the probes are: .*tictactoe-tactics"
+        ConfigError, match=r"^--eval-probe nope: unknown probe 'nope'; the probes are: .*tictactoe-tactics"
     ):
         RunPlan.resolve(RunConfig(eval_every=2, eval_probes=["nope"]))
     with pytest.raises(ConfigError, match="cannot measure KuhnPoker"):

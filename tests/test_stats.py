@@ -97,7 +97,7 @@ def test_correlated_moves_are_weaker_evidence_than_independent_ones():
 
 def test_t_quantile_against_the_tables():
     """97.5% quantiles of Student's t from the standard tables (4 decimals)."""
-    from unstable_core.report.stats import t_quantile
+    from unstable_core.quantiles import t_quantile
 
     table = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706, 10: 2.2281, 31: 2.0395, 63: 1.9983}
     for df, expected in table.items():
@@ -108,7 +108,7 @@ def test_t_quantile_against_the_tables():
 
 
 def test_a_mean_figure_has_the_t_interval_and_stays_in_bounds():
-    from unstable_core.games.analysis.probe import Figure
+    from unstable_core.probes.figures import Figure
 
     figure = Figure.mean([0.5, 1.0, 1.0, 1.0, 0.5, 1.0])  # mean 5/6, sd sqrt(1/15): +- 2.5706 sd / sqrt(6)
     assert (figure.value, figure.n, figure.exact) == (pytest.approx(5 / 6), 6, False)

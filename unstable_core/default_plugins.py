@@ -81,42 +81,42 @@ def register_envs(register):
 
 
 @hookimpl
-def register_game_analyses(register):
-    from unstable_core.games.random_player import supported_games
+def register_players(register):
+    from unstable_core.games.players.legal_moves import supported_games
+    from unstable_core.games.players.optimal import OPTIMAL_GAMES
 
     register(
         "random",
-        "unstable_core.games.random_player:RandomPlayer",
+        "unstable_core.games.players.random_move:RandomPlayer",
         "a uniformly random legal move",
         games=supported_games(),
-        kind="player",
     )
     register(
         "optimal",
-        "unstable_core.games.analysis.players:optimal",
+        "unstable_core.games.players.optimal:optimal",
         "perfect play: TicTacToe by minimax, ties broken at random; Kuhn Poker a Nash equilibrium, its "
         "alpha drawn per game",
-        games=["TicTacToe", "KuhnPoker"],
-        kind="player",
+        games=OPTIMAL_GAMES,
     )
     register(
         "heuristic",
-        "unstable_core.games.analysis.tictactoe:HeuristicPlayer",
+        "unstable_core.games.players.tictactoe:HeuristicPlayer",
         "takes a win, else blocks one, else a random legal cell",
         games=["TicTacToe"],
-        kind="player",
     )
+
+
+@hookimpl
+def register_probes(register):
     register(
         "kuhn-exploitability",
-        "unstable_core.games.analysis.kuhn:KuhnExploitability",
+        "unstable_core.probes.kuhn_exploitability:KuhnExploitability",
         "exact exploitability of the first-round policy (OpenSpiel); uniform 0.458, Nash 0",
         games=["KuhnPoker"],
-        kind="probe",
     )
     register(
         "tictactoe-tactics",
-        "unstable_core.games.analysis.tactics:TicTacToeTactics",
+        "unstable_core.probes.tictactoe_tactics:TicTacToeTactics",
         "probability mass on winning and blocking cells at 64 positions from real games",
         games=["TicTacToe"],
-        kind="probe",
     )

@@ -14,6 +14,13 @@ class ConfigError(UnstableError, ValueError):
     """A configuration value out of its allowed range, or an unknown key."""
 
 
+class ComponentFailed(UnstableError):
+    """A plugin's component (a probe, a scripted player, a sampler) raised while it ran: the message names
+    the component, its kind and the distribution that provides it (exit status 1)."""
+
+    exit_code = 1
+
+
 class RunStopped(UnstableError):
     """A run that started stopped before its end (an actor died): exit status 1, and how to resume."""
 

@@ -30,8 +30,8 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 class Register(Protocol):
     """The callback a `register_*` hook is given: `register(name, target, description="")`
-    (`register_envs` also takes `players=`, `task=` and `wrappers=`; `register_game_analyses` takes
-    `games=` and `kind=`)."""
+    (`register_envs` also takes `players=`, `task=` and `wrappers=`; `register_players` and
+    `register_probes` take `games=`)."""
 
     def __call__(self, name: str, target: Any, description: str = "", **options: Any) -> None: ...
 
@@ -142,26 +142,82 @@ def register_envs(register: Register) -> None:
 
 
 @hookspec
-def register_game_analyses(register: Register) -> None:
-    """Register what a game ships beside its rules: probes (exact yardsticks of a model's policy) and
-    scripted players (opponents played by code), each for the games it names.
+def register_players(register: Register) -> None:
+    """Register scripted players: opponents played by code, for the games they name.
 
-    `games=[...]`: game names (an env id up to `-v`: every variant, e.g. `"TicTacToe"`) or exact env ids.
-    `kind="player"`: a factory `(env_id, seed) -> ScriptedPlayer` (`unstable_core.games.analysis`): its
-    `move(env, observation)` returns the move of the seat it plays, from the real env; the seed is drawn
-    from the game's seed and seat, so a replayed game replays its moves. A player is an opponent wherever
-    `random` is one (`unstable eval --opponent NAME`, `--fixed-opponent NAME`, an eval env's opponent).
-    `kind="probe"`: a callable `(policy, env_id) -> ProbeResult` that drives the env to its positions and
-    asks `policy` (a `Policy`: a model's probability of each legal answer) about them; `unstable eval
-    --probe NAME` and `unstable_core.eval.probes.run_probe` run it. Names are unique across both kinds::
+    `register(name, factory, description="", games=[...])`. `factory(env_id, seed)` returns a
+    `unstable_core.games.players.ScriptedPlayer`, whose `move(env, observation)` returns the move of the
+    seat it plays, written as the game reads it, from the real env (its state) and the seat's observation.
+    The seed is drawn from the game's seed and the seat, so a replayed game replays its moves. `games`: game
+    names (an env id up to `-v`: every variant, e.g. `"TicTacToe"`) or exact env ids. A player is an
+    opponent wherever `random` is one (`unstable eval --opponent NAME`, `--fixed-opponent NAME`, an eval
+    env's opponent), and a policy that probes measure (`unstable eval NAME --probe ...`); a name or a game
+    it does not cover is refused before anything starts. `unstable plugins` lists it as a `player`.
+    Example (TicTacToe's centre, else a random empty cell)::
+
+        import random
+
+        from unstable_core import hookimpl
+        from unstable_core.games.players import ScriptedPlayer
+
+
+        class Centre(ScriptedPlayer):
+            def __init__(self, env_id, seed):  # seed: from the game's seed and the seat
+                self.rng = random.Random(seed)
+
+            def move(self, env, observation):  # the real env, and what the seat sees
+                board = [cell for row in env.state.game_state["board"] for cell in row]
+                empty = [i for i, cell in enumerate(board) if not cell]
+                return "[4]" if 4 in empty else f"[{self.rng.choice(empty)}]"
+
 
         @hookimpl
-        def register_game_analyses(register):
-            register("nim-optimal", "my_games.nim:OptimalPlayer", "takes to a multiple of 4",
-                     games=["Nim"], kind="player")
-            register("nim-tactics", "my_games.nim:tactics", "mass on winning takes", games=["Nim"],
-                     kind="probe")
+        def register_players(register):
+            register("centre", Centre, "the centre, else a random empty cell", games=["TicTacToe"])
     """
+
+
+@hookspec
+def register_probes(register: Register) -> None:
+    """Register probes: exact yardsticks of a policy at fixed positions of the games they name.
+
+    `register(name, probe_class, description="", games=[...])`. The class implements
+    `unstable_core.probes.Probe` and is built with no arguments, once, when a run or an evaluation is
+    planned: its `check(env_id)` raises a ConfigError for what it lacks there (a package), before anything
+    starts, and its `default_env` is the env it measures when none is given (`--probe NAME`, not
+    `NAME:ENV`). `probe(policy, env_id)` drives real envs to its positions (`probes.position_after`),
+    asks `policy` for each legal move's probability there (a model's, a scripted player's, a fixed one)
+    and returns a `ProbeResult`. `unstable eval --probe NAME`, `unstable run --eval-probe NAME` and
+    `unstable_core.eval.probes.run_probe` run it; `unstable plugins` lists it as a `probe`. Example (the
+    probability of the centre on an empty TicTacToe board)::
+
+        from unstable_core import hookimpl
+        from unstable_core.probes import Figure, ProbeResult, position_after
+
+
+        class CentreOpening:
+            default_env = "TicTacToe-v0"  # measured when no env is given
+
+            def check(self, env_id):  # raise a ConfigError for what is missing
+                pass
+
+            def __call__(self, policy, env_id):
+                cells = {f"[{i}]": (f"[{i}]",) for i in range(9)}  # each legal move: its spellings
+                (probs,) = policy([position_after("opening", env_id, cells)])
+                figures = {"centre_mass": Figure.of_exact(probs["[4]"], 1)}
+                return ProbeResult("centre-opening", env_id, figures, {"centre_mass": {"uniform": 1 / 9}})
+
+
+        @hookimpl
+        def register_probes(register):
+            register("centre-opening", CentreOpening, "mass on the centre", games=["TicTacToe"])
+    """
+
+
+@hookspec
+def register_game_analyses(register: Register) -> None:
+    """Deprecated (kept for one release): `register(..., games=[...], kind="player")` registers a scripted
+    player as `register_players` does, `kind="probe"` a probe as `register_probes` does; use those."""
 
 
 @hookspec

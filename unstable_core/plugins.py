@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import re
@@ -22,14 +23,16 @@ import pluggy
 
 from unstable_core import hookspecs
 from unstable_core.errors import UnstableError
-from unstable_core.registry import KINDS, Component, DuplicateComponentError, Registry, listed_kind
+from unstable_core.registry import KINDS, Component, DuplicateComponentError, Registry, load_target
 
 ENTRY_POINT_GROUP = "unstable"
 CORE_DIST = "unstable-core"
 BUILTINS = "unstable_core.default_plugins"  # the core's own plugin, loaded like any other
 LOAD_ENV = "UNSTABLE_LOAD_PLUGINS"
 STRICT_ENV = "UNSTABLE_STRICT_PLUGINS"
-HOOKS: list[str] = [*KINDS.values(), "register_commands"]
+# a hook kept for one release: its name -> the kinds its `register(..., kind=KIND)` picks from
+ALIASES: dict[str, tuple[str, ...]] = {"register_game_analyses": ("player", "probe")}
+HOOKS: list[str] = [*KINDS.values(), *ALIASES, "register_commands"]
 
 
 class PluginLoadError(UnstableError):
@@ -201,10 +204,12 @@ def _add_plugin(state: PluginState, info: PluginInfo, plugin: str, module: Any) 
             info,
             f"unknown hook(s) {', '.join(unknown)} in {plugin!r}; the hooks are: {', '.join(HOOKS)}",
         )
-    for kind, hook_name in KINDS.items():
+    hooks = [(hook, _register_callback(state, info, plugin, kind)) for kind, hook in KINDS.items()]
+    hooks += [(hook, _alias_callback(state, info, plugin, kinds)) for hook, kinds in ALIASES.items()]
+    for hook_name, register in hooks:
         for impl in _impls(state.manager, hook_name, module):
             try:
-                _call(impl, register=_register_callback(state, info, plugin, kind))
+                _call(impl, register=register)
             except PluginLoadError:
                 raise
             except Exception as exc:  # a broken hook must not take the others down
@@ -241,11 +246,47 @@ def _register_callback(state: PluginState, info: PluginInfo, plugin: str, kind: 
         except UnstableError as exc:  # a bad name or target: keep the plugin's other components
             _fail(state, info, str(exc), exc)
             return
-        listed = listed_kind(component)
-        info.provides.setdefault(listed, []).append(name)
-        info.descriptions[(listed, name)] = component.description or _doc_line(target)
+        info.provides.setdefault(kind, []).append(name)
+        info.descriptions[(kind, name)] = component.description or _doc_line(target)
 
     return register
+
+
+def _alias_callback(
+    state: PluginState, info: PluginInfo, plugin: str, kinds: tuple[str, ...]
+) -> Callable[..., None]:
+    """The callback of a hook kept for one release (`register_game_analyses`): its `kind=` picks which of
+    `kinds` the component is registered as, as if through that kind's own hook."""
+    by_kind = {kind: _register_callback(state, info, plugin, kind) for kind in kinds}
+
+    def register(name: str, target: Any, description: str = "", kind: Any = None, **options: Any) -> None:
+        if kind not in by_kind:
+            allowed = " or ".join(repr(k) for k in kinds)
+            _fail(state, info, f"{info.name}'s {name!r}: kind must be {allowed}, got {kind!r}")
+            return
+        if kind == "probe":  # that hook asked for no `check`: what it registered is adapted
+            description = description or _doc_line(target)
+            target = functools.partial(_LegacyProbe, target)
+        by_kind[kind](name, target, description, **options)
+
+    return register
+
+
+class _LegacyProbe:
+    """A probe registered through `register_game_analyses` as a `Probe`: its class built with no
+    arguments, its `check` and `default_env` where it has them (that hook did not ask for them)."""
+
+    def __init__(self, target: Any) -> None:
+        self.probe = load_target(target)()
+        self.default_env = getattr(self.probe, "default_env", None)
+
+    def check(self, env_id: str) -> None:
+        check = getattr(self.probe, "check", None)
+        if check is not None:
+            check(env_id)
+
+    def __call__(self, policy: Any, env_id: str) -> Any:
+        return self.probe(policy, env_id)
 
 
 def _doc_line(target: Any) -> str:
@@ -306,12 +347,20 @@ def list_plugins(include_builtins: bool = False) -> list[PluginInfo]:
 def registered_name(kind: str, target: Any) -> str:
     """The name `target` (a class or factory) is registered under as a `kind`, for messages that speak the
     user's words (`cispo`, not `CISPOLearner`); its own name when no plugin registered it."""
+    component = component_of(kind, target)
+    if component is not None:
+        return component.name
+    return getattr(target, "__name__", getattr(target, "__qualname__", repr(target)))
+
+
+def component_of(kind: str, target: Any) -> Component | None:
+    """The component of `kind` registered as `target` (a class or factory), or None."""
     own = getattr(target, "__qualname__", getattr(target, "__name__", repr(target)))
     wanted = f"{getattr(target, '__module__', '?')}:{own}"
     for component in get_registry().by_kind(kind):
         if component.target is target or component.target_name == wanted:
-            return component.name
-    return getattr(target, "__name__", own)
+            return component
+    return None
 
 
 def load(kind: str, name: str) -> Any:

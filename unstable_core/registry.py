@@ -9,12 +9,12 @@ from __future__ import annotations
 import difflib
 import importlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
 
-from unstable_core.errors import UnstableError
+from unstable_core.errors import ComponentFailed, UnstableError, describe
 
 # kind -> the registration hook of `hookspecs` that fills it.
 KINDS: dict[str, str] = {
@@ -26,10 +26,9 @@ KINDS: dict[str, str] = {
     "backend": "register_backends",
     "template": "register_templates",
     "env": "register_envs",
-    "analysis": "register_game_analyses",
+    "player": "register_players",
+    "probe": "register_probes",
 }
-
-ANALYSIS_KINDS = ("probe", "player")  # the `kind=` of a game analysis
 
 # Names our own plugin distributions provide, so that asking for one that is not installed says
 # which package to install (kept by hand, as the plugins may be absent; tests/test_registry.py checks it
@@ -141,11 +140,22 @@ class Component:
             try:
                 self.target = load_target(self.target)
             except UnstableError as exc:
-                provider = self.dist or self.plugin or "?"
                 raise UnstableError(
-                    f"{self.kind} {self.name!r} of {provider}: {exc}; reinstall or upgrade {provider}"
+                    f"{self.kind} {self.name!r} of {self.provider}: {exc}; reinstall or upgrade {self.provider}"
                 ) from exc
         return self.target
+
+    @property
+    def provider(self) -> str:
+        """The distribution that registered it (else its entry point)."""
+        return self.dist or self.plugin or "?"
+
+    def failed(self, exc: BaseException) -> ComponentFailed:
+        """One line for an error this component raised while it ran, naming it, its kind and its provider:
+        `probe 'nim-takes' of my-games failed: KeyError: '[1]'`."""
+        return ComponentFailed(
+            f"{self.kind.replace('_', ' ')} {self.name!r} of {self.provider} failed: {describe(exc)}"
+        )
 
     @property
     def target_name(self) -> str:
@@ -157,16 +167,20 @@ class Component:
 
 
 def check_options(kind: str, options: dict[str, Any], who: str) -> dict[str, Any]:
-    """The options of a registration, checked and completed: an env's (`players`: an int or the list of
-    player counts it supports, default 2; `task`: a single-turn task, one player; `wrappers`: a game's
-    TextArena wrappers, classes or import strings, applied in order as TextArena's `register` takes them)
-    and a game analysis's (`games`, `kind`, see `_check_analysis`); no other kind takes any."""
-    if kind == "analysis":
-        return _check_analysis(options, who)
-    if kind != "env":
+    """The options of a registration, checked and completed by its kind's checker (`OPTIONS`); a kind
+    without one takes none."""
+    check = OPTIONS.get(kind)
+    if check is None:
         if options:
             raise UnstableError(f"{who}: a {kind} takes no options, got {', '.join(sorted(options))}")
         return options
+    return check(options, who)
+
+
+def _check_env(options: dict[str, Any], who: str) -> dict[str, Any]:
+    """An env's options: `players`, an int or the list of player counts it supports (default 2); `task`, a
+    single-turn task, one player; `wrappers`, a game's TextArena wrappers, classes or import strings,
+    applied in order as TextArena's `register` takes them."""
     unknown = sorted(set(options) - {"players", "task", "wrappers"})
     if unknown:
         raise UnstableError(
@@ -191,17 +205,12 @@ def check_options(kind: str, options: dict[str, Any], who: str) -> dict[str, Any
     return checked
 
 
-def _check_analysis(options: dict[str, Any], who: str) -> dict[str, Any]:
-    """A game analysis's options: `games`, a non-empty list of game names or env ids, and `kind`, "probe"
-    or "player"; both required."""
-    unknown = sorted(set(options) - {"games", "kind"})
+def _check_games(options: dict[str, Any], who: str) -> dict[str, Any]:
+    """A scripted player's or a probe's options: `games`, a non-empty list of game names (every variant)
+    or exact env ids; required."""
+    unknown = sorted(set(options) - {"games"})
     if unknown:
-        raise UnstableError(
-            f"{who}: unknown option(s) {', '.join(unknown)}; a game analysis takes games= and kind="
-        )
-    kind = options.get("kind")
-    if kind not in ANALYSIS_KINDS:
-        raise UnstableError(f"{who}: kind must be 'probe' or 'player', got {kind!r}")
+        raise UnstableError(f"{who}: unknown option(s) {', '.join(unknown)}; it takes games= only")
     games = options.get("games")
     if (
         not isinstance(games, list | tuple)
@@ -211,12 +220,7 @@ def _check_analysis(options: dict[str, Any], who: str) -> dict[str, Any]:
         raise UnstableError(
             f"{who}: games must be a non-empty list of game names or env ids (e.g. ['TicTacToe']), got {games!r}"
         )
-    return {"games": list(dict.fromkeys(games)), "kind": kind}
-
-
-def listed_kind(component: Component) -> str:
-    """What `unstable plugins` lists a component as: its kind, or for a game analysis "probe" or "player"."""
-    return component.options["kind"] if component.kind == "analysis" else component.kind
+    return {"games": list(dict.fromkeys(games))}
 
 
 def _check_wrappers(wrappers: Any, task: bool, who: str) -> list[Any]:
@@ -231,6 +235,14 @@ def _check_wrappers(wrappers: Any, task: bool, who: str) -> list[Any]:
         if isinstance(wrapper, str):
             check_import_string(wrapper)
     return list(wrappers)
+
+
+# kind -> the checker of the options its `register` takes beside the target
+OPTIONS: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
+    "env": _check_env,
+    "player": _check_games,
+    "probe": _check_games,
+}
 
 
 def _check_kind(kind: str) -> None:
@@ -250,7 +262,7 @@ class Registry:
     def add(self, component: Component) -> None:
         """Register one component; a bad name or target raises, a taken name raises `DuplicateComponentError`."""
         _check_kind(component.kind)
-        provider = component.dist or component.plugin or "?"
+        provider = component.provider
         if not isinstance(component.name, str) or not _NAME.match(component.name):
             raise UnstableError(
                 f"{provider} registered a {component.kind} named {component.name!r}; a name is letters, "

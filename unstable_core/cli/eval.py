@@ -140,7 +140,7 @@ def eval_command(models, opponents, envs, tasks, probes, games, all_checkpoints,
     policy). A checkpoint plays with its run's --max-generation-len unless given; the same --seed plays the
     same games (local models)."""
     from unstable_core.eval.plan import plan_evaluation
-    from unstable_core.eval.play import open_out_dir
+    from unstable_core.eval.play import discard_unplayed, open_out_dir
 
     evaluation = plan_evaluation(
         models, opponents, envs, tasks, games, all_checkpoints, template, options, probes
@@ -153,14 +153,15 @@ def eval_command(models, opponents, envs, tasks, probes, games, all_checkpoints,
     if evaluation.probes:
         from unstable_core.eval.probes import probe_evaluation
 
-        asked = ", ".join(f"{name} ({env})" for name, env in evaluation.probes)
+        asked = ", ".join(map(str, evaluation.probes))
         err(f"unstable eval: probing {len(evaluation.models)} model(s) with {asked}; loading the models...")
         try:
             probed = probe_evaluation(evaluation)
-        except UnstableError:
-            raise
-        except Exception as exc:  # a model that cannot load, a probe that fails: one line, status 1
-            raise RunFailed(f"probe failed: {failure_line(exc)}") from exc
+        except BaseException as exc:  # no folder left behind unless it holds played games
+            discard_unplayed(out_dir, made)
+            if isinstance(exc, UnstableError) or not isinstance(exc, Exception):  # one line already
+                raise
+            raise RunFailed(failure_line(exc)) from exc
     wall_s = time.time() - started
     verdict = report(evaluation, results, out_dir, wall_s, as_json, err, probed, allow_failures)
     if verdict is not None:

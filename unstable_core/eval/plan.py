@@ -31,8 +31,8 @@ from unstable_core.envs.catalogue import (
 from unstable_core.envs.tasks import SOLO
 from unstable_core.errors import ConfigError
 from unstable_core.eval.targets import EvalTarget, EvalTargets, check_targets, eval_config
-from unstable_core.games.analysis.measuring import probe_envs, probe_of
 from unstable_core.games.templates import get_template
+from unstable_core.probes.catalogue import PlannedProbe, plan_probes
 from unstable_core.runtime.launch.plan import RunPlan
 from unstable_core.runtime.launch.preflight import check_engines
 from unstable_core.types import GameSpec, PlannedGame, PlayerSpec, Triple
@@ -106,7 +106,7 @@ class Evaluation:
     template: str
     cfg: RunConfig
     planned: list[PlannedGame]
-    probes: list[tuple[str, str]] = attrs.field(factory=list)  # (probe, env id) to run on each model
+    probes: list[PlannedProbe] = attrs.field(factory=list)  # to run on each model
     run_plan: RunPlan = attrs.field(init=False)
 
     @run_plan.default
@@ -128,7 +128,7 @@ class Evaluation:
             "tasks": self.tasks,
             "games_per_pair": self.games,
             "settings": {**settings, "template": self.template},
-            "probes": [{"probe": name, "env_id": env} for name, env in self.probes],
+            "probes": [p.to_dict() for p in self.probes],
         }
 
 
@@ -154,14 +154,14 @@ def plan_evaluation(
     probes: Sequence[str] = (),
 ) -> Evaluation:
     """The command's arguments checked and resolved once (no model loaded): players, envs, tasks, the games
-    of each, the probes (`NAME` or `NAME:ENV`, see `plan_probes`), the RunConfig they play with (`options`
+    of each, the probes (`NAME` or `NAME:ENV`, `probes.catalogue.plan_probes`), the RunConfig they play with (`options`
     given; a checkpoint's run's template and answer length unless given) and the run plan, whose engines
     are checked before anything starts. With only tasks or probes asked for (no --env, and for probes no
     --opponent), no game is played."""
     tasks = [canonical_id(t) for t in tasks]
     if tasks and opponents and not envs:
         raise ConfigError("--opponent plays games (--env); a --task has no opponent: leave --opponent out")
-    asked = plan_probes(probes, list(envs))
+    asked = plan_probes(probes, list(envs), "--probe")
     envs = list(envs) or ([] if tasks or (asked and not opponents) else [DEFAULT_ENV])
     check_envs(envs, tasks)
     if template is not None:
@@ -183,17 +183,3 @@ def plan_evaluation(
     if planned:
         check_engines(evaluation.run_plan)  # the backend, and the API models answer
     return evaluation
-
-
-def plan_probes(probes: Sequence[str], envs: list[str]) -> list[tuple[str, str]]:
-    """(probe, env id) pairs of `--probe` values: `NAME:ENV` on that env, `NAME` on each --env it covers
-    (its own default env when there is no --env); an unknown probe, an env it does not cover or a missing
-    requirement (OpenSpiel) is one ConfigError line naming the probes."""
-    pairs: list[tuple[str, str]] = []
-    for value in probes:
-        name, _, env = value.partition(":")
-        for env_id in [env] if env else probe_envs(name, envs):
-            probe_of(name, env_id)
-            if (name, env_id) not in pairs:
-                pairs.append((name, env_id))
-    return pairs

@@ -1,7 +1,7 @@
 """Probes of `unstable eval`'s players: on a model, checkpoint or run directory named as `unstable eval` names
 it (`run_probe`), and on the players of an evaluation, each base model loaded once (`probe_players`;
 `probe_evaluation` for an `Evaluation`'s probes and models); a probe on a policy is
-`games.analysis.measuring`'s.
+`probes.measuring.measure`'s.
 
 `run_probe("kuhn-exploitability", "runs/<name>")` measures the run's latest checkpoint with the run's
 template on the probe's default env, and `.to_dict()` is JSON-ready: what a scheduled evaluation calls on
@@ -18,11 +18,13 @@ import attrs
 from unstable_core.config import RunConfig
 from unstable_core.errors import ConfigError
 from unstable_core.eval.targets import resolve_argument, run_setting
-from unstable_core.games.analysis.catalogue import load_player_factory
-from unstable_core.games.analysis.measuring import measure, probe_of
-from unstable_core.games.analysis.model_policy import policies_of
-from unstable_core.games.analysis.probe import ProbeResult, player_policy
+from unstable_core.games.players.catalogue import load_player_factory
 from unstable_core.games.templates import get_template
+from unstable_core.probes.base import player_policy
+from unstable_core.probes.catalogue import AskedProbe, PlannedProbe, plan_probes
+from unstable_core.probes.figures import ProbeResult
+from unstable_core.probes.measuring import measure
+from unstable_core.probes.model_policy import policies_of
 
 
 def players_template(targets: list[Any], template: str | None) -> str:
@@ -44,18 +46,16 @@ def run_probe(
     """The probe `name` on one player: a run directory (its latest checkpoint), a checkpoint folder (a LoRA
     adapter on its base), a model (alias, hub id, folder) or a scripted player; prompted with `template`
     (default: the run's, else the run default) in `env_id` (default: the probe's)."""
-    probe_of(name, env_id)
+    planned = plan_probes([AskedProbe(name, env_id)])
     targets = resolve_argument(model)
-    (result,) = probe_players(
-        [(name, env_id)], targets[-1:], players_template(targets, template), device
-    ).values()
+    (result,) = probe_players(planned, targets[-1:], players_template(targets, template), device).values()
     return result[0][1]
 
 
 def probe_players(
-    probes: Sequence[tuple[str, str | None]], targets: Sequence[Any], template: str, device: str | None = None
+    probes: Sequence[PlannedProbe], targets: Sequence[Any], template: str, device: str | None = None
 ) -> dict[str, list[tuple[str, ProbeResult]]]:
-    """Each (probe, env) on each player of `targets` (eval targets: checkpoints, models, scripted players),
+    """Each planned probe on each player of `targets` (eval targets: checkpoints, models, scripted players),
     as {player label: [(probe, result), ...]}; one copy of each base model serves its checkpoints."""
     for target in targets:
         if target.kind == "api":
@@ -65,7 +65,7 @@ def probe_players(
             )
     out: dict[str, list[tuple[str, ProbeResult]]] = {}
     for target, policy in _policies(targets, template, device):
-        out[target.label] = [(name, measure(name, policy, env)) for name, env in probes]
+        out[target.label] = [(planned.name, measure(planned, policy)) for planned in probes]
     return out
 
 
@@ -80,7 +80,7 @@ def _policies(targets: Sequence[Any], template: str, device: str | None) -> Any:
     it, loaded after that model's own measurements (peft changes the model's layers in place)."""
     for target in targets:
         if target.kind == "player":
-            yield target, player_policy(load_player_factory(target.label))
+            yield target, player_policy(load_player_factory(target.label), name=target.label)
     bases: dict[str, dict[str, Any]] = {}
     for target in targets:
         if target.kind in ("model", "adapter"):

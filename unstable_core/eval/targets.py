@@ -19,8 +19,8 @@ from typing import Any
 import attrs
 
 from unstable_core.config import RunConfig
-from unstable_core.errors import ConfigError, UnstableError
-from unstable_core.games.analysis.catalogue import check_players, is_player, names
+from unstable_core.errors import ConfigError, UnstableError, describe
+from unstable_core.games.players.catalogue import check_players, is_player, names
 from unstable_core.games.templates import get_template
 from unstable_core.model_loading import DEFAULT_MODEL, is_api_model
 from unstable_core.runtime.launch.plan import FixedSchedule, LeagueEntry
@@ -153,7 +153,7 @@ def resolve_argument(arg: str, all_checkpoints: bool = False, what: str = "model
     try:
         check_model(arg, what)  # a folder that exists, an alias, a hub id in the cache or on the hub
     except UnstableError as exc:
-        raise ConfigError(f"{exc}; a {what} is {PLAYERS} ({', '.join(names('player'))})") from None
+        raise ConfigError(f"{exc}; a {what} is {PLAYERS} ({', '.join(names())})") from None
     return [EvalTarget(arg, "model", arg)]
 
 
@@ -266,14 +266,21 @@ def eval_config(targets: list[EvalTarget], **options: Any) -> RunConfig:
 
 
 def check_targets(
-    targets: EvalTargets, envs: list[str], tasks: list[str], probes: list[tuple[str, str]], template: str
+    targets: EvalTargets, envs: list[str], tasks: list[str], probes: list[Any], template: str
 ) -> None:
-    """The players can play what they are asked: each scripted player its envs and probes, and no task; no
-    API model is probed; the template (the runs' own, when none was given) is one the game loop knows."""
+    """The players can play what they are asked (`probes`: planned probes): each checkpoint's adapter reads
+    whole, each scripted player plays its envs and probes and answers no task, no API model is probed, and
+    the template (the runs' own, when none was given) is one the game loop knows."""
     mine = targets.models
+    for t in mine + targets.opponents:
+        if t.kind == "adapter":
+            check_adapter_files(t)
     get_template(template)
-    check_players((t.label, env) for t in mine + targets.opponents if t.kind == "player" for env in envs)
-    check_players((t.label, env) for t in mine if t.kind == "player" for _, env in probes)
+    scripted = [t.label for t in mine + targets.opponents if t.kind == "player"]
+    probed = [t.label for t in mine if t.kind == "player"]
+    check_players(
+        [*((n, env) for n in scripted for env in envs), *((n, p.env_id) for n in probed for p in probes)]
+    )
     for t in mine:
         if tasks and t.kind == "player":
             raise ConfigError(f"`{t.label}` (a scripted player) plays games only; it cannot answer a --task")
@@ -282,3 +289,25 @@ def check_targets(
                 f"--probe measures a model's probabilities of answers, which an API model does not give: "
                 f"{t.label}; probe local models, checkpoints and scripted players"
             )
+
+
+def check_adapter_files(target: EvalTarget) -> None:
+    """A checkpoint's adapter files read whole (its config parses, its weights load on the CPU): a
+    ConfigError naming the file otherwise, before anything starts."""
+    from safetensors import safe_open
+
+    from unstable_core.inference.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+
+    folder = Path(target.adapter)
+    path = folder / ADAPTER_CONFIG
+    try:
+        json.loads(path.read_text())
+        path = folder / ADAPTER_WEIGHTS
+        with safe_open(str(path), framework="pt", device="cpu") as weights:
+            for key in weights.keys():  # noqa: SIM118 (a safe_open handle is not iterable)
+                weights.get_tensor(key)
+    except Exception as exc:  # a missing or cut file, a header safetensors cannot parse
+        raise ConfigError(
+            f"{target.label}: cannot read {path}: {describe(exc)}; the checkpoint is incomplete or damaged: "
+            "evaluate another one"
+        ) from None

@@ -42,7 +42,7 @@ def _fresh(player: Any, seed: int | None) -> Any:
     """A seat's mover for one continuation: a scripted player copied, its random draws reseeded from the
     continuation's seed (continuations run at once: one shared generator would make their draws depend on
     the order in which inference answers); a model's `generate` as it is."""
-    from unstable_core.games.random_player import ScriptedPlayer
+    from unstable_core.games.players.base import ScriptedPlayer
 
     if not isinstance(player, ScriptedPlayer):
         return player

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from unstable_core.games.random_player import LEGAL_MOVES, game_of
+from unstable_core.games.coverage import game_of
+from unstable_core.games.players.legal_moves import LEGAL_MOVES
 
 CLOSING = "]"  # TextArena's moves end with it; the sampler stops at the token that holds it
 

@@ -25,7 +25,7 @@ from unstable_core.games.env_ops import (
     set_error_allowance,
 )
 from unstable_core.games.legal_answers import AnswerTokens, LegalReader, legal_reader, legal_record
-from unstable_core.games.random_player import ScriptedPlayer
+from unstable_core.games.players.base import ScriptedPlayer
 from unstable_core.games.templates import (
     PromptRenderer,
     Template,

@@ -234,6 +234,11 @@ class League:
         """The uid of the newest learner checkpoint, or None before the first one."""
         return self._current
 
+    def learner_step(self) -> int:
+        """The learner's step: the update its current checkpoint was saved after (0 for the base model and
+        before the first checkpoint). What a sampler reads to change its draws as the run goes on."""
+        return self._models[self._current].iteration if self._current is not None else 0
+
     def get_name_or_lora_path(self, uid: str) -> str | None:
         """Where the model lives: a LoRA adapter path, a model name, or None for the base model."""
         return self._require(uid).path_or_name

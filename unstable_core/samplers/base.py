@@ -103,8 +103,16 @@ class BaseModelSampler:
         self.rng = random.Random(seed)
 
     def sample_opponent(self, league: League) -> str:
-        """The uid (in `league`) of the opponent for the next game."""
+        """The uid (in `league`) of the opponent for the next game; `league.learner_step()` is the step of
+        the learner's current checkpoint."""
         raise NotImplementedError
+
+    def opponents(self) -> list[str]:
+        """The fixed opponents this sampler returns by name (a scripted player such as `heuristic`, a model,
+        an adapter folder), beside what it finds in the league. A fixed opponent enters the league as a
+        `--fixed-opponent` (or an eval env's opponent) of the run: each name here must be one, checked
+        before the run starts. None by default."""
+        return []
 
     def adapters_in_play(self) -> int | None:
         """How many checkpoints (LoRA adapters) this sampler's games use at once, the current one included;

@@ -50,8 +50,8 @@ class KuhnSet:
 
 def kuhn_sets(tokenizer: Any, env_id: str = ENV_ID, template: str = TEMPLATE) -> list[KuhnSet]:
     """The 12 sets rendered with `template` for `tokenizer`, in OpenSpiel's order."""
-    from unstable_core.games.analysis.kuhn import positions
     from unstable_core.games.templates import answer_prompt
+    from unstable_core.probes.kuhn_exploitability import positions
 
     prompt = answer_prompt(template, tokenizer)
     tokens = AnswerTokens(tokenizer)

@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from unstable_core.games.random_player import ScriptedPlayer
+from unstable_core.games.players.base import ScriptedPlayer
 
 ROUND_WORDS = ("first", "second", "third", "fourth")  # each a single token that marks its round
 

@@ -18,8 +18,8 @@ from typing import Any
 import attrs
 
 from unstable_core.errors import UnstableError, describe, root_cause
-from unstable_core.games.analysis.catalogue import is_player, make_player
 from unstable_core.games.loop import InferenceUnavailable, play_game
+from unstable_core.games.players.catalogue import is_player, make_player
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
 from unstable_core.league.league import League
 from unstable_core.report.scheduled_eval import summarise
@@ -250,8 +250,7 @@ class Collector:
         when collection stops meanwhile: `collect` cancels games in flight, not their recording."""
         result = await self.play(spec, league)
         self.counts["failed" if result.info.failed else "finished"] += 1
-        self.scheduler.env_sampler.update(result.info)
-        self.scheduler.model_sampler.update(result.info)
+        self.scheduler.update(result.info)
         recording = asyncio.ensure_future(self._record(result, kind, ticket))
         self._recording.add(recording)
         recording.add_done_callback(self._recording.discard)

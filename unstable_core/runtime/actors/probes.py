@@ -15,6 +15,7 @@ import attrs
 
 from unstable_core.errors import RunFailed, describe
 from unstable_core.io import append_jsonl
+from unstable_core.probes.catalogue import PlannedProbe
 from unstable_core.report.run_probes import PROBES_FILE, probe_records
 from unstable_core.runtime.recovery.resume import checkpoint_steps
 
@@ -31,7 +32,7 @@ class ProbeActor:
         run_dir: str,
         model: str,
         template: str,
-        probes: Sequence[tuple[str, str]],
+        probes: Sequence[PlannedProbe],
         device: str | None = None,
         threads: int = 1,
     ) -> None:
@@ -44,15 +45,15 @@ class ProbeActor:
         `adapter`), appended to probes.jsonl; returns those records."""
         import torch
 
-        from unstable_core.games.analysis.measuring import measure
-        from unstable_core.games.analysis.model_policy import policies_of
+        from unstable_core.probes.measuring import measure
+        from unstable_core.probes.model_policy import policies_of
 
         torch.set_num_threads(self.threads)
         label = BASE if adapter is None else f"ckpt-{step}"
         records = []
         for _, policy in policies_of(self.model, [(label, adapter)], self.template, self.device):
-            for name, env_id in self.probes:
-                result = measure(name, policy, env_id).to_dict()
+            for planned in self.probes:
+                result = measure(planned, policy).to_dict()
                 result.pop("positions")  # what it saw at each position: `unstable eval --probe --json` has it
                 records.append({"step": step, "model": label, **result})
         append_jsonl(self.path, records)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import attrs
 
+from unstable_core.probes.catalogue import PlannedProbe
 from unstable_core.types import EvalEnvSpec, GameSpec, PlayerSpec
 
 DEFAULT_OPPONENT = "base"
@@ -23,13 +24,13 @@ DEFAULT_OPPONENT = "base"
 @attrs.frozen
 class ScheduledEval:
     """What to evaluate and when: `games` games per spec (env, opponent) after every `every` learner steps,
-    and each (probe, env) of `probes` on the base model and on those checkpoints (`runtime.actors.probes`)."""
+    and each planned probe of `probes` on the base model and on those checkpoints (`runtime.actors.probes`)."""
 
     specs: tuple[EvalEnvSpec, ...]
     every: int
     games: int
     seed: int = 0
-    probes: tuple[tuple[str, str], ...] = ()
+    probes: tuple[PlannedProbe, ...] = ()
 
     def due(self, iteration: int, shard: int = 0, num_shards: int = 1) -> bool:
         """Whether checkpoint `iteration` is evaluated, and by collector `shard` (one collector per

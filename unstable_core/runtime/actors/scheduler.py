@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
 
-from unstable_core.errors import UnstableError
+from unstable_core.errors import ComponentFailed, UnstableError
 from unstable_core.league.league import League
 from unstable_core.runtime.actors.scheduled_eval import ScheduledEval
 from unstable_core.samplers.base import CURRENT, BaseEnvSampler, BaseModelSampler
@@ -42,10 +44,37 @@ class GameScheduler:
     def _seed_of(self, game_idx: int) -> int:
         return random.Random(f"{self.seed}:{game_idx}").randrange(2**31)
 
+    @contextlib.contextmanager
+    def samplers_named(self) -> Iterator[None]:
+        """What a sampler raises inside this block: one line naming it, its kind and its plugin."""
+        try:
+            yield
+        except ComponentFailed:
+            raise
+        except Exception as exc:
+            from unstable_core.plugins import component_of
+
+            raised = [tb.tb_frame.f_locals.get("self") for tb in _frames(exc.__traceback__)]
+            for kind, sampler in (("model_sampler", self.model_sampler), ("env_sampler", self.env_sampler)):
+                component = component_of(kind, type(sampler)) if any(s is sampler for s in raised) else None
+                if component is not None:
+                    raise component.failed(exc) from exc
+            raise
+
+    def update(self, info: Any) -> None:
+        """Both samplers learn from a finished game."""
+        with self.samplers_named():
+            self.env_sampler.update(info)
+            self.model_sampler.update(info)
+
     def next_train(self, league: League) -> GameSpec:
         """A training game: the current checkpoint at `num_actors` random seats, sampled opponents elsewhere.
         A game of a group (the env sampler's `repeat`) has its group's id, seed, seats, opponents and
         checkpoint: the one current when the group's first game was scheduled."""
+        with self.samplers_named():
+            return self._next_train(league)
+
+    def _next_train(self, league: League) -> GameSpec:
         env = self.env_sampler.sample("train")
         idx = self._new_index()
         seed = self.env_sampler.game_seed(self._seed_of(idx))
@@ -77,6 +106,10 @@ class GameScheduler:
 
     def next_eval(self, league: League) -> GameSpec:
         """An evaluation game: the current checkpoint against the env's fixed opponent (or a sampled one)."""
+        with self.samplers_named():
+            return self._next_eval(league)
+
+    def _next_eval(self, league: League) -> GameSpec:
         env = self.env_sampler.sample("eval")
         idx = self._new_index()
         rng = random.Random(self._seed_of(idx))
@@ -114,6 +147,13 @@ class GameScheduler:
                 sampler.rng.setstate((version, tuple(internal), gauss))
 
 
+def _frames(tb: Any) -> Iterator[Any]:
+    """The traceback's entries, outermost first."""
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
+
+
 def _rng_state(rng: random.Random) -> list[Any]:
     version, internal, gauss = rng.getstate()
     return [version, list(internal), gauss]
@@ -138,6 +178,9 @@ class FixedScheduler:
 
     def next_eval(self, league: Any) -> GameSpec:
         return self.specs.popleft()
+
+    def update(self, info: Any) -> None:
+        """Nothing to learn from a game: the schedule is fixed."""
 
     def next_train(self, league: Any) -> GameSpec:
         raise UnstableError("a fixed schedule plays no training games")

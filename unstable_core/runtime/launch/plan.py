@@ -15,14 +15,13 @@ import attrs
 
 from unstable_core.config import RunConfig
 from unstable_core.envs.specs import eval_specs, task_specs, train_specs
-from unstable_core.errors import ConfigError
-from unstable_core.games.analysis.catalogue import is_player
-from unstable_core.games.analysis.measuring import probe_of
+from unstable_core.games.players.catalogue import is_player
 from unstable_core.inference.vllm.backend import vllm_max_lora_rank, vllm_platform
 from unstable_core.inference.vllm.memory import KvCachePlan, model_kv_cache
 from unstable_core.learners.settings import LearnerConfig
 from unstable_core.model_loading import is_api_model
 from unstable_core.plugins import get_registry
+from unstable_core.probes.catalogue import plan_probes
 from unstable_core.runtime.actors.scheduled_eval import DEFAULT_OPPONENT, ScheduledEval
 from unstable_core.runtime.launch.components import Components
 from unstable_core.runtime.launch.engines import EngineSpec, engine_spec
@@ -62,17 +61,6 @@ def eval_like(spec: Any, opponent: str) -> EvalEnvSpec:
         prompt_template=spec.prompt_template,
         fixed_opponent=opponent,
     )
-
-
-def eval_probe(value: str) -> tuple[str, str]:
-    """(probe, env id) of an --eval-probe `NAME[:ENV]` (no ENV: the probe's default env), checked: an
-    unknown probe, an env it does not cover or a missing requirement is one ConfigError line naming the
-    probes."""
-    name, _, env = str(value).partition(":")
-    try:
-        return name, probe_of(name, env or None)[1]
-    except ConfigError as exc:
-        raise ConfigError(f"--eval-probe: {exc}") from None
 
 
 def _with_tasks(specs: list[EvalEnvSpec], tasks: list[EvalEnvSpec]) -> list[EvalEnvSpec]:
@@ -196,7 +184,7 @@ class RunPlan:
             for opponent in cfg.fixed_opponents or [DEFAULT_OPPONENT]
         ]
         specs = _with_tasks(specs, self.tasks)
-        probes = tuple(dict.fromkeys(eval_probe(value) for value in cfg.eval_probes))
+        probes = tuple(plan_probes(cfg.eval_probes, option="--eval-probe"))
         return ScheduledEval(tuple(specs), cfg.eval_every, cfg.eval_games, cfg.seed, probes)
 
     def place(self, cores: int | None = None) -> Placed:

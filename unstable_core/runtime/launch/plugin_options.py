@@ -116,9 +116,12 @@ def _checked(flag: str, name: str, check: Callable[[], Any]) -> None:
         raise ConfigError(f"{flag}: {why}" if named else f"{flag}: learner {name}: {why}") from None
 
 
-def check_components(cfg: Any, components: Any, train_specs: list[Any], eval_specs: list[Any]) -> None:
+def check_components(
+    cfg: Any, components: Any, train_specs: list[Any], eval_specs: list[Any], league: Iterable[str] = ()
+) -> None:
     """The components' own options as their classes take them, without Ray and without a model: the env
-    and opponent samplers are built once, the learner checks its algorithm options (`check_options`)."""
+    and opponent samplers are built once, the opponent sampler's own opponents are among the fixed
+    opponents that enter the `league`, the learner checks its algorithm options (`check_options`)."""
     construct(
         "--env-sampler-config",
         cfg.env_sampler,
@@ -127,12 +130,27 @@ def check_components(cfg: Any, components: Any, train_specs: list[Any], eval_spe
         (train_specs, eval_specs),
         {"seed": cfg.seed},
     )
-    construct(
+    sampler = construct(
         "--sampler-config",
         cfg.sampler,
         components.model_sampler,
         cfg.sampler_config,
         fixed={"seed": cfg.seed},
     )
+    _checked_opponents(cfg.sampler, sampler, set(league))
     if components.learner is not None:
         check_learner_options(cfg.learner, components.learner, cfg.algorithm_config, cfg.importance_cap)
+
+
+def _checked_opponents(name: str, sampler: Any, league: set[str]) -> None:
+    """Each fixed opponent the sampler says it returns (`opponents()`) is one that enters the league."""
+    try:
+        wanted = list(getattr(sampler, "opponents", list)())
+    except Exception as exc:
+        raise ConfigError(f"--sampler {name}: opponents() failed: {reason(exc)}") from None
+    for opponent in wanted:
+        if opponent not in league:
+            raise ConfigError(
+                f"--sampler {name}: it samples the opponent {opponent!r}, which is not in the league; add "
+                f"--fixed-opponent {opponent}"
+            )

@@ -25,7 +25,7 @@ def check_run(plan: Any, resume: bool = False) -> None:
     """Every check of a run's plan before anything starts (no Ray, no folder): what can fail inside an actor
     is found here, as one ConfigError line. A resumed run keeps its folder's name."""
     from unstable_core.config.lora import DEFAULT_LORA_CFG
-    from unstable_core.games.analysis.catalogue import check_players
+    from unstable_core.games.players.catalogue import check_players
     from unstable_core.model_loading import is_api_model
     from unstable_core.runtime.launch.plugin_options import check_components
 
@@ -40,7 +40,7 @@ def check_run(plan: Any, resume: bool = False) -> None:
         if not is_api_model(model):  # an API model is checked by check_api_models
             check_model(model, "--model" if key == "main" else "fixed opponent")
     check_device(cfg.device, cfg.ray_address)
-    check_components(cfg, plan.components, plan.train_envs, evals)
+    check_components(cfg, plan.components, plan.train_envs, evals, plan.fixed_opponents)
     if plan.learn:
         check_lora_targets(cfg.model_name, cfg.lora_config, DEFAULT_LORA_CFG["target_modules"])
     check_engines(plan, cfg.ray_address)

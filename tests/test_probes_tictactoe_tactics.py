@@ -4,9 +4,9 @@ players' and the uniform player's known scores, positions as real envs, the tiny
 import pytest
 
 from unstable_core.eval.probes import run_probe
-from unstable_core.games.analysis import measure, player_policy, uniform_policy
-from unstable_core.games.analysis.catalogue import load_player_factory
-from unstable_core.games.analysis.tactics import NAME, generate_positions, load_positions, replay
+from unstable_core.games.players.catalogue import load_player_factory
+from unstable_core.probes import measure, player_policy, uniform_policy
+from unstable_core.probes.tictactoe_tactics import NAME, generate_positions, load_positions, replay
 
 ENV = "TicTacToe-v0-train"
 

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from unstable_core.games.analysis.catalogue import make_player, seat_seed
-from unstable_core.games.analysis.tictactoe import heuristic_cells, optimal_cells, score
 from unstable_core.games.loop import play_game
+from unstable_core.games.players.catalogue import make_player, seat_seed
+from unstable_core.games.players.tictactoe import heuristic_cells, optimal_cells, score
 from unstable_core.inference.base import SamplingParams
 from unstable_core.types import GameSpec, PlayerSpec
 

@@ -8,9 +8,9 @@ import random
 import pytest
 import torch
 
-from unstable_core.games.analysis.model_policy import ModelPolicy, load_model
-from unstable_core.games.analysis.scoring import MIN_SHARED, Scorer, prompt_groups
 from unstable_core.games.templates import answer_prompt
+from unstable_core.inference.hf.logprob_scorer import MIN_SHARED, Scorer, prompt_groups
+from unstable_core.probes.model_policy import ModelPolicy, load_model
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +67,13 @@ def test_scores_equal_a_whole_forward_pass_per_answer(tiny):
 def test_a_policy_sums_the_spellings_of_each_move_over_its_completions(tiny):
     """The policy's probability of a move is the sum over its spellings of P(spelling after the template's
     `[`, then any token that starts with `]`)."""
-    from unstable_core.games.analysis import kuhn
+    from unstable_core.probes import kuhn_exploitability as kuhn
 
     model, tokenizer = tiny
     policy = ModelPolicy(model, tokenizer, answer_prompt("move", tokenizer))
     position = kuhn.positions("KuhnPoker-v0-short-train")[0]
     (probs,) = policy([position])
-    text, ids = policy.render(position.observation)
+    text, ids = policy.prompt.render(position.observation)
     assert text.endswith("[")
     closing = [i for i in range(len(tokenizer)) if tokenizer.decode([i]).startswith("]")]
     assert tokenizer.encode("]", add_special_tokens=False)[0] in closing and len(closing) > 1

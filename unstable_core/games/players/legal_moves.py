@@ -1,12 +1,10 @@
-"""The built-in `random` opponent: a uniformly random legal move, no model, for games whose legal moves
-can be read.
+"""The legal moves of a game's position, read per game: what the `random` player picks from, and the legal
+answers a learner may score (`games.legal_answers`).
 
 Legal moves come from the env's state where it holds them (TicTacToe's board, Kuhn Poker's action tree,
 Othello's valid moves, Chess's python-chess board), else from the last list of moves in the observation
 ("Available Moves: [0], [1]"), else from a game's fixed move set (Rock-Paper-Scissors). "Legal" is what the
-env accepts: a Snake that moves into a wall loses, but its move was legal. It is registered as the player
-`random` of these games (`default_plugins`), so every other game is refused before any game starts, naming
-the env (`check_random_supported` says why).
+env accepts: a Snake that moves into a wall loses, but its move was legal.
 
 Surveyed on TextArena 0.7.4's two-player `-train` envs (see LEGAL_MOVES for the supported ones). Refused:
 - the moves are neither listed nor kept in the state, and enumerating them means re-implementing the
@@ -25,14 +23,9 @@ to start, are not two-player games here.
 
 from __future__ import annotations
 
-import random
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
-
-from unstable_core.errors import ConfigError, UnstableError
-
-RANDOM = "random"  # the opponent's name on the command line and its uid in the league (a registered player)
 
 LegalMoves = Callable[[Any, str], list[str]]
 
@@ -98,7 +91,7 @@ def _listed_after(marker: str) -> LegalMoves:
 # TextArena game (the env id up to "-v") -> where its legal moves come from; every variant of a game
 # (e.g. KuhnPoker-v0-long-train, Othello-v0-hard-train, Chess-v0-blind-train) is covered: where a variant
 # hides the moves from the players, they are read from the env's state. Each entry is checked by playing
-# random against random to the end (tests/test_random_player.py). Surveyed on TextArena 0.7.4's two-player
+# random against random to the end (tests/test_players_random.py). Surveyed on TextArena 0.7.4's two-player
 # -train envs; ReverseTicTacToe and Chess load on Python >= 3.12 only (their TextArena modules use 3.12
 # f-string syntax).
 LEGAL_MOVES: dict[str, LegalMoves] = {
@@ -123,46 +116,6 @@ LEGAL_MOVES: dict[str, LegalMoves] = {
 }
 
 
-def game_of(env_id: str) -> str:
-    """The game of a TextArena env id: `KuhnPoker-v0-long-train` -> `KuhnPoker`."""
-    return env_id.split("-v", 1)[0]
-
-
 def supported_games() -> list[str]:
+    """The games whose legal moves can be read."""
     return sorted(LEGAL_MOVES)
-
-
-def check_random_supported(env_ids: Iterable[str]) -> None:
-    """ConfigError naming the first env whose legal moves the random opponent cannot read."""
-    for env_id in env_ids:
-        if game_of(env_id) not in LEGAL_MOVES:
-            raise ConfigError(
-                f"opponent 'random' cannot play {env_id}: it cannot read that game's legal moves; "
-                f"random plays {', '.join(supported_games())} (any variant)"
-            )
-
-
-class ScriptedPlayer:
-    """A seat played by code instead of a model: the game loop calls `move` with the env and its
-    observation, and records the move with no prompt tokens, no completion tokens and no log-probs.
-    Registered players (`register_game_analyses(..., kind="player")`) are factories `(env_id, seed)` of
-    these; the collector seeds each from the game's seed and its seat (`analysis.catalogue.seat_seed`)."""
-
-    def move(self, env: Any, observation: str) -> str:
-        raise NotImplementedError
-
-
-class RandomPlayer(ScriptedPlayer):
-    """A uniformly random legal move of `env_id`, from its own `random.Random(seed)`: same seed, same moves."""
-
-    def __init__(self, env_id: str, seed: int) -> None:
-        check_random_supported([env_id])
-        self.env_id = env_id
-        self.legal_moves = LEGAL_MOVES[game_of(env_id)]
-        self.rng = random.Random(seed)
-
-    def move(self, env: Any, observation: str) -> str:
-        moves = self.legal_moves(env, observation)
-        if not moves:
-            raise UnstableError(f"opponent 'random' found no legal move in {self.env_id} to choose from")
-        return self.rng.choice(moves)

@@ -11,12 +11,8 @@ import textarena
 from unstable_core.config import RunConfig
 from unstable_core.errors import ConfigError
 from unstable_core.games.loop import play_game
-from unstable_core.games.random_player import (
-    LEGAL_MOVES,
-    RandomPlayer,
-    check_random_supported,
-    supported_games,
-)
+from unstable_core.games.players.legal_moves import LEGAL_MOVES, supported_games
+from unstable_core.games.players.random_move import RandomPlayer, check_random_supported
 from unstable_core.inference.base import SamplingParams
 from unstable_core.types import GameSpec, PlayerSpec
 

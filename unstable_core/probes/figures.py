@@ -1,54 +1,15 @@
-"""What a probe works with: the positions it asks a policy about, the policy (a model's, a scripted
-player's, a fixed one), and the figures it reports, each JSON-ready with its interval and count."""
+"""What a probe reports: its figures, each JSON-ready with its value, 95% interval and count, and the
+reference values of each (a uniform policy's, an equilibrium's)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
-from unstable_core.report.stats import t_quantile
-
-
-@attrs.frozen
-class Position:
-    """One decision a probe asks about: the real env driven there, the mover's seat and observation, and
-    its legal moves, each with the spellings of it the game accepts (`"[check]": ("[check]", "[Check]")`,
-    each a whole move as TextArena writes it, ending with `]`).
-    `key` names the position in the probe's report (Kuhn Poker: OpenSpiel's information state)."""
-
-    key: str
-    env_id: str
-    env: Any
-    pid: int
-    observation: str
-    answers: Mapping[str, tuple[str, ...]]
-
-
-#: for each position, the probability of each legal move (its spellings summed); the rest up to 1 is the
-#: mass on answers the game would refuse
-Policy = Callable[[Sequence[Position]], list[dict[str, float]]]
-
-
-def uniform_policy(positions: Sequence[Position]) -> list[dict[str, float]]:
-    """Each legal move with the same probability (a random legal-move player)."""
-    return [{move: 1.0 / len(p.answers) for move in p.answers} for p in positions]
-
-
-def player_policy(factory: Callable[[str, int], Any], seed: int = 0) -> Policy:
-    """A scripted player (its factory `(env_id, seed) -> ScriptedPlayer`) as a policy: probability 1 on the
-    move it makes at each position."""
-
-    def policy(positions: Sequence[Position]) -> list[dict[str, float]]:
-        out = []
-        for p in positions:
-            move = factory(p.env_id, seed).move(p.env, p.observation)
-            out.append({m: float(m == move) for m in p.answers})
-        return out
-
-    return policy
+from unstable_core.quantiles import t_quantile
 
 
 @attrs.frozen
@@ -110,8 +71,3 @@ class ProbeResult:
             "positions": list(self.positions),
             "wall_s": self.wall_s,
         }
-
-
-def legal_mass(probabilities: Mapping[str, float]) -> float:
-    """The policy's probability of answering with any legal move at a position."""
-    return float(sum(probabilities.values()))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from unstable_core.games.random_player import ScriptedPlayer
+from unstable_core.games.players.base import ScriptedPlayer
 
 # probability of the aggressive move (bet or call) by OpenSpiel history, for cards J, Q, K; "a" is alpha
 NASH: dict[str, tuple[Any, Any, Any]] = {

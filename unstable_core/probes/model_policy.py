@@ -14,12 +14,15 @@ another spelling the game would also take, counts as illegal mass.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from unstable_core.errors import UnstableError
-from unstable_core.games.analysis.probe import Position
+import attrs
+
+from unstable_core.errors import UnstableError, describe
 from unstable_core.games.templates import AnswerPrompt, answer_prompt
+from unstable_core.probes.base import Position
 
 CLOSING = "]"  # TextArena's moves end with it
 
@@ -46,43 +49,107 @@ def with_adapter(net: Any, adapter: str, name: str = "probe") -> Any:
     (peft changes its layers in place), or, when `net` is one already, that model with one more adapter."""
     from peft import PeftModel
 
-    if isinstance(net, PeftModel):
-        net.load_adapter(adapter, adapter_name=name, is_trainable=False)
-    else:
-        net = PeftModel.from_pretrained(net, adapter, adapter_name=name, is_trainable=False)
+    try:
+        if isinstance(net, PeftModel):
+            net.load_adapter(adapter, adapter_name=name, is_trainable=False)
+        else:
+            net = PeftModel.from_pretrained(net, adapter, adapter_name=name, is_trainable=False)
+    except Exception as exc:
+        raise UnstableError(
+            f"checkpoint {adapter}: cannot read {adapter_file(adapter, exc)}: {describe(exc)}; the file is "
+            "incomplete or damaged: measure another checkpoint"
+        ) from exc
     net.set_adapter(name)
     return net.eval()
 
 
+def adapter_file(adapter: str, exc: BaseException) -> Path:
+    """The file of the adapter folder `adapter` that `exc` failed on: its config for a JSON error, else its
+    weights (the folder itself when it has neither)."""
+    folder = Path(adapter)
+    if isinstance(exc, ValueError) and type(exc).__name__ == "JSONDecodeError":
+        return folder / "adapter_config.json"
+    weights = [folder / f for f in ("adapter_model.safetensors", "adapter_model.bin")]
+    return next((w for w in weights if w.exists()), folder)
+
+
 def policies_of(
     base: str, players: Sequence[tuple[str, str | None]], template: str, device: str | None = None
-) -> Iterator[tuple[str, ModelPolicy]]:
+) -> list[tuple[str, LazyPolicy]]:
     """(label, policy) of each player of one base model: (label, None) is the base model itself, (label,
-    adapter folder) a LoRA checkpoint on it. One copy of the model serves them all; its own policies come
-    first, and each is to be measured before the next is made (peft changes the model's layers in place).
-    `template` is resolved once, for them all."""
-    net, tokenizer = load_model(base, device)
-    prompt = answer_prompt(template, tokenizer)
-    for label, adapter in players:
-        if adapter is None:
-            yield label, ModelPolicy(net, tokenizer, prompt, label=label)
-    wrapped = None
-    for k, (label, adapter) in enumerate(p for p in players if p[1] is not None):
-        wrapped = with_adapter(net if wrapped is None else wrapped, adapter, f"probe-{k}")
-        yield label, ModelPolicy(wrapped, tokenizer, prompt, label=label)
+    adapter folder) a LoRA checkpoint on it; its own policies first. Nothing is loaded here: one copy of
+    the model (`SharedModel`) serves them all, loaded when the first is asked, each checkpoint's adapter
+    when it is; each is to be measured before the next (peft changes the model's layers in place)."""
+    shared = SharedModel(base, template, device)
+    ordered = [p for p in players if p[1] is None] + [p for p in players if p[1] is not None]
+    return [(label, LazyPolicy(shared, adapter, label)) for label, adapter in ordered]
 
 
+@attrs.define
+class SharedModel:
+    """One copy of a base model for the policies of its players: loaded, and its template resolved for its
+    tokenizer, when the first is asked; a checkpoint's adapter loaded (and made the active one) when its
+    policy is."""
+
+    name: str
+    template: str
+    device: str | None = None
+    net: Any = attrs.field(default=None, init=False, repr=False)
+    tokenizer: Any = attrs.field(default=None, init=False, repr=False)
+    prompt: AnswerPrompt | None = attrs.field(default=None, init=False, repr=False)
+    adapters: int = attrs.field(default=0, init=False)
+
+    def policy(self, adapter: str | None, label: str) -> ModelPolicy:
+        """The policy of the base model itself (`adapter` None) or of the adapter folder `adapter` on it."""
+        if self.net is None:
+            self.net, self.tokenizer = load_model(self.name, self.device)
+            self.prompt = answer_prompt(self.template, self.tokenizer)
+        if adapter is not None:
+            self.net = with_adapter(self.net, adapter, f"probe-{self.adapters}")
+            self.adapters += 1
+        return ModelPolicy(self.net, self.tokenizer, self.prompt, label=label)
+
+
+@attrs.define
+class LazyPolicy:
+    """The policy of one player of a shared base model, made when it is first asked."""
+
+    model: SharedModel
+    adapter: str | None
+    label: str
+    _policy: ModelPolicy | None = attrs.field(default=None, init=False, repr=False)
+
+    def __call__(self, positions: Sequence[Position]) -> list[dict[str, float]]:
+        if self._policy is None:
+            self._policy = self.model.policy(self.adapter, self.label)
+        return self._policy(positions)
+
+
+@attrs.define
 class ModelPolicy:
     """A causal LM's probabilities of the legal answers at positions, prompted with `prompt` (a template
-    resolved for its tokenizer: `templates.answer_prompt`)."""
+    resolved for its tokenizer: `templates.answer_prompt`); its scorer is made on the first call."""
 
-    def __init__(self, model: Any, tokenizer: Any, prompt: AnswerPrompt, label: str = "") -> None:
-        from unstable_core.games.analysis.scoring import Scorer
+    model: Any
+    tokenizer: Any
+    prompt: AnswerPrompt
+    label: str = ""
+    _scorer: Any = attrs.field(default=None, init=False, repr=False)
 
-        self.tokenizer, self.label = tokenizer, label
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.scorer = Scorer(model, pad_id=int(pad or 0))
-        self.render, self.prefix = prompt.render, prompt.prefix
+    @property
+    def scorer(self) -> Any:
+        """The log-prob scorer of the model (`inference.hf.logprob_scorer.Scorer`), padded with its pad token."""
+        if self._scorer is None:
+            from unstable_core.inference.hf.logprob_scorer import Scorer
+
+            tokenizer = self.tokenizer
+            pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+            self._scorer = Scorer(self.model, pad_id=int(pad or 0))
+        return self._scorer
+
+    @property
+    def prefix(self) -> str:
+        return self.prompt.prefix
 
     @classmethod
     def load(
@@ -113,7 +180,7 @@ class ModelPolicy:
 
         prompts, answers, owners = [], [], []
         for p in positions:
-            text, ids = self.render(p.observation)
+            text, ids = self.prompt.render(p.observation)
             prompts.append(ids)
             moves = [(move, s) for move, spellings in p.answers.items() for s in spellings]
             answers.append(self.completions(text, [s for _, s in moves]))

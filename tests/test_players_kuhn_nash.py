@@ -3,8 +3,8 @@
 import pytest
 
 from unstable_core.envs.catalogue import make_env
-from unstable_core.games.analysis.catalogue import make_player
-from unstable_core.games.analysis.kuhn_players import NASH, aggressive_probability, history
+from unstable_core.games.players.catalogue import make_player
+from unstable_core.games.players.kuhn_nash import NASH, aggressive_probability, history
 
 pyspiel = pytest.importorskip("pyspiel")
 

@@ -15,7 +15,7 @@ import functools
 import random
 from typing import Any
 
-from unstable_core.games.random_player import ScriptedPlayer
+from unstable_core.games.players.base import ScriptedPlayer
 
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 MARKS = {0: "O", 1: "X"}  # TextArena's seat -> its mark

@@ -9,7 +9,7 @@ attention mask lets each answer's tokens see the prefix, the prompt and that ans
 at the positions that follow the prompt, as if each answer ran alone after it. The last prompt token's
 distribution gives every answer's first token, each answer token's the next one. Log-probs come from the
 LM head in float32 at temperature 1 (as the learner computes them), so the result is that of one forward
-pass of prompt + answer per answer (tests/test_analysis_scoring.py checks it).
+pass of prompt + answer per answer (tests/test_logprob_scorer.py checks it).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The positions come from real games (`generate_positions`: TextArena TicTacToe, r
 games seeded 0, 1, ...): a `win` position is one where the mover can complete a line (the right cells:
 those that do); a `block` position one where the mover cannot, and the opponent threatens to complete
 exactly one (the right cell: the one that stops it; under a double threat no move saves the game). Each game gives at most one of each, so the set spans many games. The set is committed as
-`tictactoe_tactics.json` (tests/test_analysis_tactics.py regenerates it) and replayed move by move on a
+`tictactoe_tactics.json` (tests/test_probes_tictactoe_tactics.py regenerates it) and replayed move by move on a
 real env of the asked id, so that the prompt is the one a run renders there, history included.
 
 Figures: `win_mass` and `block_mass`, the policy's mean probability of answering with a right cell (not
@@ -21,15 +21,16 @@ from importlib import resources
 from typing import Any
 
 from unstable_core.errors import UnstableError
-from unstable_core.games.analysis.probe import Figure, Policy, Position, ProbeResult, legal_mass
-from unstable_core.games.analysis.tictactoe import (
+from unstable_core.games.env_ops import action_receiver, make_env
+from unstable_core.games.players.tictactoe import (
     board_of,
     empty_cells,
     mover_mark,
     other,
     winning_cells,
 )
-from unstable_core.games.env_ops import action_receiver, make_env
+from unstable_core.probes.base import Policy, Position, legal_mass
+from unstable_core.probes.figures import Figure, ProbeResult
 
 NAME = "tictactoe-tactics"
 DEFAULT_ENV = "TicTacToe-v0-train"
@@ -55,8 +56,8 @@ def generate_positions(
     """`count` win and `count` block positions from real random-against-random games seeded `first_seed`,
     `first_seed + 1`, ...: each {kind, seed, moves (the cells played), right (the right cells)}, at most one
     of each kind per game, win positions first."""
-    from unstable_core.games.analysis.catalogue import seat_seed
-    from unstable_core.games.random_player import RANDOM, RandomPlayer
+    from unstable_core.games.players.catalogue import seat_seed
+    from unstable_core.games.players.random_move import RANDOM, RandomPlayer
 
     found: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
     for seed in itertools.count(first_seed):
@@ -85,7 +86,7 @@ def generate_positions(
 
 def load_positions() -> list[dict[str, Any]]:
     """The committed positions (see `generate_positions`)."""
-    text = resources.files("unstable_core.games.analysis").joinpath(DATA_FILE).read_text(encoding="utf-8")
+    text = resources.files("unstable_core.probes").joinpath(DATA_FILE).read_text(encoding="utf-8")
     return json.loads(text)["positions"]
 
 
