@@ -80,6 +80,26 @@ def test_update_moves_toward_the_better_answer(learner, magnet):
     assert metrics["mmd/kl_target_policy"] >= 0
 
 
+def test_fit_steps_fit_one_target_further(learner):
+    """Twenty steps on one batch fit the target of its first step: the policy ends nearer it than after one
+    step, and at it, not past it (a target recomputed at each step would run on toward q = 1)."""
+    from unstable_mmd.learner import mmd_target
+
+    step = legal_step([-1.0, 1.0])
+    state = LegalState.of(step)
+    ends = {}
+    for fit_steps in (1, 20):
+        torch.manual_seed(0)
+        lrn = learner(fit_steps=fit_steps, eta=0.5, alpha=0.0, legal_mass_coef=0.0)
+        logq = legal_logq(answer_logprobs(lrn, state)).detach()
+        target = mmd_target(logq, torch.tensor([-1.0, 1.0]), 0.5, 0.0, torch.zeros(2))
+        lrn.update([step])
+        ends[fit_steps] = legal_logq(answer_logprobs(lrn, state)).exp()[1].item()
+        assert lrn.step == 1  # one update, one policy version
+    assert ends[20] > ends[1] + 0.05
+    assert ends[20] == pytest.approx(target[1].item(), abs=0.03)
+
+
 def test_options_are_checked():
     with pytest.raises(ConfigError, match="magnet"):
         MMDLearner.check_options({"magnet": "solver"})
@@ -87,6 +107,8 @@ def test_options_are_checked():
         MMDLearner.check_options({"eta": 0})
     with pytest.raises(ConfigError, match="alpha"):
         MMDLearner.check_options({"alpha": -0.1})
+    with pytest.raises(ConfigError, match="fit_steps"):
+        MMDLearner.check_options({"fit_steps": 0})
 
 
 def test_registered():

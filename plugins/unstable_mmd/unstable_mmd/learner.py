@@ -11,6 +11,9 @@ it by cross-entropy:
 
     loss(s) = -sum_a target(a) log q(a)
 
+over `fit_steps` optimizer steps on the same batch, the target fixed at the first (as PPO's epochs fix
+pi_old): one gradient step moves q only part of the way, and the batch's values cost far more than a step.
+
 The magnet pulls the logits toward rho by a factor 1 / (1 + alpha eta) every step, so the policy converges
 to a regularised equilibrium (a QRE) instead of saturating on one answer. The rules' and entropy terms and
 the fallback for games without legal moves are `LegalAnswersLearner`'s.
@@ -22,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from unstable_core.config.validators import choice, non_negative_number, positive
+from unstable_core.config.validators import choice, count, non_negative_number, positive
 from unstable_core.learners.legal import (
     LegalAnswersLearner,
     LegalOptions,
@@ -49,6 +52,11 @@ class MMDConfig(LegalOptions):
         validator=choice("uniform", "base"),
         metadata={"help": "rho: uniform over the legal answers, or the base model's policy over them"},
     )
+    fit_steps: int = attrs.field(
+        default=1,
+        validator=count,
+        metadata={"help": "optimizer steps fitting one batch's target (fixed at the first step)"},
+    )
 
 
 def mmd_target(logq: Any, values: Any, eta: float, alpha: float, log_magnet: Any) -> Any:
@@ -70,16 +78,27 @@ class MMDLearner(LegalAnswersLearner):
     def initialize_algorithm(self, **kwargs: Any) -> None:
         """Set the options of `MMDConfig`."""
         self.mmd: MMDConfig = self.accept_algorithm_kwargs(MMDConfig, kwargs)
+        self._targets: dict[int, Any] = {}  # id(step) -> the state's target, within one update
+
+    def optimize(self, samples: list[Any]) -> dict[str, float]:
+        """`fit_steps` optimizer steps on the batch, each state's target computed at the first and kept."""
+        self._targets = {}
+        for _ in range(self.mmd.fit_steps):
+            metrics = self.optimizer_step(samples)
+        self._targets = {}
+        return metrics
 
     def before_states(self, states: list[LegalState]) -> None:
-        """With the base model as magnet: its log q at every state, in one forward (adapter off, no gradient)."""
+        """With the base model as magnet: its log q at every state not yet given a target, in one forward
+        (adapter off, no gradient)."""
         import torch
 
         self._base_logq: dict[int, Any] = {}
-        if self.mmd.magnet == "base":
+        todo = [state for state in states if id(state.step) not in self._targets]
+        if self.mmd.magnet == "base" and todo:
             with torch.no_grad(), self.model.disable_adapter():
-                found = answer_logprobs_of(self, states)
-            self._base_logq = {id(state): legal_logq(y) for state, y in zip(states, found, strict=True)}
+                found = answer_logprobs_of(self, todo)
+            self._base_logq = {id(state): legal_logq(y) for state, y in zip(todo, found, strict=True)}
 
     def log_magnet(self, y: Any, state: LegalState) -> Any:
         """log rho [K]: uniform, or the base model's log q (`before_states`)."""
@@ -87,10 +106,18 @@ class MMDLearner(LegalAnswersLearner):
 
         return torch.zeros_like(y) if self.mmd.magnet == "uniform" else self._base_logq[id(state)]
 
+    def target(self, y: Any, values: Any, state: LegalState) -> Any:
+        """The state's target [K]: from q_t at the update's first step, the same at the later ones."""
+        key = id(state.step)
+        if key not in self._targets:
+            cfg = self.mmd
+            logq = legal_logq(y.detach())
+            self._targets[key] = mmd_target(logq, values, cfg.eta, cfg.alpha, self.log_magnet(y, state))
+        return self._targets[key]
+
     def legal_loss(self, y: Any, values: Any, state: LegalState) -> tuple[Any, dict[str, float]]:
         """Cross-entropy to MMD's target at one state."""
-        cfg = self.mmd
         logq = legal_logq(y.detach())
-        target = mmd_target(logq, values, cfg.eta, cfg.alpha, self.log_magnet(y, state))
+        target = self.target(y, values, state)
         kl = (target * (target.clamp(min=1e-30).log() - logq)).sum()
         return mmd_loss(y, target), {"mmd/kl_target_policy": kl.item()}
