@@ -170,6 +170,45 @@ def game_lines(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def branching_cost(run_dir: Path) -> dict[str, float] | None:
+    """What branching cost the run, from metrics.jsonl: continuation turns and seconds per visited state,
+    its seconds per update beside the learner's, and its share of the inference requests (None: no
+    branching)."""
+    from unstable_core.io import read_jsonl
+
+    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "learner/branch/turns" in r]
+    if not rows or not any(r.get("learner/legal/branched") for r in rows):
+        return None
+    states = [r["learner/batch_size"] * r.get("learner/legal/branched", 0.0) for r in rows]
+    turns = sum(n * r["learner/branch/turns"] for n, r in zip(states, rows, strict=True))
+    seconds = sum(n * r["learner/branch/seconds"] for n, r in zip(states, rows, strict=True))
+    requests = max(
+        (r.get("inference/requests", 0.0) for r in read_jsonl(run_dir / "metrics.jsonl")), default=0
+    )
+    return {
+        "updates": len(rows),
+        "states": sum(states),
+        "turns_per_state": turns / sum(states),
+        "seconds_per_state": seconds / sum(states),
+        "branch_seconds_per_update": seconds / len(rows),
+        "learner_seconds_per_update": sum(r["learner/time/update_s"] for r in rows) / len(rows),
+        "inference_share": turns / requests if requests else float("nan"),
+    }
+
+
+def branching_lines(cost: dict[str, float] | None) -> list[str]:
+    """`branching_cost` in words."""
+    if cost is None:
+        return []
+    return [
+        f"- branching: {cost['states']:.0f} states over {cost['updates']} updates, "
+        f"{cost['turns_per_state']:.1f} continuation turns and {cost['seconds_per_state']:.1f} s of "
+        f"generation a state; {cost['branch_seconds_per_update']:.0f} s an update (the learner's update: "
+        f"{cost['learner_seconds_per_update']:.0f} s); {cost['inference_share']:.0%} of the inference "
+        "requests were continuations"
+    ]
+
+
 def report(probes: dict[str, Any], rows: list[dict[str, Any]], wall_s: float | None) -> list[str]:
     """The tables as markdown lines: probes per model (first against last), then the games."""
     lines = probe_lines(probes) + [""] + game_lines(rows)
@@ -205,9 +244,11 @@ def main() -> None:
         )
     probes = probe(run_dir, game["probes"], args.every)
     rows = play(run_dir, game["eval_env"], game["opponents"], args.games, run_dir / "eval" / "strategy")
-    lines = report(probes, rows, wall_s)
+    cost = branching_cost(run_dir)
+    lines = report(probes, rows, wall_s) + branching_lines(cost)
     print("\n".join(lines))
-    out = {"run": str(run_dir), "wall_s": wall_s, "probes": probes, "games": rows, "report": lines}
+    out = {"run": str(run_dir), "wall_s": wall_s, "probes": probes, "games": rows, "branching": cost}
+    out["report"] = lines
     (run_dir / "strategy.json").write_text(json.dumps(out, indent=1))
     from unstable_core.report.plots import plot_probes
 

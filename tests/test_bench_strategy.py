@@ -3,6 +3,7 @@ figures whose answers are known (no training: that is the benchmark's own, hour-
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -95,3 +96,23 @@ def test_a_run_that_is_not_there_ends_in_one_line(tmp_path):
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "is not a run directory" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_branching_cost_is_read_from_the_runs_metrics(strategy, tmp_path):
+    rows = [
+        {"step": 1, "inference/requests": 40.0},
+        {"learner/batch_size": 4.0, "learner/legal/branched": 1.0, "learner/branch/turns": 3.0,
+         "learner/branch/seconds": 2.0, "learner/time/update_s": 10.0, "inference/requests": 40.0},
+        {"learner/batch_size": 4.0, "learner/legal/branched": 0.5, "learner/branch/turns": 6.0,
+         "learner/branch/seconds": 1.0, "learner/time/update_s": 20.0},
+    ]  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cost = strategy.branching_cost(tmp_path)
+    assert cost["states"] == 6  # 4 branched, then half of 4
+    assert cost["turns_per_state"] == pytest.approx((4 * 3 + 2 * 6) / 6)
+    assert cost["branch_seconds_per_update"] == pytest.approx((4 * 2 + 2 * 1) / 2)
+    assert cost["learner_seconds_per_update"] == 15
+    assert cost["inference_share"] == pytest.approx(24 / 40)
+    assert strategy.branching_lines(None) == []  # no branching: no line
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({**rows[1], "learner/legal/branched": 0.0}) + "\n")
+    assert strategy.branching_cost(tmp_path) is None
