@@ -20,9 +20,9 @@ from unstable_core.config import RunConfig, config_from_dict, merge_layers
 from unstable_core.errors import ConfigError, RunFailed, RunStopped, debug_enabled
 from unstable_core.rewards.specs import pipeline
 from unstable_core.run_lock import LOCK_NAME, RunLock
-from unstable_core.runtime.actors.graph import ActorGraph
 from unstable_core.runtime.actors.probes import ScheduledProbes
 from unstable_core.runtime.actors.recorder import ErrorLines
+from unstable_core.runtime.graph import ActorGraph
 from unstable_core.runtime.launch.build import (
     build_graph,
     record_resumed_state,

@@ -105,8 +105,8 @@ class LearnerActor:
         return self.learner.step
 
     def devices(self) -> dict[str, Any]:
-        """The GPUs Ray gave this actor and the learner's device (see `placement.placed_on`)."""
-        from unstable_core.runtime.launch.placement import placed_on
+        """The GPUs Ray gave this actor and the learner's device (see `devices.placed_on`)."""
+        from unstable_core.runtime.actors.devices import placed_on
 
         return placed_on(self.learner.device)
 

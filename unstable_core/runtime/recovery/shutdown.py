@@ -9,7 +9,7 @@ from typing import Any
 
 from unstable_core.errors import describe
 from unstable_core.io import atomic_write_json
-from unstable_core.runtime.actors.graph import ActorGraph
+from unstable_core.runtime.graph import ActorGraph
 from unstable_core.runtime.recovery.resume import record_event
 
 
