@@ -15,12 +15,11 @@ from unstable_core.errors import ConfigError
 from unstable_core.io import append_jsonl, read_jsonl
 from unstable_core.learners.checkpoint import checkpoint_problem
 from unstable_core.runtime.recovery.resume import (
-    RUN_STATE,
-    checkpoint_steps,
     find_resume_point,
     prepare_logs,
     resume_config,
 )
+from unstable_core.runtime.run_dir import RUN_STATE, checkpoint_steps
 
 HEADER_TOO_LARGE = "Error while deserializing header: header too large (SafetensorError)"
 

@@ -13,11 +13,12 @@ PACKAGE = "unstable_core.runtime"
 
 #: room -> the rooms of runtime/ it may import (the table in docs/architecture.md)
 MAY_IMPORT = {
-    "run": {"launch", "recovery", "actors", "graph"},
-    "launch": {"recovery", "actors", "graph"},
-    "actors": {"recovery"},
-    "recovery": {"graph"},
+    "run": {"launch", "recovery", "actors", "graph", "run_dir"},
+    "launch": {"recovery", "actors", "graph", "run_dir"},
+    "actors": {"recovery", "run_dir"},
+    "recovery": {"graph", "run_dir"},
     "graph": set(),
+    "run_dir": set(),
 }
 
 

@@ -39,7 +39,6 @@ from unstable_core.runtime.recovery.liveness import (
 )
 from unstable_core.runtime.recovery.resume import (
     ResumePoint,
-    checkpoint_steps,
     find_resume_point,
     prepare_logs,
     record_event,
@@ -48,6 +47,7 @@ from unstable_core.runtime.recovery.resume import (
 from unstable_core.runtime.recovery.shutdown import close_files, write_summary
 from unstable_core.runtime.recovery.stall import LearnerPhase, PipelineStalled, StallWatch
 from unstable_core.runtime.recovery.stop_decision import StopDecision, decide_stop
+from unstable_core.runtime.run_dir import CONFIG, checkpoint_steps
 
 
 class Run:
@@ -180,7 +180,7 @@ class Run:
         """A new run saves its config; a resumed one trims its logs to its resume point (`Run.open` found
         it) and returns the resume record to complete once the actors have their state back."""
         if self.resume_dir is None:
-            self.cfg.save(self.run_dir / "config.toml")
+            self.cfg.save(self.run_dir / CONFIG)
             return None
         record = prepare_logs(self.resume_point, self.run_dir, self.resume_changes)
         self.index_base = record["next_game_index"]

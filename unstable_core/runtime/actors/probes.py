@@ -17,7 +17,7 @@ from unstable_core.errors import RunFailed, describe
 from unstable_core.io import append_jsonl
 from unstable_core.probes.catalogue import PlannedProbe
 from unstable_core.report.run_probes import PROBES_FILE, probe_records
-from unstable_core.runtime.recovery.resume import checkpoint_steps
+from unstable_core.runtime.run_dir import checkpoint_folder, checkpoint_steps
 
 BASE = "base"
 PROBE_TIMEOUT_S = 1800.0  # one measurement: a 0.5B model's 64 tactics prompts on a busy CPU took minutes
@@ -91,7 +91,7 @@ class ScheduledProbes:
         for step in checkpoint_steps(self.run_dir, recover=False):
             if step % self.every == 0 and step not in self.sent:
                 self.sent.add(step)
-                folder = self.run_dir / "checkpoints" / f"step-{step}"
+                folder = checkpoint_folder(self.run_dir, step)
                 self.calls.append(self.actor.probe.remote(step, str(folder)))
 
     def finish(self, timeout_s: float = PROBE_TIMEOUT_S) -> None:

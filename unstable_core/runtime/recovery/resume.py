@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -30,15 +29,19 @@ import attrs
 from unstable_core.config import RunConfig, config_from_dict, merge_layers
 from unstable_core.errors import ConfigError
 from unstable_core.io import append_jsonl, read_jsonl
-from unstable_core.learners.checkpoint import (
-    CHECKPOINT_FILES,
-    OPTIMIZER_FILE,
-    checkpoint_problem,
-    recover_folder,
-)
+from unstable_core.learners.checkpoint import CHECKPOINT_FILES, OPTIMIZER_FILE, checkpoint_problem
 from unstable_core.runtime.recovery.rollback import roll_back_logs
+from unstable_core.runtime.run_dir import (
+    CHECKPOINTS,
+    CONFIG,
+    GAMES,
+    METRICS,
+    RUN_STATE,
+    UNREADABLE,
+    checkpoint_folder,
+    checkpoint_steps,
+)
 
-RUN_STATE = "run_state.json"
 RESUME_HINT = "continue it with `unstable run --resume {run_dir}`"
 
 # options that may differ on resume: how the run is executed, not what it learns
@@ -61,8 +64,6 @@ RESUMABLE_OPTIONS = frozenset(
         "max_nonfinite_updates",
     }
 )
-_STEP_DIR = re.compile(r"^step-(\d+)$")
-UNREADABLE = ".unreadable"  # a checkpoint folder that does not load, set aside by a resume
 
 
 @attrs.define
@@ -125,29 +126,11 @@ class ResumePoint:
         return states[shard] if shard < len(states) else None
 
 
-def checkpoint_steps(run_dir: Path, recover: bool = True) -> list[int]:
-    """Steps of the complete checkpoint folders (a `.tmp` left by a crash is not one), ascending. A
-    `step-<k>.old` left by a crash mid-replace is put back (`recover`), or only counted (without it: a
-    process that does not hold the run's lock writes nothing)."""
-    folder = Path(run_dir) / "checkpoints"
-    if not folder.is_dir():
-        return []
-    if recover:
-        for old in folder.glob("step-*.old"):
-            recover_folder(old.with_name(old.name[: -len(".old")]))
-    steps = set()
-    for p in folder.iterdir():
-        m = re.match(r"^step-(\d+)(\.old)?$", p.name) if not recover else _STEP_DIR.match(p.name)
-        if m and (p / "learner_state.json").is_file() and (p / RUN_STATE).is_file():
-            steps.add(int(m.group(1)))
-    return sorted(steps)
-
-
 def newest_loadable(run_dir: Path, recover: bool = True) -> tuple[int, list[Skipped]]:
     """The step of the newest complete checkpoint whose files all load (`checkpoint_problem`), 0 when the
     run has none yet, and the newer ones that do not load, newest first. Every checkpoint failing is a
     ConfigError naming the newest's file. Without `recover`, as `checkpoint_steps`: nothing is written."""
-    folder = Path(run_dir) / "checkpoints"
+    folder = Path(run_dir) / CHECKPOINTS
     skipped: list[Skipped] = []
     for step in reversed(checkpoint_steps(run_dir, recover)):
         path = folder / f"step-{step}"
@@ -188,8 +171,8 @@ def find_resume_point(run_dir: str | os.PathLike) -> ResumePoint | None:
     if not step:
         return None
     for s in skipped:
-        s.kept_as = set_aside(run_dir / "checkpoints" / f"step-{s.step}")
-    folder = run_dir / "checkpoints" / f"step-{step}"
+        s.kept_as = set_aside(checkpoint_folder(run_dir, s.step))
+    folder = checkpoint_folder(run_dir, step)
     return ResumePoint(run_dir, step, folder, json.loads((folder / RUN_STATE).read_text()), skipped)
 
 
@@ -197,7 +180,7 @@ def resume_config(run_dir: str | os.PathLike, overrides: dict[str, Any]) -> tupl
     """The run's own config.toml with the allowed `overrides`; returns it and what changed {key: [old, new]}.
     An override that changes what the run learns (model, learner, envs, algorithm...) is refused."""
     run_dir = Path(run_dir)
-    path = run_dir / "config.toml"
+    path = run_dir / CONFIG
     if not run_dir.is_dir():
         what = "is a file, not a folder" if run_dir.exists() else "does not exist"
         raise ConfigError(f"--resume {run_dir} {what}: pass the folder of a run (runs/<run-name>)")
@@ -252,11 +235,7 @@ def _end_partial_line(path: Path) -> bool:
 
 def max_game_index(run_dir: Path) -> int:
     """The largest game index in games.jsonl (-1 when none)."""
-    idx = [
-        r["info"]["game_idx"]
-        for r in read_jsonl(run_dir / "games" / "games.jsonl")
-        if isinstance(r, dict) and "info" in r
-    ]
+    idx = [r["info"]["game_idx"] for r in read_jsonl(run_dir / GAMES) if isinstance(r, dict) and "info" in r]
     return max(idx, default=-1)
 
 
@@ -265,8 +244,8 @@ def prepare_logs(point: ResumePoint | None, run_dir: Path, changed: dict[str, An
     an older checkpoint than the last (`point.skipped`) rolls the logs back to it (`roll_back_logs`),
     learner steps up to the checkpoint missing from metrics.jsonl are appended from their checkpoints.
     Returns the resume record (for `record_resume`)."""
-    metrics_path = run_dir / "metrics.jsonl"
-    games_path = run_dir / "games" / "games.jsonl"
+    metrics_path = run_dir / METRICS
+    games_path = run_dir / GAMES
     cut = [str(p.relative_to(run_dir)) for p in (metrics_path, games_path) if _end_partial_line(p)]
     step = point.step if point is not None else 0
     next_game = max_game_index(run_dir) + 1  # after every game played, those rolled back included
@@ -276,7 +255,7 @@ def prepare_logs(point: ResumePoint | None, run_dir: Path, changed: dict[str, An
     for k in checkpoint_steps(run_dir):
         if k in logged or k > step:
             continue
-        state = json.loads((run_dir / "checkpoints" / f"step-{k}" / RUN_STATE).read_text())
+        state = json.loads((checkpoint_folder(run_dir, k) / RUN_STATE).read_text())
         if state.get("metrics"):
             restored.append({**state["metrics"], "step": k})
     append_jsonl(metrics_path, restored)
@@ -304,9 +283,9 @@ def is_learner_record(record: dict[str, Any]) -> bool:
 
 def record_resume(run_dir: Path, record: dict[str, Any]) -> None:
     """The resume as a line of metrics.jsonl (an event: no `step`, so learner steps never repeat)."""
-    append_jsonl(Path(run_dir) / "metrics.jsonl", [record])
+    append_jsonl(Path(run_dir) / METRICS, [record])
 
 
 def record_event(run_dir: Path, event: str, **fields: Any) -> None:
     """An event of the run (an actor died, the run stopped) as a line of metrics.jsonl, without a step."""
-    append_jsonl(Path(run_dir) / "metrics.jsonl", [{"event": event, "time": time.time(), **fields}])
+    append_jsonl(Path(run_dir) / METRICS, [{"event": event, "time": time.time(), **fields}])
