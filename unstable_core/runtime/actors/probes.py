@@ -73,11 +73,10 @@ class ScheduledProbes:
     calls: list[Any] = attrs.field(factory=list)
 
     @classmethod
-    def start(cls, actor: Any, run_dir: Path, every: int) -> ScheduledProbes:
+    def start(cls, actor: Any, run_dir: Path, every: int, kept: int = 0) -> ScheduledProbes:
         """Start measuring: the base model first (unless measured before), then `poll` sends checkpoints.
-        A resumed run's records of checkpoints it no longer has (it went back to an older one) are not
-        counted: those steps are measured again, and their last record is the one read."""
-        kept = max(checkpoint_steps(Path(run_dir), recover=False), default=0)
+        `kept`: the step a resumed run went on from; its records of later checkpoints (it went back to an
+        older one) are not counted: those steps are measured again, and their last record is the one read."""
         probes = cls(
             actor, Path(run_dir), every, {r["step"] for r in probe_records(run_dir) if r["step"] <= kept}
         )

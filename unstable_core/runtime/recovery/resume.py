@@ -32,7 +32,6 @@ from unstable_core.io import append_jsonl, read_jsonl
 from unstable_core.learners.checkpoint import CHECKPOINT_FILES, OPTIMIZER_FILE, checkpoint_problem
 from unstable_core.runtime.recovery.rollback import roll_back_logs
 from unstable_core.runtime.run_dir import (
-    CHECKPOINTS,
     CONFIG,
     GAMES,
     METRICS,
@@ -85,6 +84,12 @@ class ResumePoint:
     checkpoint: Path
     state: dict[str, Any]
     skipped: list[Skipped] = attrs.field(factory=list)  # newer checkpoints that do not load
+    steps: list[int] = attrs.field(factory=list)  # the complete checkpoints up to `step`, ascending
+
+    def lines(self) -> list[str]:
+        """What a resume from this checkpoint tells the user: an older checkpoint than the last, or no
+        optimizer state kept with it."""
+        return [line for line in (self.fallback_line(), self.optimizer_line()) if line is not None]
 
     def optimizer_line(self) -> str | None:
         """The one line that says the checkpoint resumed from kept no optimizer state, or None."""
@@ -126,17 +131,77 @@ class ResumePoint:
         return states[shard] if shard < len(states) else None
 
 
-def newest_loadable(run_dir: Path, recover: bool = True) -> tuple[int, list[Skipped]]:
-    """The step of the newest complete checkpoint whose files all load (`checkpoint_problem`), 0 when the
-    run has none yet, and the newer ones that do not load, newest first. Every checkpoint failing is a
-    ConfigError naming the newest's file. Without `recover`, as `checkpoint_steps`: nothing is written."""
-    folder = Path(run_dir) / CHECKPOINTS
+@attrs.frozen
+class SavedRun:
+    """A run directory opened by `--resume`: its own config with the allowed overrides and what they
+    changed, read once before anything starts; its checkpoints are read once, under the run's lock
+    (`resume_point`). `run_dir` is the folder as given (the error lines name it so)."""
+
+    run_dir: Path
+    cfg: RunConfig
+    changed: dict[str, Any]
+
+    @classmethod
+    def read(cls, run_dir: str | os.PathLike, overrides: dict[str, Any]) -> SavedRun:
+        """The run's own config.toml with the allowed `overrides`, and what changed {key: [old, new]}. An
+        override that changes what the run learns (model, learner, envs, algorithm...) is refused."""
+        run_dir = Path(run_dir)
+        path = run_dir / CONFIG
+        if not run_dir.is_dir():
+            what = "is a file, not a folder" if run_dir.exists() else "does not exist"
+            raise ConfigError(f"--resume {run_dir} {what}: pass the folder of a run (runs/<run-name>)")
+        if not path.is_file():
+            raise ConfigError(
+                f"--resume {run_dir}: no config.toml there; pass the folder of a run (runs/<run-name>)"
+            )
+        from unstable_core.config import load_config
+
+        base = load_config(path).to_dict()
+        given = config_from_dict(merge_layers(base, overrides)).to_dict()
+        changed = {k: [base.get(k), v] for k, v in given.items() if v != base.get(k)}
+        changed.pop("run_name", None)  # the folder is the run, wherever it now lies
+        changed.pop("runs_dir", None)
+        refused = sorted(k for k in changed if k not in RESUMABLE_OPTIONS)
+        if refused:
+            key = refused[0]
+            raise ConfigError(
+                f"--resume {run_dir}: {key} is {base.get(key)!r} in the run, {given[key]!r} given; a resumed "
+                f"run keeps what it learns (only {', '.join(sorted(RESUMABLE_OPTIONS))} may change): drop "
+                f"{cli_flag(key)} or start a new run"
+            )
+        cfg = config_from_dict(merge_layers(base, {k: v[1] for k, v in changed.items()}))
+        return cls(run_dir, cfg, changed)
+
+    def resume_point(self) -> ResumePoint | None:
+        """The newest complete checkpoint whose files load, or None when the run has none yet (it restarts
+        at 0): the one read of the run's checkpoints. A run that already reached its learning_steps is
+        refused; newer checkpoints that do not load are set aside (`ResumePoint.skipped`); none loading is
+        a ConfigError naming the file. Call it holding the run's lock: it writes."""
+        folder = self.run_dir.resolve()
+        steps = checkpoint_steps(folder)
+        step, skipped = newest_loadable(folder, steps, self.run_dir)
+        if step >= self.cfg.learning_steps:  # a last checkpoint that does not load is not done
+            raise ConfigError(
+                f"--resume {self.run_dir}: the run is complete (learner step {step} of "
+                f"{self.cfg.learning_steps}): to train it further, give more steps, e.g. `unstable run "
+                f"--resume {self.run_dir} --learning-steps {2 * step}`"
+            )
+        if not step:
+            return None
+        for s in skipped:
+            s.kept_as = set_aside(checkpoint_folder(folder, s.step))
+        checkpoint = checkpoint_folder(folder, step)
+        state = json.loads((checkpoint / RUN_STATE).read_text())
+        return ResumePoint(folder, step, checkpoint, state, skipped, [k for k in steps if k <= step])
+
+
+def newest_loadable(run_dir: Path, steps: list[int], given: Path) -> tuple[int, list[Skipped]]:
+    """The newest of the complete checkpoints `steps` whose files all load (`checkpoint_problem`), 0 when
+    there is none, and the newer ones that do not load, newest first. Every checkpoint failing is a
+    ConfigError naming the newest's file (and the run as `--resume` was `given` it)."""
     skipped: list[Skipped] = []
-    for step in reversed(checkpoint_steps(run_dir, recover)):
-        path = folder / f"step-{step}"
-        if not recover and not path.is_dir():
-            path = folder / f"step-{step}.old"
-        problem = checkpoint_problem(path, (*CHECKPOINT_FILES, RUN_STATE))
+    for step in reversed(steps):
+        problem = checkpoint_problem(checkpoint_folder(run_dir, step), (*CHECKPOINT_FILES, RUN_STATE))
         if problem is None:
             return step, skipped
         skipped.append(Skipped(step, problem))
@@ -144,7 +209,7 @@ def newest_loadable(run_dir: Path, recover: bool = True) -> tuple[int, list[Skip
         older = len(skipped) - 1
         others = {0: "", 1: " (nor does the older one)"}.get(older, f" (nor do the {older} older ones)")
         raise ConfigError(
-            f"--resume {run_dir}: no checkpoint of the run loads: {skipped[0].problem}{others}; restore that "
+            f"--resume {given}: no checkpoint of the run loads: {skipped[0].problem}{others}; restore that "
             "file from a copy, or start a new run"
         )
     return 0, []
@@ -160,58 +225,6 @@ def set_aside(folder: Path) -> str:
         target = folder.with_name(f"{folder.name}{UNREADABLE}-{n}")
     os.replace(folder, target)
     return target.name
-
-
-def find_resume_point(run_dir: str | os.PathLike) -> ResumePoint | None:
-    """The newest complete checkpoint of `run_dir` whose files load, or None when the run has none yet (it
-    restarts at 0). Newer checkpoints that do not load are set aside (`ResumePoint.skipped`); when none
-    loads, a ConfigError names the file. Call it holding the run's lock: it writes."""
-    run_dir = Path(run_dir).resolve()
-    step, skipped = newest_loadable(run_dir)
-    if not step:
-        return None
-    for s in skipped:
-        s.kept_as = set_aside(checkpoint_folder(run_dir, s.step))
-    folder = checkpoint_folder(run_dir, step)
-    return ResumePoint(run_dir, step, folder, json.loads((folder / RUN_STATE).read_text()), skipped)
-
-
-def resume_config(run_dir: str | os.PathLike, overrides: dict[str, Any]) -> tuple[RunConfig, dict[str, Any]]:
-    """The run's own config.toml with the allowed `overrides`; returns it and what changed {key: [old, new]}.
-    An override that changes what the run learns (model, learner, envs, algorithm...) is refused."""
-    run_dir = Path(run_dir)
-    path = run_dir / CONFIG
-    if not run_dir.is_dir():
-        what = "is a file, not a folder" if run_dir.exists() else "does not exist"
-        raise ConfigError(f"--resume {run_dir} {what}: pass the folder of a run (runs/<run-name>)")
-    if not path.is_file():
-        raise ConfigError(
-            f"--resume {run_dir}: no config.toml there; pass the folder of a run (runs/<run-name>)"
-        )
-    from unstable_core.config import load_config
-
-    saved = load_config(path)
-    base = saved.to_dict()
-    given = config_from_dict(merge_layers(base, overrides)).to_dict()
-    changed = {k: [base.get(k), v] for k, v in given.items() if v != base.get(k)}
-    changed.pop("run_name", None)  # the folder is the run, wherever it now lies
-    changed.pop("runs_dir", None)
-    refused = sorted(k for k in changed if k not in RESUMABLE_OPTIONS)
-    if refused:
-        key = refused[0]
-        raise ConfigError(
-            f"--resume {run_dir}: {key} is {base.get(key)!r} in the run, {given[key]!r} given; a resumed run "
-            f"keeps what it learns (only {', '.join(sorted(RESUMABLE_OPTIONS))} may change): drop "
-            f"{cli_flag(key)} or start a new run"
-        )
-    cfg = config_from_dict(merge_layers(base, {k: v[1] for k, v in changed.items()}))
-    done, _ = newest_loadable(run_dir, recover=False)  # a last checkpoint that does not load is not done
-    if done >= cfg.learning_steps:
-        raise ConfigError(
-            f"--resume {run_dir}: the run is complete (learner step {done} of {cfg.learning_steps}): to train it "
-            f"further, give more steps, e.g. `unstable run --resume {run_dir} --learning-steps {2 * done}`"
-        )
-    return cfg, changed
 
 
 def cli_flag(key: str) -> str:
@@ -252,8 +265,8 @@ def prepare_logs(point: ResumePoint | None, run_dir: Path, changed: dict[str, An
     rolled_back = roll_back_logs(run_dir, step) if point is not None and point.skipped else {}
     logged = {r["step"] for r in read_jsonl(metrics_path) if is_learner_record(r)}
     restored = []
-    for k in checkpoint_steps(run_dir):
-        if k in logged or k > step:
+    for k in point.steps if point is not None else []:
+        if k in logged:
             continue
         state = json.loads((checkpoint_folder(run_dir, k) / RUN_STATE).read_text())
         if state.get("metrics"):
