@@ -121,7 +121,7 @@ def test_a_toml_file_written_at_7a23685_in_the_references_spelling_loads():
 
 
 def test_the_config_of_a_run_directory_written_at_7a23685_loads(tmp_path):
-    from unstable_core.runtime.recovery.resume import resume_config
+    from unstable_core.runtime.recovery.resume import SavedRun
 
     text = (OLD_RUN / "config.toml").read_text()
     assert "activation_checkpointing = false" in text and "use_trainer_cache = false" in text
@@ -131,8 +131,10 @@ def test_the_config_of_a_run_directory_written_at_7a23685_loads(tmp_path):
     )  # fmt: skip
     assert cfg.lora_config == {**DEFAULT_LORA_CFG, "lora_rank": 4, "lora_alpha": 8}
     run_dir = shutil.copytree(OLD_RUN, tmp_path / "old7a")
-    resumed, changed = resume_config(run_dir, {"learning_steps": 2})
-    assert changed == {"learning_steps": [1, 2]} and resumed == attrs.evolve(cfg, learning_steps=2)
+    saved = SavedRun.read(run_dir, {"learning_steps": 2})
+    assert saved.changed == {"learning_steps": [1, 2]} and saved.cfg == attrs.evolve(cfg, learning_steps=2)
+    point = saved.resume_point()
+    assert (point.step, point.steps, point.skipped) == (1, [1], [])
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 
 from unstable_core.eval.plan import plan_games
 from unstable_core.eval.targets import EvalTarget, EvalTargets, eval_config
-from unstable_core.runtime.actors.graph import ActorGraph
+from unstable_core.runtime.graph import ActorGraph
 from unstable_core.runtime.launch.placement import Placement
 from unstable_core.runtime.launch.plan import LeagueEntry, RunPlan
 

@@ -11,7 +11,7 @@ import ray
 
 from unstable_core.errors import describe
 from unstable_core.learners.data_parallel import CollectiveFailed
-from unstable_core.runtime.actors.graph import ActorGraph
+from unstable_core.runtime.graph import ActorGraph
 from unstable_core.runtime.recovery.learner_group import group_failure
 from unstable_core.runtime.recovery.liveness import ActorDied
 from unstable_core.testing import local_ray

@@ -16,9 +16,9 @@ from unstable_core.errors import RunStopped, UnstableError
 from unstable_core.io import read_jsonl
 from unstable_core.runtime.actors.buffer import StepBuffer
 from unstable_core.runtime.actors.collector import Collector
-from unstable_core.runtime.actors.graph import ActorGraph
 from unstable_core.runtime.actors.league import LeagueActor
 from unstable_core.runtime.actors.recorder import Recorder, RecorderActor
+from unstable_core.runtime.graph import ActorGraph
 from unstable_core.runtime.recovery.liveness import ActorDied, ActorHung, InferenceWatch, check_answers
 from unstable_core.runtime.recovery.stop_decision import decide_stop
 from unstable_core.runtime.run import Run

@@ -14,13 +14,8 @@ from unstable_core.config import RunConfig
 from unstable_core.errors import ConfigError
 from unstable_core.io import append_jsonl, read_jsonl
 from unstable_core.learners.checkpoint import checkpoint_problem
-from unstable_core.runtime.recovery.resume import (
-    RUN_STATE,
-    checkpoint_steps,
-    find_resume_point,
-    prepare_logs,
-    resume_config,
-)
+from unstable_core.runtime.recovery.resume import SavedRun, prepare_logs
+from unstable_core.runtime.run_dir import RUN_STATE, checkpoint_steps
 
 HEADER_TOO_LARGE = "Error while deserializing header: header too large (SafetensorError)"
 
@@ -51,6 +46,11 @@ def saved(tiny_model, tmp_path_factory) -> Path:
     folder.mkdir()
     save_run(tiny_model, folder, 3)
     return folder
+
+
+def find_resume_point(run_dir: Path, **overrides):
+    """The checkpoint a resume of `run_dir` goes on from (as `Run.resume` reads it, under no lock here)."""
+    return SavedRun.read(run_dir, overrides).resume_point()
 
 
 def copy_of(saved: Path, tmp_path: Path) -> Path:
@@ -95,11 +95,8 @@ def test_a_resume_falls_back_to_the_newest_checkpoint_that_loads(saved, tmp_path
     run_dir = copy_of(saved, tmp_path)
     for k in (2, 3):
         corrupt_header(run_dir / "checkpoints" / f"step-{k}" / "adapter_model.safetensors")
-    # the run is not complete at step 3: that checkpoint does not load (and nothing is written yet)
-    cfg, _ = resume_config(run_dir, {"learning_steps": 3})
-    assert cfg.learning_steps == 3 and checkpoint_steps(run_dir, recover=False) == [1, 2, 3]
-
-    point = find_resume_point(run_dir)
+    # the run is not complete at step 3: that checkpoint does not load
+    point = find_resume_point(run_dir, learning_steps=3)
     assert (point.step, point.checkpoint) == (1, run_dir / "checkpoints" / "step-1")
     assert [(s.step, s.kept_as) for s in point.skipped] == [
         (3, "step-3.unreadable"),
@@ -114,7 +111,44 @@ def test_a_resume_falls_back_to_the_newest_checkpoint_that_loads(saved, tmp_path
         f"{HEADER_TOO_LARGE}), nor step 2: resuming from step 1, the newest that does; set aside as "
         "checkpoints/step-3.unreadable, checkpoints/step-2.unreadable"
     )
+    assert point.steps == [1]
     assert find_resume_point(run_dir).skipped == []  # set aside: the next resume starts at step 1 quietly
+
+
+def test_a_complete_run_is_refused_with_nothing_set_aside(saved, tmp_path):
+    """Step 3 does not load, so the run is done at step 2: refused, and step 3 stays where it was."""
+    run_dir = copy_of(saved, tmp_path)
+    corrupt_header(run_dir / "checkpoints" / "step-3" / "adapter_model.safetensors")
+    with pytest.raises(ConfigError) as refused:
+        find_resume_point(run_dir, learning_steps=2)
+    assert str(refused.value) == (
+        f"--resume {run_dir}: the run is complete (learner step 2 of 2): to train it further, give more "
+        f"steps, e.g. `unstable run --resume {run_dir} --learning-steps 4`"
+    )
+    assert checkpoint_steps(run_dir) == [1, 2, 3]
+
+
+def test_a_resume_reads_the_run_directory_once(saved, tmp_path, monkeypatch):
+    """Before: the checkpoints were listed and read before the lock, again under it, and listed a third
+    time to restore metrics: a resume now lists them once and reads each checkpoint it tries once."""
+    from unstable_core.runtime.recovery import resume
+    from unstable_core.runtime.run import Run
+
+    run_dir = copy_of(saved, tmp_path)
+    corrupt_header(run_dir / "checkpoints" / "step-3" / "adapter_model.safetensors")
+    calls: list[str] = []
+    listed, read = resume.checkpoint_steps, resume.checkpoint_problem
+    monkeypatch.setattr(resume, "checkpoint_steps", lambda *a, **k: calls.append("list") or listed(*a, **k))
+    monkeypatch.setattr(
+        resume, "checkpoint_problem", lambda folder, *a: calls.append(Path(folder).name) or read(folder, *a)
+    )
+    run = Run.resume(run_dir)
+    try:
+        record = run._open_logs()
+    finally:
+        run.lock.release()
+    assert calls == ["list", "step-3", "step-2"]
+    assert record["resumed_from_step"] == 2 and record["metrics_restored_steps"] == [1, 2]
 
 
 def test_a_resume_where_no_checkpoint_loads_is_one_line_naming_the_file(saved, tmp_path):
@@ -126,11 +160,9 @@ def test_a_resume_where_no_checkpoint_loads_is_one_line_naming_the_file(saved, t
         f"adapter_model.safetensors: {HEADER_TOO_LARGE} (nor do the 2 older ones); restore that file from a "
         "copy, or start a new run"
     )
-    with pytest.raises(ConfigError) as before_the_lock:
-        resume_config(run_dir, {})
-    with pytest.raises(ConfigError) as under_the_lock:
+    with pytest.raises(ConfigError) as refused:
         find_resume_point(run_dir)
-    assert str(before_the_lock.value) == str(under_the_lock.value) == expected
+    assert str(refused.value) == expected
     assert checkpoint_steps(run_dir) == [1, 2, 3]  # nothing set aside
 
 

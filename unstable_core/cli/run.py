@@ -30,20 +30,16 @@ from unstable_core.errors import ConfigError, RunFailed
 @run_options
 def run(config_path: str | None, resume_dir: str | None, **options: Any) -> None:
     """Train by self-play (defaults: the embedded default model, mirror self-play, a few REINFORCE steps)."""
-    from unstable_core.runtime.recovery.resume import resume_config
     from unstable_core.runtime.run import Run
 
     if resume_dir is not None:
         if config_path is not None:
             raise ConfigError("--resume reads the run's own config.toml: drop --config")
-        cfg, changed = resume_config(resume_dir, overrides_from(options))
-        title = f"unstable run --resume ({cfg.learner}, {cfg.sampler})"
-        run = Run.open(cfg, resume=resume_dir, resume_changes=changed)
-        point = run.resume_point
-        for line in (point.fallback_line(), point.optimizer_line()) if point is not None else ():
-            if line is not None:
-                click.echo(line)
-        execute(run, cfg.learning_steps, title)
+        run = Run.resume(resume_dir, overrides_from(options))
+        for line in run.resume_point.lines() if run.resume_point is not None else ():
+            click.echo(line)
+        title = f"unstable run --resume ({run.cfg.learner}, {run.cfg.sampler})"
+        execute(run, run.cfg.learning_steps, title)
         return
     cfg = load_config(config_path, overrides_from(options))
     execute(Run.open(cfg), cfg.learning_steps, f"unstable run ({cfg.learner}, {cfg.sampler})")

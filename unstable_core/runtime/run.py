@@ -20,9 +20,9 @@ from unstable_core.config import RunConfig, config_from_dict, merge_layers
 from unstable_core.errors import ConfigError, RunFailed, RunStopped, debug_enabled
 from unstable_core.rewards.specs import pipeline
 from unstable_core.run_lock import LOCK_NAME, RunLock
-from unstable_core.runtime.actors.graph import ActorGraph
 from unstable_core.runtime.actors.probes import ScheduledProbes
 from unstable_core.runtime.actors.recorder import ErrorLines
+from unstable_core.runtime.graph import ActorGraph
 from unstable_core.runtime.launch.build import (
     build_graph,
     record_resumed_state,
@@ -30,76 +30,57 @@ from unstable_core.runtime.launch.build import (
 )
 from unstable_core.runtime.launch.cluster import end_watchdog, start_ray, stop_ray
 from unstable_core.runtime.launch.plan import RunPlan
-from unstable_core.runtime.launch.preflight import check_run, claim_run_dir
+from unstable_core.runtime.launch.preflight import claim_run_dir
 from unstable_core.runtime.recovery.learner_group import group_failure
 from unstable_core.runtime.recovery.liveness import (
     ActorDied,
     InferenceWatch,
     check_alive,
 )
-from unstable_core.runtime.recovery.resume import (
-    ResumePoint,
-    checkpoint_steps,
-    find_resume_point,
-    prepare_logs,
-    record_event,
-    resume_config,
-)
+from unstable_core.runtime.recovery.resume import ResumePoint, SavedRun, prepare_logs, record_event
 from unstable_core.runtime.recovery.shutdown import close_files, write_summary
 from unstable_core.runtime.recovery.stall import LearnerPhase, PipelineStalled, StallWatch
 from unstable_core.runtime.recovery.stop_decision import StopDecision, decide_stop
+from unstable_core.runtime.run_dir import CONFIG, checkpoint_steps
 
 
 class Run:
     """A training run (or, with `learn=False`, a run that only plays): `start()`, then `wait()` or `stop()`."""
 
     @classmethod
-    def open(
-        cls,
-        cfg: RunConfig,
-        learn: bool = True,
-        resume: str | os.PathLike | None = None,
-        resume_changes: dict[str, Any] | None = None,
-    ) -> Run:
-        """Resolve the run's plan, check it (`check_run`: every check before start, in one place), then claim
-        its folder and lock it. `resume`: the folder of the run to continue (its config is `cfg`, see
-        `resume_config`). A refused run leaves no folder, and an existing one is never touched (but the one
-        --resume continues); the lock makes one process per run directory (a second --resume, or a resume
-        of a run that is still going, is refused naming the process). A resumed run's checkpoint is chosen
-        and its files read here (`find_resume_point`): one that does not load is skipped for an older one
-        (`resume_point.fallback_line()` says so), and none loading is a ConfigError naming the file."""
+    def open(cls, cfg: RunConfig, learn: bool = True) -> Run:
+        """A new run: resolve its plan, check it (`RunPlan.check`: every check before start, in one place),
+        then claim its folder and lock it. A refused run leaves no folder, and an existing one is never
+        touched; the lock makes one process per run directory."""
         plan = RunPlan.resolve(cfg, learn)
-        resume_dir = Path(resume).resolve() if resume is not None else None
-        check_run(plan, resume=resume_dir is not None)
-        run_dir = resume_dir or claim_run_dir(cfg.runs_dir, cfg.run_name)
-        run = cls(
-            plan,
-            run_dir,
-            RunLock.acquire(run_dir),
-            resumed=resume_dir is not None,
-            resume_changes=resume_changes,
-        )
-        if resume_dir is not None:  # the checkpoint's files are read here, before Ray and the model
-            try:
-                run.resume_point = find_resume_point(run_dir)
-            except BaseException:
-                run.lock.release()
-                raise
+        plan.check()
+        run_dir = claim_run_dir(cfg.runs_dir, cfg.run_name)
+        return cls(plan, run_dir, RunLock.acquire(run_dir))
+
+    @classmethod
+    def resume(cls, run_dir: str | os.PathLike, overrides: dict[str, Any] | None = None) -> Run:
+        """Continue the run in `run_dir`: its config.toml with the `overrides` that do not change what it
+        learns (`SavedRun.read`), its plan checked as a new run's, then its folder locked (a second --resume,
+        or a resume of a run that is still going, is refused naming the process) and its checkpoints read
+        once, before Ray and the model (`SavedRun.resume_point`): one that does not load is skipped for an
+        older one (`resume_point.lines()` says so), and none loading is a ConfigError naming the file."""
+        saved = SavedRun.read(run_dir, overrides or {})
+        plan = RunPlan.resolve(saved.cfg)
+        plan.check(resume=True)
+        folder = saved.run_dir.resolve()
+        run = cls(plan, folder, RunLock.acquire(folder), saved)
+        try:
+            run.resume_point = saved.resume_point()
+        except BaseException:
+            run.lock.release()
+            raise
         return run
 
-    def __init__(
-        self,
-        plan: RunPlan,
-        run_dir: Path,
-        lock: RunLock,
-        resumed: bool = False,
-        resume_changes: dict[str, Any] | None = None,
-    ) -> None:
-        """A checked run in its locked folder (`Run.open` makes one)."""
+    def __init__(self, plan: RunPlan, run_dir: Path, lock: RunLock, saved: SavedRun | None = None) -> None:
+        """A checked run in its locked folder (`Run.open` or `Run.resume` makes one); `saved`: the run it
+        continues."""
         self.plan, self.cfg, self.learn, self.components = plan, plan.cfg, plan.learn, plan.components
-        self.run_dir, self.lock = run_dir, lock
-        self.resume_dir = run_dir if resumed else None
-        self.resume_changes = resume_changes or {}
+        self.run_dir, self.lock, self.saved = run_dir, lock, saved
         self.resume_point: ResumePoint | None = None
         for _cls, kwargs in self.components.trackers:
             kwargs.update(run_dir=str(self.run_dir), run_name=self.run_dir.name)
@@ -145,7 +126,8 @@ class Run:
             # the other ranks update on what rank 0 hands them; a dead one fails rank 0's next collective
             self._follower_refs = [w.train.remote(0) for w in actors.learner_workers]
         if actors.probes is not None:
-            self._probes = ScheduledProbes.start(actors.probes, self.run_dir, cfg.eval_every)
+            kept = point.step if point is not None else 0
+            self._probes = ScheduledProbes.start(actors.probes, self.run_dir, cfg.eval_every, kept)
         return self
 
     def _init_ray(self) -> None:
@@ -177,12 +159,12 @@ class Run:
                 self.run_dir.rmdir()  # only an empty directory
 
     def _open_logs(self) -> dict[str, Any] | None:
-        """A new run saves its config; a resumed one trims its logs to its resume point (`Run.open` found
+        """A new run saves its config; a resumed one trims its logs to its resume point (`Run.resume` found
         it) and returns the resume record to complete once the actors have their state back."""
-        if self.resume_dir is None:
-            self.cfg.save(self.run_dir / "config.toml")
+        if self.saved is None:
+            self.cfg.save(self.run_dir / CONFIG)
             return None
-        record = prepare_logs(self.resume_point, self.run_dir, self.resume_changes)
+        record = prepare_logs(self.resume_point, self.run_dir, self.saved.changed)
         self.index_base = record["next_game_index"]
         return record
 
@@ -381,7 +363,6 @@ def build(config: RunConfig | None = None, resume: str | os.PathLike | None = No
     if resume is not None:
         if config is not None:
             raise ConfigError("build(resume=...) reads the run's own config.toml: pass no config")
-        cfg, changed = resume_config(resume, overrides)
-        return Run.open(cfg, resume=resume, resume_changes=changed)
+        return Run.resume(resume, overrides)
     base = config.to_dict() if config is not None else {}
     return Run.open(config_from_dict(merge_layers(base, overrides)))

@@ -106,8 +106,8 @@ class InferenceActor:
         return "pong"
 
     async def devices(self) -> dict[str, Any]:
-        """The GPUs Ray gave this actor and the device its backend uses (see `placement.placed_on`)."""
-        from unstable_core.runtime.launch.placement import placed_on
+        """The GPUs Ray gave this actor and the device its backend uses (see `devices.placed_on`)."""
+        from unstable_core.runtime.actors.devices import placed_on
 
         return placed_on(getattr(self.backend, "device", None))
 

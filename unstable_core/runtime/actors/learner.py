@@ -17,7 +17,7 @@ from unstable_core.learners.data_parallel import LearnerGroup, default_backend
 from unstable_core.learners.settings import LearnerConfig
 from unstable_core.runtime.recovery.failures import NonFiniteUpdates
 from unstable_core.runtime.recovery.liveness import ANSWER_TIMEOUT_S
-from unstable_core.runtime.recovery.resume import RUN_STATE
+from unstable_core.runtime.run_dir import RUN_STATE
 
 
 def peak_rss_gb() -> float:
@@ -105,8 +105,8 @@ class LearnerActor:
         return self.learner.step
 
     def devices(self) -> dict[str, Any]:
-        """The GPUs Ray gave this actor and the learner's device (see `placement.placed_on`)."""
-        from unstable_core.runtime.launch.placement import placed_on
+        """The GPUs Ray gave this actor and the learner's device (see `devices.placed_on`)."""
+        from unstable_core.runtime.actors.devices import placed_on
 
         return placed_on(self.learner.device)
 

@@ -17,7 +17,7 @@ from unstable_core.errors import RunFailed, describe
 from unstable_core.io import append_jsonl
 from unstable_core.probes.catalogue import PlannedProbe
 from unstable_core.report.run_probes import PROBES_FILE, probe_records
-from unstable_core.runtime.recovery.resume import checkpoint_steps
+from unstable_core.runtime.run_dir import checkpoint_folder, checkpoint_steps
 
 BASE = "base"
 PROBE_TIMEOUT_S = 1800.0  # one measurement: a 0.5B model's 64 tactics prompts on a busy CPU took minutes
@@ -73,11 +73,10 @@ class ScheduledProbes:
     calls: list[Any] = attrs.field(factory=list)
 
     @classmethod
-    def start(cls, actor: Any, run_dir: Path, every: int) -> ScheduledProbes:
+    def start(cls, actor: Any, run_dir: Path, every: int, kept: int = 0) -> ScheduledProbes:
         """Start measuring: the base model first (unless measured before), then `poll` sends checkpoints.
-        A resumed run's records of checkpoints it no longer has (it went back to an older one) are not
-        counted: those steps are measured again, and their last record is the one read."""
-        kept = max(checkpoint_steps(Path(run_dir), recover=False), default=0)
+        `kept`: the step a resumed run went on from; its records of later checkpoints (it went back to an
+        older one) are not counted: those steps are measured again, and their last record is the one read."""
         probes = cls(
             actor, Path(run_dir), every, {r["step"] for r in probe_records(run_dir) if r["step"] <= kept}
         )
@@ -91,7 +90,7 @@ class ScheduledProbes:
         for step in checkpoint_steps(self.run_dir, recover=False):
             if step % self.every == 0 and step not in self.sent:
                 self.sent.add(step)
-                folder = self.run_dir / "checkpoints" / f"step-{step}"
+                folder = checkpoint_folder(self.run_dir, step)
                 self.calls.append(self.actor.probe.remote(step, str(folder)))
 
     def finish(self, timeout_s: float = PROBE_TIMEOUT_S) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from unstable_core.io import append_jsonl, finite_json, fsync_file
 from unstable_core.runtime.actors.request_batching import answer_each
 from unstable_core.runtime.recovery.failures import FailureMonitor
+from unstable_core.runtime.run_dir import GAMES
 from unstable_core.types import GameResult
 
 WINDOW = 100  # games per moving mean, as in UnstableBaselines v0.2
@@ -54,7 +55,7 @@ class Recorder:
         self.failures = FailureMonitor(failure_window, max_failure_rate)
         (self.run_dir / "games").mkdir(parents=True, exist_ok=True)
         self.trackers = list(trackers)
-        self.games_path = self.run_dir / "games" / "games.jsonl"
+        self.games_path = self.run_dir / GAMES
         self._window: dict[str, deque] = defaultdict(lambda: deque(maxlen=WINDOW))
         self.counts: dict[str, int] = defaultdict(int)
         self.learner: dict[str, float] = {}

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from unstable_core.league.league import league_path
-from unstable_core.runtime.actors.graph import ActorGraph
+from unstable_core.runtime.graph import ActorGraph
 from unstable_core.runtime.launch.placement import LEARNER_WORKER_CPUS
 from unstable_core.runtime.launch.plan import Placed, RunPlan
 from unstable_core.runtime.recovery.resume import ResumePoint, record_resume

@@ -15,7 +15,6 @@ starts: Ray would otherwise wait for the resources forever.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import attrs
 
@@ -363,24 +362,6 @@ def check_nodes(placement: Placement, nodes: list[Node], num_other_engines: int)
     workers = learner_worker_demands(placement)
     others = [d for d in gpu_demands(placement, num_other_engines) if not d[0].startswith(WORKER)]
     fit_on_nodes([*workers, *others], nodes)
-
-
-def placed_on(device: Any) -> dict[str, Any]:
-    """Where the calling Ray actor runs: the GPU ids and resources Ray assigned it, the CUDA_VISIBLE_DEVICES
-    Ray set from them, the torch `device` it computes on and its torch CPU threads (a check of the placement
-    from inside)."""
-    import os
-
-    import ray
-    import torch
-
-    return {
-        "gpu_ids": [int(g) for g in ray.get_gpu_ids()],
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "resources": dict(ray.get_runtime_context().get_assigned_resources()),
-        "device": str(device),
-        "torch_threads": torch.get_num_threads(),
-    }
 
 
 def check_backend_available(backend: str, device: str | None, ray_address: str | None) -> None:

@@ -35,6 +35,7 @@ from unstable_core.runtime.launch.placement import (
     split_cpu_threads,
     usable_cores,
 )
+from unstable_core.runtime.launch.preflight import check_run
 from unstable_core.types import EvalEnvSpec, GameSpec, TrainEnvSpec
 
 DEFAULT_MAX_LORAS = (
@@ -142,6 +143,11 @@ class RunPlan:
         """A plan that plays `schedule` and does not learn: no learner, samplers or reward transforms."""
         get_registry().get("backend", cfg.backend)
         return cls(cfg, Components.none(), learn=False, schedule=schedule)
+
+    def check(self, resume: bool = False) -> None:
+        """Every check of the plan before anything starts, in one call (`preflight.check_run`): what would
+        fail inside an actor is one ConfigError line. A resumed run keeps its folder's name."""
+        check_run(self, resume)
 
     def _engines(self) -> dict[str, str]:
         """Engine name -> base model: the main model, plus any fixed opponent that is another model."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from unstable_core.errors import root_cause
 from unstable_core.learners.data_parallel import CollectiveFailed
-from unstable_core.runtime.actors.graph import ActorGraph
+from unstable_core.runtime.graph import ActorGraph
 from unstable_core.runtime.recovery.liveness import ActorDied, death_reason
 
 ANSWER_S = 30.0  # a live worker answers `pid` beside its train() call (max_concurrency 2)

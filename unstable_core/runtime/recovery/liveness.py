@@ -9,7 +9,7 @@ import re
 import time
 from typing import Any
 
-from unstable_core.runtime.actors.graph import ActorGraph
+from unstable_core.runtime.graph import ActorGraph
 
 # how long an actor may take to answer before it counts as hung: on a loaded 2-core machine a busy
 # collector took over a minute; an inference actor restarting must load its model within it

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -30,15 +29,18 @@ import attrs
 from unstable_core.config import RunConfig, config_from_dict, merge_layers
 from unstable_core.errors import ConfigError
 from unstable_core.io import append_jsonl, read_jsonl
-from unstable_core.learners.checkpoint import (
-    CHECKPOINT_FILES,
-    OPTIMIZER_FILE,
-    checkpoint_problem,
-    recover_folder,
-)
+from unstable_core.learners.checkpoint import CHECKPOINT_FILES, OPTIMIZER_FILE, checkpoint_problem
 from unstable_core.runtime.recovery.rollback import roll_back_logs
+from unstable_core.runtime.run_dir import (
+    CONFIG,
+    GAMES,
+    METRICS,
+    RUN_STATE,
+    UNREADABLE,
+    checkpoint_folder,
+    checkpoint_steps,
+)
 
-RUN_STATE = "run_state.json"
 RESUME_HINT = "continue it with `unstable run --resume {run_dir}`"
 
 # options that may differ on resume: how the run is executed, not what it learns
@@ -61,8 +63,6 @@ RESUMABLE_OPTIONS = frozenset(
         "max_nonfinite_updates",
     }
 )
-_STEP_DIR = re.compile(r"^step-(\d+)$")
-UNREADABLE = ".unreadable"  # a checkpoint folder that does not load, set aside by a resume
 
 
 @attrs.define
@@ -84,6 +84,12 @@ class ResumePoint:
     checkpoint: Path
     state: dict[str, Any]
     skipped: list[Skipped] = attrs.field(factory=list)  # newer checkpoints that do not load
+    steps: list[int] = attrs.field(factory=list)  # the complete checkpoints up to `step`, ascending
+
+    def lines(self) -> list[str]:
+        """What a resume from this checkpoint tells the user: an older checkpoint than the last, or no
+        optimizer state kept with it."""
+        return [line for line in (self.fallback_line(), self.optimizer_line()) if line is not None]
 
     def optimizer_line(self) -> str | None:
         """The one line that says the checkpoint resumed from kept no optimizer state, or None."""
@@ -125,35 +131,77 @@ class ResumePoint:
         return states[shard] if shard < len(states) else None
 
 
-def checkpoint_steps(run_dir: Path, recover: bool = True) -> list[int]:
-    """Steps of the complete checkpoint folders (a `.tmp` left by a crash is not one), ascending. A
-    `step-<k>.old` left by a crash mid-replace is put back (`recover`), or only counted (without it: a
-    process that does not hold the run's lock writes nothing)."""
-    folder = Path(run_dir) / "checkpoints"
-    if not folder.is_dir():
-        return []
-    if recover:
-        for old in folder.glob("step-*.old"):
-            recover_folder(old.with_name(old.name[: -len(".old")]))
-    steps = set()
-    for p in folder.iterdir():
-        m = re.match(r"^step-(\d+)(\.old)?$", p.name) if not recover else _STEP_DIR.match(p.name)
-        if m and (p / "learner_state.json").is_file() and (p / RUN_STATE).is_file():
-            steps.add(int(m.group(1)))
-    return sorted(steps)
+@attrs.frozen
+class SavedRun:
+    """A run directory opened by `--resume`: its own config with the allowed overrides and what they
+    changed, read once before anything starts; its checkpoints are read once, under the run's lock
+    (`resume_point`). `run_dir` is the folder as given (the error lines name it so)."""
+
+    run_dir: Path
+    cfg: RunConfig
+    changed: dict[str, Any]
+
+    @classmethod
+    def read(cls, run_dir: str | os.PathLike, overrides: dict[str, Any]) -> SavedRun:
+        """The run's own config.toml with the allowed `overrides`, and what changed {key: [old, new]}. An
+        override that changes what the run learns (model, learner, envs, algorithm...) is refused."""
+        run_dir = Path(run_dir)
+        path = run_dir / CONFIG
+        if not run_dir.is_dir():
+            what = "is a file, not a folder" if run_dir.exists() else "does not exist"
+            raise ConfigError(f"--resume {run_dir} {what}: pass the folder of a run (runs/<run-name>)")
+        if not path.is_file():
+            raise ConfigError(
+                f"--resume {run_dir}: no config.toml there; pass the folder of a run (runs/<run-name>)"
+            )
+        from unstable_core.config import load_config
+
+        base = load_config(path).to_dict()
+        given = config_from_dict(merge_layers(base, overrides)).to_dict()
+        changed = {k: [base.get(k), v] for k, v in given.items() if v != base.get(k)}
+        changed.pop("run_name", None)  # the folder is the run, wherever it now lies
+        changed.pop("runs_dir", None)
+        refused = sorted(k for k in changed if k not in RESUMABLE_OPTIONS)
+        if refused:
+            key = refused[0]
+            raise ConfigError(
+                f"--resume {run_dir}: {key} is {base.get(key)!r} in the run, {given[key]!r} given; a resumed "
+                f"run keeps what it learns (only {', '.join(sorted(RESUMABLE_OPTIONS))} may change): drop "
+                f"{cli_flag(key)} or start a new run"
+            )
+        cfg = config_from_dict(merge_layers(base, {k: v[1] for k, v in changed.items()}))
+        return cls(run_dir, cfg, changed)
+
+    def resume_point(self) -> ResumePoint | None:
+        """The newest complete checkpoint whose files load, or None when the run has none yet (it restarts
+        at 0): the one read of the run's checkpoints. A run that already reached its learning_steps is
+        refused; newer checkpoints that do not load are set aside (`ResumePoint.skipped`); none loading is
+        a ConfigError naming the file. Call it holding the run's lock: it writes."""
+        folder = self.run_dir.resolve()
+        steps = checkpoint_steps(folder)
+        step, skipped = newest_loadable(folder, steps, self.run_dir)
+        if step >= self.cfg.learning_steps:  # a last checkpoint that does not load is not done
+            raise ConfigError(
+                f"--resume {self.run_dir}: the run is complete (learner step {step} of "
+                f"{self.cfg.learning_steps}): to train it further, give more steps, e.g. `unstable run "
+                f"--resume {self.run_dir} --learning-steps {2 * step}`"
+            )
+        if not step:
+            return None
+        for s in skipped:
+            s.kept_as = set_aside(checkpoint_folder(folder, s.step))
+        checkpoint = checkpoint_folder(folder, step)
+        state = json.loads((checkpoint / RUN_STATE).read_text())
+        return ResumePoint(folder, step, checkpoint, state, skipped, [k for k in steps if k <= step])
 
 
-def newest_loadable(run_dir: Path, recover: bool = True) -> tuple[int, list[Skipped]]:
-    """The step of the newest complete checkpoint whose files all load (`checkpoint_problem`), 0 when the
-    run has none yet, and the newer ones that do not load, newest first. Every checkpoint failing is a
-    ConfigError naming the newest's file. Without `recover`, as `checkpoint_steps`: nothing is written."""
-    folder = Path(run_dir) / "checkpoints"
+def newest_loadable(run_dir: Path, steps: list[int], given: Path) -> tuple[int, list[Skipped]]:
+    """The newest of the complete checkpoints `steps` whose files all load (`checkpoint_problem`), 0 when
+    there is none, and the newer ones that do not load, newest first. Every checkpoint failing is a
+    ConfigError naming the newest's file (and the run as `--resume` was `given` it)."""
     skipped: list[Skipped] = []
-    for step in reversed(checkpoint_steps(run_dir, recover)):
-        path = folder / f"step-{step}"
-        if not recover and not path.is_dir():
-            path = folder / f"step-{step}.old"
-        problem = checkpoint_problem(path, (*CHECKPOINT_FILES, RUN_STATE))
+    for step in reversed(steps):
+        problem = checkpoint_problem(checkpoint_folder(run_dir, step), (*CHECKPOINT_FILES, RUN_STATE))
         if problem is None:
             return step, skipped
         skipped.append(Skipped(step, problem))
@@ -161,7 +209,7 @@ def newest_loadable(run_dir: Path, recover: bool = True) -> tuple[int, list[Skip
         older = len(skipped) - 1
         others = {0: "", 1: " (nor does the older one)"}.get(older, f" (nor do the {older} older ones)")
         raise ConfigError(
-            f"--resume {run_dir}: no checkpoint of the run loads: {skipped[0].problem}{others}; restore that "
+            f"--resume {given}: no checkpoint of the run loads: {skipped[0].problem}{others}; restore that "
             "file from a copy, or start a new run"
         )
     return 0, []
@@ -177,58 +225,6 @@ def set_aside(folder: Path) -> str:
         target = folder.with_name(f"{folder.name}{UNREADABLE}-{n}")
     os.replace(folder, target)
     return target.name
-
-
-def find_resume_point(run_dir: str | os.PathLike) -> ResumePoint | None:
-    """The newest complete checkpoint of `run_dir` whose files load, or None when the run has none yet (it
-    restarts at 0). Newer checkpoints that do not load are set aside (`ResumePoint.skipped`); when none
-    loads, a ConfigError names the file. Call it holding the run's lock: it writes."""
-    run_dir = Path(run_dir).resolve()
-    step, skipped = newest_loadable(run_dir)
-    if not step:
-        return None
-    for s in skipped:
-        s.kept_as = set_aside(run_dir / "checkpoints" / f"step-{s.step}")
-    folder = run_dir / "checkpoints" / f"step-{step}"
-    return ResumePoint(run_dir, step, folder, json.loads((folder / RUN_STATE).read_text()), skipped)
-
-
-def resume_config(run_dir: str | os.PathLike, overrides: dict[str, Any]) -> tuple[RunConfig, dict[str, Any]]:
-    """The run's own config.toml with the allowed `overrides`; returns it and what changed {key: [old, new]}.
-    An override that changes what the run learns (model, learner, envs, algorithm...) is refused."""
-    run_dir = Path(run_dir)
-    path = run_dir / "config.toml"
-    if not run_dir.is_dir():
-        what = "is a file, not a folder" if run_dir.exists() else "does not exist"
-        raise ConfigError(f"--resume {run_dir} {what}: pass the folder of a run (runs/<run-name>)")
-    if not path.is_file():
-        raise ConfigError(
-            f"--resume {run_dir}: no config.toml there; pass the folder of a run (runs/<run-name>)"
-        )
-    from unstable_core.config import load_config
-
-    saved = load_config(path)
-    base = saved.to_dict()
-    given = config_from_dict(merge_layers(base, overrides)).to_dict()
-    changed = {k: [base.get(k), v] for k, v in given.items() if v != base.get(k)}
-    changed.pop("run_name", None)  # the folder is the run, wherever it now lies
-    changed.pop("runs_dir", None)
-    refused = sorted(k for k in changed if k not in RESUMABLE_OPTIONS)
-    if refused:
-        key = refused[0]
-        raise ConfigError(
-            f"--resume {run_dir}: {key} is {base.get(key)!r} in the run, {given[key]!r} given; a resumed run "
-            f"keeps what it learns (only {', '.join(sorted(RESUMABLE_OPTIONS))} may change): drop "
-            f"{cli_flag(key)} or start a new run"
-        )
-    cfg = config_from_dict(merge_layers(base, {k: v[1] for k, v in changed.items()}))
-    done, _ = newest_loadable(run_dir, recover=False)  # a last checkpoint that does not load is not done
-    if done >= cfg.learning_steps:
-        raise ConfigError(
-            f"--resume {run_dir}: the run is complete (learner step {done} of {cfg.learning_steps}): to train it "
-            f"further, give more steps, e.g. `unstable run --resume {run_dir} --learning-steps {2 * done}`"
-        )
-    return cfg, changed
 
 
 def cli_flag(key: str) -> str:
@@ -252,11 +248,7 @@ def _end_partial_line(path: Path) -> bool:
 
 def max_game_index(run_dir: Path) -> int:
     """The largest game index in games.jsonl (-1 when none)."""
-    idx = [
-        r["info"]["game_idx"]
-        for r in read_jsonl(run_dir / "games" / "games.jsonl")
-        if isinstance(r, dict) and "info" in r
-    ]
+    idx = [r["info"]["game_idx"] for r in read_jsonl(run_dir / GAMES) if isinstance(r, dict) and "info" in r]
     return max(idx, default=-1)
 
 
@@ -265,18 +257,18 @@ def prepare_logs(point: ResumePoint | None, run_dir: Path, changed: dict[str, An
     an older checkpoint than the last (`point.skipped`) rolls the logs back to it (`roll_back_logs`),
     learner steps up to the checkpoint missing from metrics.jsonl are appended from their checkpoints.
     Returns the resume record (for `record_resume`)."""
-    metrics_path = run_dir / "metrics.jsonl"
-    games_path = run_dir / "games" / "games.jsonl"
+    metrics_path = run_dir / METRICS
+    games_path = run_dir / GAMES
     cut = [str(p.relative_to(run_dir)) for p in (metrics_path, games_path) if _end_partial_line(p)]
     step = point.step if point is not None else 0
     next_game = max_game_index(run_dir) + 1  # after every game played, those rolled back included
     rolled_back = roll_back_logs(run_dir, step) if point is not None and point.skipped else {}
     logged = {r["step"] for r in read_jsonl(metrics_path) if is_learner_record(r)}
     restored = []
-    for k in checkpoint_steps(run_dir):
-        if k in logged or k > step:
+    for k in point.steps if point is not None else []:
+        if k in logged:
             continue
-        state = json.loads((run_dir / "checkpoints" / f"step-{k}" / RUN_STATE).read_text())
+        state = json.loads((checkpoint_folder(run_dir, k) / RUN_STATE).read_text())
         if state.get("metrics"):
             restored.append({**state["metrics"], "step": k})
     append_jsonl(metrics_path, restored)
@@ -304,9 +296,9 @@ def is_learner_record(record: dict[str, Any]) -> bool:
 
 def record_resume(run_dir: Path, record: dict[str, Any]) -> None:
     """The resume as a line of metrics.jsonl (an event: no `step`, so learner steps never repeat)."""
-    append_jsonl(Path(run_dir) / "metrics.jsonl", [record])
+    append_jsonl(Path(run_dir) / METRICS, [record])
 
 
 def record_event(run_dir: Path, event: str, **fields: Any) -> None:
     """An event of the run (an actor died, the run stopped) as a line of metrics.jsonl, without a step."""
-    append_jsonl(Path(run_dir) / "metrics.jsonl", [{"event": event, "time": time.time(), **fields}])
+    append_jsonl(Path(run_dir) / METRICS, [{"event": event, "time": time.time(), **fields}])

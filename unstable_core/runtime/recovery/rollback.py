@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from unstable_core.io import atomic_write_text, fsync_file
+from unstable_core.runtime.run_dir import GAMES, METRICS
 
 CKPT = "ckpt-"
 
@@ -59,7 +60,7 @@ def roll_back_logs(run_dir: Path, step: int) -> dict[str, int]:
     """Move the metrics of steps after `step` and the games of checkpoints after it out of the run's logs;
     returns {file: lines moved} for those that had any."""
     moved = {
-        "metrics.jsonl": move_lines(run_dir / "metrics.jsonl", beyond_metrics, step),
-        "games/games.jsonl": move_lines(run_dir / "games" / "games.jsonl", beyond_games, step),
+        METRICS: move_lines(run_dir / METRICS, beyond_metrics, step),
+        str(GAMES): move_lines(run_dir / GAMES, beyond_games, step),
     }
     return {name: n for name, n in moved.items() if n}

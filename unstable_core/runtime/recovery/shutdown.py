@@ -9,8 +9,9 @@ from typing import Any
 
 from unstable_core.errors import describe
 from unstable_core.io import atomic_write_json
-from unstable_core.runtime.actors.graph import ActorGraph
+from unstable_core.runtime.graph import ActorGraph
 from unstable_core.runtime.recovery.resume import record_event
+from unstable_core.runtime.run_dir import CHECKPOINTS, SUMMARY
 
 
 def close_files(
@@ -99,12 +100,12 @@ def write_summary(run_dir: Path, summary: dict[str, Any], learn: bool) -> dict[s
 
         summary["disk"] = {
             "bytes": disk_bytes(run_dir),
-            "checkpoints_bytes": disk_bytes(run_dir / "checkpoints"),
+            "checkpoints_bytes": disk_bytes(run_dir / CHECKPOINTS),
         }
     except OSError as exc:  # as the pictures: not worth losing the summary
         summary["disk_error"] = str(exc)
     try:
-        atomic_write_json(run_dir / "summary.json", summary)
+        atomic_write_json(run_dir / SUMMARY, summary)
     except OSError as exc:  # the summary is still returned (and printed)
         summary["summary_error"] = f"summary.json not written: {exc}"
     return summary
