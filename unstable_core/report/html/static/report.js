@@ -231,5 +231,6 @@
   DATA.sections.forEach((s) => app.appendChild(section(s)));
   app.appendChild(gameBrowser());
   listGames();
+  document.body.setAttribute("data-ready-ms", String(Math.round(performance.now())));
   document.body.setAttribute("data-ready", "1");
 })();
