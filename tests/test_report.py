@@ -109,6 +109,12 @@ def test_the_end_of_a_run_writes_the_report(tmp_path):
     assert data_block((run / "report.html").read_text())["state"] == "finished"
 
 
+def test_checkpoints_read_as_ranges():
+    assert (
+        sections.versions_text([0, 1, 2, 3, 5, 7, 8]) == "0-3, 5, 7-8" and sections.versions_text([]) == "-"
+    )
+
+
 def test_a_yardstick_axis_holds_its_references():
     s = {
         "label": "exploitability",

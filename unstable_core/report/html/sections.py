@@ -97,13 +97,24 @@ def rate_table(rates: dict[int, VersionRates]) -> dict[str, Any]:
     return {"title": "Rates per checkpoint (95% Wilson intervals)", "columns": cols, "rows": rows}
 
 
+def versions_text(versions: list[int]) -> str:
+    """`0-5, 7, 9-12`: checkpoints as runs of consecutive steps."""
+    runs: list[list[int]] = []
+    for v in sorted(versions):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "-"
+
+
 def verdict_table(verdict: dict[str, Any]) -> dict[str, Any]:
     """The learning verdict's tests: each rate, first vs last quarter of the checkpoints, p and verdict."""
     rows = []
     for r in verdict.get("rates", []):
         first, second = r.get("first"), r.get("second")
         p = r.get("p_value")
-        rows.append([r.get("label", r.get("rate", "")), " ".join(map(str, r.get("versions", []))),
+        rows.append([r.get("label", r.get("rate", "")), versions_text(r.get("versions", [])),
                      rate_text(first) if first else "-", rate_text(second) if second else "-",
                      "-" if p is None else f"{p:.2g}", r.get("method") or "-",
                      r.get("verdict", "") + (f": {r['why_untested']}" if r.get("why_untested") else "")])  # fmt: skip

@@ -14,8 +14,10 @@
   }
 
   function table(spec) {
-    const wrap = el("div", { class: "table-wrap" });
-    if (spec.title) wrap.appendChild(el("h3", {}, spec.title));
+    const long = spec.rows.length > 20;  // a long table starts folded: its title says how long
+    const wrap = el(long ? "details" : "div", { class: "table-wrap" });
+    if (long) wrap.appendChild(el("summary", {}, `${spec.title} (${spec.rows.length} rows)`));
+    else if (spec.title) wrap.appendChild(el("h3", {}, spec.title));
     const t = el("table");
     const head = el("tr");
     spec.columns.forEach((c) => head.appendChild(el("th", {}, c)));
@@ -190,7 +192,7 @@
       const label = bar.appendChild(el("label", {}, f + " "));
       const sel = label.appendChild(el("select", { id: "f-" + f }));
       sel.appendChild(el("option", { value: "" }, "all"));
-      [...new Set(G.rows.map((r) => String(r[F[f]])))].sort().forEach((v) => sel.appendChild(el("option", { value: v }, v)));
+      [...new Set(G.rows.map((r) => String(r[F[f]])))].sort((a, b) => a.localeCompare(b, undefined, { numeric: true })).forEach((v) => sel.appendChild(el("option", { value: v }, v)));
       sel.addEventListener("change", () => { shown = 200; listGames(); });
     });
     s.appendChild(el("p", { id: "game-count", class: "muted" }));
