@@ -6,6 +6,7 @@ report-replay.png). Skipped only where Chromium is absent (CI installs it: .ci/r
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -46,6 +47,7 @@ def browser(chromium: str):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
+    os.environ.setdefault("SE_OFFLINE", "true")  # selenium-manager, should it be asked, fetches nothing
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1600"):

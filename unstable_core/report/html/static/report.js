@@ -175,6 +175,11 @@
     replay.hidden = false;
     document.getElementById("replay-title").textContent =
       `game ${row[F.game]}: ${row[F.env]}, ${row[F.checkpoint]} vs ${row[F.opponent]}: ${row[F.outcome]}`;
+    if (typeof DecompressionStream === "undefined") {
+      document.getElementById("replay-info").textContent =
+        "This browser cannot open the games (they are gzip-compressed): use Chrome 80, Firefox 113, Safari 16.4 or newer.";
+      return;
+    }
     const game = (await inflate(Math.floor(n / G.chunk)))[n % G.chunk];
     document.getElementById("replay-info").textContent =
       `seats ${JSON.stringify(game.models)}, final rewards ${JSON.stringify(game.final_rewards)}` +
