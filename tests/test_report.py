@@ -11,6 +11,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from unstable_core.cli.main import cli
@@ -130,3 +131,43 @@ def test_a_yardstick_axis_holds_its_references():
     charts, tables = sections.probe_parts([record, {**record, "step": 2}])
     assert charts[0]["y"][0] == 0.0 and charts[0]["y"][1] >= 0.458
     assert {r["label"] for r in charts[0]["refs"]} == {"uniform", "nash"} and len(tables[0]["rows"]) == 2
+
+
+def test_legal_answers_scored_on_request_with_the_checkpoint_that_played(tiny_model, tmp_path):
+    """`--score-legal 3`: the last 3 games' turns with legal answers get each answer's probability, ckpt-0's
+    from the base model and ckpt-1's from the run's step-1 adapter; the cost is one line."""
+    from unstable_core.model_loading import load_tokenizer
+
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURE, run)
+    tok = load_tokenizer(tiny_model)
+    moves = ["[0]", "[4]", "[8]"]
+    ids = [tok.encode(m[1:], add_special_tokens=False) for m in moves]
+    path = run / "games" / "games.jsonl"
+    games = [json.loads(line) for line in path.read_text().splitlines()]
+    for g, uid in zip(games[-3:], ("ckpt-0", "ckpt-1", "base"), strict=True):
+        step = next(t for t in g["trajectories"] if t["steps"])["steps"][0]
+        step["model_uid"] = uid
+        step["step_info"]["legal"] = {"moves": moves, "ids": ids, "played": 1}
+    path.write_text("".join(json.dumps(g) + "\n" for g in games))
+    out = CliRunner().invoke(
+        cli, ["report", str(run), "--score-legal", "3", "--model", tiny_model, "--device", "cpu"]
+    )
+    assert out.exit_code == 0, out.output
+    assert "scored the legal answers of 3 turns in 3 games with 2 checkpoint(s)" in out.output
+    data = data_block((run / "report.html").read_text())
+    details = json.loads(gzip.decompress(base64.b64decode(data["games"]["chunks"][0])))
+    scored = [t["legal"] for d in details[-3:] for t in d["turns"] if t["legal"]]
+    assert [s["source"].split(" (")[0] for s in scored] == [
+        "scored by the base model",
+        "scored by ckpt-1",
+        "scored by the base model",
+    ]
+    assert all(len(s["probs"]) == 3 and 0 < sum(s["probs"]) <= 1 for s in scored)
+    print(scored)
+    assert scored[0]["probs"] == pytest.approx(
+        scored[2]["probs"], rel=1e-4, abs=0
+    )  # the same prompt, the base model
+    assert scored[0]["probs"] != pytest.approx(
+        scored[1]["probs"], rel=1e-4, abs=0
+    )  # ckpt-1: its adapter on it

@@ -70,6 +70,11 @@ def _legal(step: dict[str, Any]) -> dict[str, Any] | None:
     if not isinstance(legal, dict) or not legal.get("moves"):
         return None
     out = {"moves": [str(m) for m in legal["moves"]], "played": legal.get("played", -1), "probs": None}
+    out["source"] = (
+        f"scored by {legal['scored_by']} (unstable report --score-legal)"
+        if legal.get("scored_by")
+        else "recorded"
+    )
     if isinstance(legal.get("probs"), list):
         out["probs"] = legal["probs"]
     elif isinstance(legal.get("logprobs"), list):

@@ -11,6 +11,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from unstable_core.errors import UnstableError
 from unstable_core.io import atomic_write_text, finite_json
 from unstable_core.report.html import sections as sec
@@ -95,9 +97,39 @@ def _state(folder: Path, kind: str, summary: dict[str, Any], final: bool) -> tup
     return state, notes
 
 
-def collect(folder: Path, summary: dict[str, Any] | None = None) -> dict[str, Any]:
+@attrs.define
+class LegalScoring:
+    """`unstable report --score-legal`: the last `games` games' legal answers scored with `model` (default:
+    the run's) on `device`; `cost`, once scored: the line of what it cost."""
+
+    games: int
+    model: str | None = None
+    device: str | None = None
+    cost: str | None = None
+
+
+def _score(folder: Path, games: list[dict[str, Any]], scoring: LegalScoring | None) -> list[str]:
+    """Score the legal answers when asked; the line of what it cost (none when not asked)."""
+    if scoring is None or scoring.games <= 0:
+        return []
+    from unstable_core.config.load import tomllib
+    from unstable_core.report.html.legal_scores import score_legal
+
+    model = scoring.model
+    if model is None:
+        try:
+            model = tomllib.loads((folder / "config.toml").read_text())["model_name"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise UnstableError(f"{folder}: no model_name in config.toml ({exc}); give --model") from exc
+    scoring.cost = score_legal(folder, games[-scoring.games :], model, scoring.device).line()
+    return [scoring.cost]
+
+
+def collect(
+    folder: Path, summary: dict[str, Any] | None = None, scoring: LegalScoring | None = None
+) -> dict[str, Any]:
     """Everything the page shows of `folder`, as JSON-ready data; `summary`: the run's at its end (else
-    summary.json, if any, and the state read from the run's files)."""
+    summary.json, if any, and the state read from the run's files); `scoring`: see `LegalScoring`."""
     from unstable_core.report.checkpoint_rates import rates_from_games, run_games
     from unstable_core.report.html.games import browser_data
     from unstable_core.report.learning_verdict import learning_verdict
@@ -108,6 +140,7 @@ def collect(folder: Path, summary: dict[str, Any] | None = None) -> dict[str, An
     summary = summary if final else _read_json(folder / "summary.json")
     state, notes = _state(folder, kind, summary, final)
     games = run_games(folder)
+    notes += _score(folder, games, scoring)
     rates = rates_from_games(games)
     verdict = summary.get("learning") if state == "finished" else None
     if verdict is None and kind == "run":
@@ -178,10 +211,13 @@ def render(data: dict[str, Any]) -> str:
 
 
 def write_report(
-    folder: str | Path, out: str | Path | None = None, summary: dict[str, Any] | None = None
+    folder: str | Path,
+    out: str | Path | None = None,
+    summary: dict[str, Any] | None = None,
+    scoring: LegalScoring | None = None,
 ) -> Path:
-    """Write `folder`/report.html (or `out`) and return its path; `summary`: see `collect`."""
+    """Write `folder`/report.html (or `out`) and return its path; `summary`, `scoring`: see `collect`."""
     folder = Path(folder)
     path = Path(out) if out is not None else folder / REPORT_FILE
-    atomic_write_text(path, render(collect(folder, summary)))
+    atomic_write_text(path, render(collect(folder, summary, scoring)))
     return path

@@ -143,7 +143,8 @@
       turn.legal.probs ? num(turn.legal.probs[i], 3) : "-"]);
     const box = el("div");
     box.appendChild(table({ title: "legal answers", columns: ["answer", "", "probability"], rows: rows }));
-    if (!turn.legal.probs) box.appendChild(el("p", { class: "muted legal-note" }, "probabilities: " + G.legal_note));
+    const note = turn.legal.probs ? turn.legal.source + "; the rest of the probability goes to answers that are not legal" : G.legal_note;
+    box.appendChild(el("p", { class: "muted legal-note" }, "probabilities: " + note));
     return box;
   }
 
