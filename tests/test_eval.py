@@ -311,6 +311,7 @@ def test_a_task_is_evaluated_per_model_with_its_accuracy(run_dir, tmp_path):
     )
     assert ["0 + 1 = ?" in o for o in firsts].count(True) == 2  # each item once per model
     assert all(s["completion_ids"] for g in games for s in g["trajectories"][0]["steps"])
+    assert "accuracy" in (tmp_path / "t" / "report.html").read_text()  # the results' table, a column each
     refused = unstable_eval(str(run_dir), "--task", "arithmetic-2", "--opponent", "random", expect=2)
     assert "a --task has no opponent" in refused.stderr
 
@@ -322,6 +323,7 @@ def test_every_game_failing_exits_1_with_one_line_as_play_does(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("Error: every one of the 2 games failed") and "max_turns" in last
     assert (tmp_path / "e" / "summary.json").is_file()
+    assert (tmp_path / "e" / "report.html").is_file()  # the failed games are in its browser
 
 
 def test_an_api_model_is_evaluated_and_is_an_opponent(tiny_model, tmp_path):

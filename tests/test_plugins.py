@@ -147,7 +147,7 @@ def test_a_broken_plugin_leaves_the_others_working(site):
     assert infos["utp-broken"].error == "could not import 'utp_broken': RuntimeError: on purpose"
     assert infos["utp-broken"].provides == {}
     assert infos["utp-good"].error is None
-    assert plugins.get_registry().names("tracker") == ["jsonl", "utp-tracker", "wandb"]
+    assert plugins.get_registry().names("tracker") == ["jsonl", "tensorboard", "utp-tracker", "wandb"]
 
 
 def test_unknown_hook_names_are_reported(site):

@@ -108,6 +108,19 @@ def check_probes(run_dir: Path, stdout: str) -> None:
         assert change["last_step"] == 2 and change["verdict"]
         assert f"tictactoe-tactics {name} (TicTacToe-v0-train), base vs ckpt 2: " in stdout
     assert [Path(p).name for p in summary["plots"]] == ["ratings.png", "curves.png"]
+    check_report(run_dir, summary)
+
+
+def check_report(run_dir: Path, summary: dict) -> None:
+    """report.html, written at the end: finished, a chart per probe figure with its references."""
+    from unstable_core.report.html.page import collect
+
+    assert summary["report"] == str(run_dir / "report.html") and (run_dir / "report.html").is_file()
+    data = collect(run_dir)
+    assert data["state"] == "finished" and data["games"]["rows"]
+    charts = next(s for s in data["sections"] if s["id"] == "probes")["charts"]
+    assert sorted(c["title"].split(":")[0] for c in charts) == ["block_mass", "illegal_mass", "win_mass"]
+    assert all(c["refs"] and tuple(c["y"]) == (0.0, 1.0) for c in charts)  # masses: 0-1, with uniform's line
 
 
 def test_unstable_run_reinforce_mirror_self_play(tiny_model, tmp_path):

@@ -28,6 +28,11 @@ def register_backends(register):
 def register_trackers(register):
     register("jsonl", "unstable_core.trackers.jsonl:JSONLTracker", "metrics.jsonl in the run directory")
     register("wandb", "unstable_core.trackers.wandb:WandbTracker", "Weights & Biases (offline without a key)")
+    register(
+        "tensorboard",
+        "unstable_core.trackers.tensorboard:TensorBoardTracker",
+        "TensorBoard event files in the run directory",
+    )
 
 
 @hookimpl

@@ -229,6 +229,7 @@ def report(
     summary["results"] = [s.to_dict() for s in stats]
     summary["probe_results"] = list(probed)
     atomic_write_json(out_dir / "summary.json", summary)
+    summary["report"] = _write_report(out_dir, err)
     if as_json:
         click.echo(dumps_json(summary, indent=2))  # a rate of no games (NaN) is null, as in summary.json
         return verdict
@@ -240,4 +241,18 @@ def report(
     if stats:
         err(f"games: {out_dir / 'games' / 'games.jsonl'}")
     err(f"summary: {out_dir / 'summary.json'}")
+    if summary["report"]:
+        err(f"report: {summary['report']}")
     return verdict
+
+
+def _write_report(out_dir: Path, err: Any) -> str | None:
+    """The evaluation's report.html (its path), or a line saying why not: the results are kept either way."""
+    from unstable_core.errors import describe
+    from unstable_core.report.html.page import write_report
+
+    try:
+        return str(write_report(out_dir))
+    except Exception as exc:  # the tables and summary.json matter more than the page
+        err(f"report.html not written: {describe(exc)}")
+        return None

@@ -81,10 +81,21 @@ def _add_core_commands() -> None:
     from unstable_core.cli.eval import eval_command
     from unstable_core.cli.export import export_command
     from unstable_core.cli.leaderboard import leaderboard_command
+    from unstable_core.cli.report import report_command
     from unstable_core.cli.run import play, run
     from unstable_core.cli.runs import runs_command
 
-    for command in (run, play, envs, eval_command, leaderboard_command, export_command, runs_command):
+    commands = (
+        run,
+        play,
+        envs,
+        eval_command,
+        leaderboard_command,
+        export_command,
+        runs_command,
+        report_command,
+    )
+    for command in commands:
         cli.add_command(command)
 
 

@@ -263,8 +263,9 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
         console.print(rates_table(rates))
     for line in [*(verdict.lines() if verdict is not None else []), *change_lines(summary.get("probes", []))]:
         console.print(escape(line), soft_wrap=True)
-    for p in summary.get("plots", []):
-        console.print(f"picture: [cyan]{p}[/cyan]")
+    shown = [("picture", p) for p in summary.get("plots", [])] + [("report", summary.get("report"))]
+    for what, p in (x for x in shown if x[1]):
+        console.print(f"{what}: [cyan]{p}[/cyan]")
     disk = summary.get("disk", {})
     used = (
         f" ({disk['bytes'] / 1e6:.0f} MB, checkpoints {disk['checkpoints_bytes'] / 1e6:.0f} MB)"

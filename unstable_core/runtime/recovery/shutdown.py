@@ -71,8 +71,8 @@ def record_stop(
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any], learn: bool) -> dict[str, Any]:
-    """Add the pictures, the probes (base vs last) and (a training run) the learning verdict to `summary`,
-    and save it as summary.json; a part that fails is named in the summary instead of losing it."""
+    """Add the pictures, the probes (base vs last), (a training run) the learning verdict and report.html to
+    `summary`, and save it as summary.json; a part that fails is named in the summary instead of losing it."""
     from unstable_core.report.plots import plot_run
 
     try:
@@ -104,6 +104,12 @@ def write_summary(run_dir: Path, summary: dict[str, Any], learn: bool) -> dict[s
         }
     except OSError as exc:  # as the pictures: not worth losing the summary
         summary["disk_error"] = str(exc)
+    try:  # report.html, from the summary as it stands (the run's lock is still held)
+        from unstable_core.report.html.page import write_report
+
+        summary["report"] = str(write_report(run_dir, summary=summary))
+    except Exception as exc:  # as the pictures: not worth losing the summary
+        summary["report_error"] = describe(exc)
     try:
         atomic_write_json(run_dir / SUMMARY, summary)
     except OSError as exc:  # the summary is still returned (and printed)

@@ -1,0 +1,1 @@
+"""The self-contained HTML report of a run: `write_report` (page), its data (sections, games)."""
