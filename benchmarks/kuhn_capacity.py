@@ -56,13 +56,23 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+_SCRATCH: list[tempfile.TemporaryDirectory] = []  # removed when the process ends
+
+
+def scratch(prefix: str) -> str:
+    """A fresh folder inside one temporary directory of this process, removed at its end."""
+    if not _SCRATCH:
+        _SCRATCH.append(tempfile.TemporaryDirectory(prefix="kuhn-capacity-"))
+    return tempfile.mkdtemp(prefix=prefix, dir=_SCRATCH[0].name)
+
+
 def make_learner(model: str, row: str, lr: float, seed: int) -> Any:
     """The row's registered learner on `model` with the run's LoRA and 12 steps an update."""
     from unstable_core.plugins import get_registry
 
     name, options, _ = ROWS[row]
     learner = get_registry().load("learner", name).create(
-        model, device="cpu", run_dir=tempfile.mkdtemp(prefix="kuhn-capacity-"), learning_rate=lr,
+        model, device="cpu", run_dir=scratch("learner-"), learning_rate=lr,
         max_generation_len=8, batch_size=12, mini_batch_size=12, seed=seed,
     )  # fmt: skip
     learner.initialize_algorithm(**options)
@@ -251,7 +261,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     try:
         if args.tiny:
-            args.model = make_kuhn_model(tempfile.mkdtemp(prefix="kuhn-model-"))
+            args.model = make_kuhn_model(scratch("model-"))
         sets = kuhn_sets(load_tokenizer(args.model), args.env, args.template)
     except (UnstableError, OSError, ValueError) as exc:
         fail(str(exc))
