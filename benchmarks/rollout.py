@@ -49,25 +49,29 @@ from rollout_measure import FULL, QUICK, run  # noqa: E402
 from rollout_report import print_table  # noqa: E402
 from rollout_vllm import BACKENDS, compare, print_comparison  # noqa: E402
 
+from unstable_core.cli.options import add_config_argument  # noqa: E402
+
 TINY_VLLM_HIDDEN = 128  # --backend vllm --quick's tiny model: vLLM's CPU attention needs head_dim >= 32
 
 
 def main(argv: list[str] | None = None) -> None:
     """Parse the options, measure, print the table(s)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
+    add_config_argument(  # the run's settings: their type and check (and --backend's default) from RunConfig
+        parser,
         "--model",
+        default=None,
         help="alias, hub id or folder (default: smollm2-135m; with --backend vllm --quick, a tiny random "
         f"model of hidden size {TINY_VLLM_HIDDEN})",
     )
-    parser.add_argument(
+    add_config_argument(
+        parser,
         "--backend",
         choices=BACKENDS,
-        default="transformers",
         help="vllm: (a)-(c) and tokens/s alone at batch 8, 32, 64 of both backends, and their comparison",
     )
     parser.add_argument("--batch", type=int, default=8, help="B: prompts per batch, games in flight")
-    parser.add_argument("--max-tokens", type=int, default=32, help="new tokens per turn")
+    add_config_argument(parser, "--max-tokens", "max_generation_len", default=32, help="new tokens per turn")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
     args = parser.parse_args(argv)
     from unstable_core.errors import UnstableError
