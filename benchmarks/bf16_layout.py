@@ -18,6 +18,8 @@ import random
 import tempfile
 from typing import Any
 
+from unstable_core.cli.options import add_config_argument
+
 
 def make_steps(n: int, vocab: int, seed: int) -> list[Any]:
     """`n` steps of random token ids: prompts of 20-120 tokens, completions of 4-24."""
@@ -99,7 +101,9 @@ def measure(model: str, dtype: str, n: int, seed: int, run_dir: str) -> dict[str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="a model name or folder (default: a tiny random Llama)")
+    add_config_argument(
+        parser, "--model", default=None, help="a model name or folder (default: a tiny random Llama)"
+    )
     parser.add_argument("--steps", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

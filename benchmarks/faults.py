@@ -46,6 +46,7 @@ from typing import Any
 
 import psutil
 
+from unstable_core.cli.options import add_config_argument
 from unstable_core.league.league import league_path
 from unstable_core.run_lock import lock_is_free
 from unstable_core.runtime.recovery.resume import is_learner_record
@@ -220,10 +221,12 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default=None, help="default: a tiny random-weight model")
-    parser.add_argument(
+    # the run's settings, as RunConfig has them (type, check); this benchmark's defaults
+    add_config_argument(parser, "--model", default=None, help="default: a tiny random-weight model")
+    add_config_argument(
+        parser,
         "--steps",
-        type=int,
+        "learning_steps",
         default=150,
         help="learning steps of the run (enough for every kill to land on a quiet machine)",
     )
@@ -239,10 +242,10 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     parser.add_argument(
         "--repeat", type=int, default=1, help="games per group (GRPO's G, with the group-relative baseline)"
     )
-    parser.add_argument(
-        "--learner-workers", type=int, default=1, help="data-parallel learner workers (a kill takes one)"
+    add_config_argument(parser, "--learner-workers", help="data-parallel learner workers (a kill takes one)")
+    add_config_argument(
+        parser, "--runs-dir", default=None, help="where run directories are made (default: a temporary one)"
     )
-    parser.add_argument("--runs-dir", default=None)
     return parser.parse_args(), parser
 
 

@@ -26,6 +26,8 @@ from typing import Any
 
 import attrs
 
+from unstable_core.cli.options import add_config_argument
+
 PROMPT = "You are playing TicTacToe. The board is empty. Think briefly, then give your move as [4]."
 TEMPERATURE = 1.0
 
@@ -195,16 +197,19 @@ def check_vllm(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smollm2-135m", help="alias, hub id or folder")
-    parser.add_argument("--max-tokens", type=int, default=64, help="tokens generated per request")
+    add_config_argument(parser, "--model")  # the run's settings, as RunConfig has them
+    add_config_argument(parser, "--max-tokens", "max_generation_len", default=64)
     parser.add_argument(
         "--adapter-scale",
         type=float,
         default=0.02,
         help="std of the LoRA B weights of the parity checks' adapter (the row says how far it moves log-probs)",
     )
-    parser.add_argument(
-        "--device", default="cuda", help="cpu: run the same checks on the CPU (a dry run of the script)"
+    add_config_argument(
+        parser,
+        "--device",
+        default="cuda",
+        help="cpu: run the same checks on the CPU (a dry run of the script)",
     )
     args = parser.parse_args()
 

@@ -36,6 +36,8 @@ from typing import Any
 
 import attrs
 
+from unstable_core.cli.options import add_config_argument
+
 ROWS: dict[str, tuple[str, dict[str, Any], str]] = {  # row -> (learner, options, batch)
     "cross-entropy": ("mmd", {"eta": 20.0, "alpha": 0.0, "legal_mass_coef": 0.0}, "valued"),
     "exact-pg": ("reinforce-legal", {"legal_mass_coef": 0.0}, "valued"),
@@ -226,16 +228,18 @@ def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default="smollm2-135m")
+    add_config_argument(parser, "--model")  # the run's settings, as RunConfig has them; this test's defaults
     parser.add_argument("--tiny", action="store_true", help="the saturation test's one-layer model instead")
-    parser.add_argument("--template", default="kuhn-compact")
-    parser.add_argument("--env", default="KuhnPoker-v0-chips")
+    add_config_argument(parser, "--template", default="kuhn-compact")
+    add_config_argument(
+        parser, "--env", action="store", default="KuhnPoker-v0-chips", help="env of the positions"
+    )
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of: {', '.join(ROWS)}")
     parser.add_argument("--from", dest="start", choices=["fresh", "card-blind"], default="card-blind")
     parser.add_argument("--updates", type=int, default=200)
     parser.add_argument("--every", type=int, default=20)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--seed", type=int, default=0)
+    add_config_argument(parser, "--lr", "learning_rate", default=1e-3)
+    add_config_argument(parser, "--seed")
     parser.add_argument(
         "--direction", action="store_true", help="also the direction check at the card-blind point"
     )

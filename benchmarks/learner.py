@@ -38,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling helper m
 
 from learner_flops import arch_of, learner_flops, matmul_peaks, phase_seconds, report, top_ops  # noqa: E402
 
+from unstable_core.cli.options import add_config_argument  # noqa: E402
+
 TARGET_RATIO = 1.15
 
 
@@ -215,16 +217,17 @@ def data_parallel_report(args: Any, model: str, tmp: str) -> None:
 def parse_args() -> argparse.Namespace:
     """The benchmark's options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default=None, help="name, alias or folder (default: tiny model)")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--mini-batch-size", type=int, default=4)
+    # the run's settings, as RunConfig has them (help, type, check); this benchmark's defaults where given
+    add_config_argument(parser, "--model", default=None, help="name, alias or folder (default: tiny model)")
+    add_config_argument(parser, "--batch-size", default=8)
+    add_config_argument(parser, "--mini-batch-size")
     parser.add_argument("--prompt-len", type=int, default=96)
     parser.add_argument("--completion-len", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--device", default=None)
+    add_config_argument(parser, "--device")
     parser.add_argument("--no-checkpointing", action="store_true", help="turn gradient checkpointing off")
-    parser.add_argument("--learner-workers", type=int, default=1, help="time 1 worker against N (gloo)")
+    add_config_argument(parser, "--learner-workers", help="time 1 worker against N (gloo)")
     parser.add_argument("--link-gbps", type=float, default=100.0, help="NCCL bandwidth for the arithmetic")
     parser.add_argument("--tokens-per-rank", type=int, default=8192, help="tokens per rank per update")
     parser.add_argument("--gpu-tflops", type=float, default=989.0, help="bf16 dense peak (H100 SXM: 989)")

@@ -345,7 +345,7 @@ def matmul_peaks(arch: Arch, rows: int) -> dict[str, float]:
     """fp32 FLOP/s of this process's threads at the update's matmul shapes, [rows, H] x [H, H] and
     [rows, H] x [H, I], of torch.matmul and of oneDNN's packed linear (the kernel of the frozen layers),
     keyed "[rows, H] x [H, N] kernel"."""
-    from rollout import best_matmul_flops
+    from rollout_alone import best_matmul_flops
 
     each: dict[str, float] = {}
     for width in (arch.hidden, arch.intermediate):

@@ -25,9 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import attrs
-
-from unstable_core.config import RunConfig
+from unstable_core.cli.options import add_config_argument, add_config_arguments
+from unstable_core.config.run_config import DEFAULT_ENV
 from unstable_core.io import atomic_write_json
 from unstable_core.report.checkpoint_rates import WIN_PREFIX, VersionRates, compare_quarters, rates_by_version
 from unstable_core.report.learning_verdict import LEARNING, SIGNIFICANCE, learning_verdict
@@ -121,7 +120,7 @@ def train(args: argparse.Namespace, learner: str) -> Path:
         sampler=args.sampler,
         fixed_opponents=args.fixed_opponent or ["base"],
         eval_envs=[f"{args.env}:2:{opp}" for opp in args.eval_opponent or ["base", "random"]],
-        algorithm_config=json.loads(args.algorithm_config),
+        algorithm_config=args.algorithm_config,
         learning_steps=args.max_steps,
         runs_dir=args.runs_dir,
         run_name=f"bench-learning-{learner}-{args.admission}-{int(time.time())}",
@@ -165,42 +164,39 @@ def run_within_budget(run: Any, minutes: float, line: Callable[[int, dict], str]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument(
-        "--learner", action="append", help="any installed learner, repeatable (default: reinforce, then a2c)"
+    add_config_argument(  # each its own run
+        ap,
+        "--learner",
+        action="append",
+        default=None,
+        help="any installed learner, repeatable (default: reinforce, then a2c)",
     )
     ap.add_argument("--minutes", type=float, default=30.0, help="wall-clock budget per learner")
     ap.add_argument("--analyse", type=Path, help="only print the table of this finished run directory")
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--env", default="TicTacToe-v0-train")
-    run = attrs.fields(RunConfig)  # the run's defaults, one source
-    ap.add_argument("--template", default=run.prompt_template.default)
-    ap.add_argument("--temperature", type=float, default=run.temperature.default)
-    ap.add_argument("--max-generation-len", type=int, default=run.max_generation_len.default)
-    ap.add_argument("--learning-rate", type=float, default=run.learning_rate.default)
-    ap.add_argument("--batch-size", type=int, default=run.batch_size.default)
-    ap.add_argument("--mini-batch-size", type=int, default=run.mini_batch_size.default)
-    ap.add_argument(
-        "--train-workers", type=int, default=run.num_train_workers.default, help="training games in flight"
+    # the run's settings, as `unstable run` has them (help, default, check), except where noted
+    add_config_arguments(ap, "--model", "--template", "--temperature", "--max-generation-len")
+    add_config_arguments(ap, "--learning-rate", "--batch-size", "--mini-batch-size", "--sampler")
+    add_config_arguments(ap, "--algorithm-config", "--admission", "--runs-dir", "--seed")
+    add_config_argument(
+        ap,
+        "--env",
+        action="store",
+        default=DEFAULT_ENV,
+        help="env to train and evaluate on (default: %(default)s)",
     )
-    ap.add_argument(
-        "--eval-workers", type=int, default=run.num_eval_workers.default, help="evaluation games in flight"
-    )
+    add_config_argument(ap, "--train-workers", "num_train_workers")
+    add_config_argument(ap, "--eval-workers", "num_eval_workers")
     ap.add_argument(
         "--eval-opponent", action="append", help="evaluation opponent, repeatable (default: base and random)"
     )
-    ap.add_argument("--sampler", default="mirror", help="training opponents: mirror, fixed, lagged, ...")
-    ap.add_argument(
-        "--fixed-opponent", action="append", help="for --sampler fixed, repeatable (default: base)"
+    add_config_argument(ap, "--fixed-opponent", help="for --sampler fixed, repeatable (default: base)")
+    add_config_argument(
+        ap,
+        "--max-steps",
+        "learning_steps",
+        default=500,
+        help="learner steps at most (the budget ends first; default: %(default)s)",
     )
-    ap.add_argument("--algorithm-config", default="{}", help="the learner's options as JSON")
-    ap.add_argument(
-        "--max-steps", type=int, default=500, help="learner steps at most (the budget ends first)"
-    )
-    ap.add_argument(
-        "--admission", default=run.admission.default, help="budget (admission control) or drop (stale data)"
-    )
-    ap.add_argument("--runs-dir", default="runs")
-    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
     if args.analyse:

@@ -30,6 +30,8 @@ from typing import Any
 
 import attrs
 
+from unstable_core.cli.options import add_config_argument
+
 GIB = 1 << 30
 GPUS_GIB = (24, 40, 80)  # the GPU sizes the table answers for
 HEADROOM = 0.9  # a plan fits a GPU when it needs at most this share of its memory (allocator fragmentation)
@@ -224,8 +226,11 @@ def measured_layer_bytes_per_token(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rank", type=int, default=32, help="LoRA rank")
-    parser.add_argument(
-        "--sequences", type=int, default=4, help="sequences per micro-batch (--mini-batch-size)"
+    add_config_argument(
+        parser,
+        "--sequences",
+        "mini_batch_size",
+        help="sequences per micro-batch (--mini-batch-size; default: %(default)s)",
     )
     parser.add_argument("--seq-len", type=int, default=1024, help="tokens per sequence")
     parser.add_argument("--completion-tokens", type=int, default=256, help="completion tokens per sequence")

@@ -18,13 +18,14 @@ import asyncio
 import math
 import tempfile
 
+from unstable_core.cli.options import add_config_argument, add_config_arguments
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-p", type=float, default=0.9)
-    parser.add_argument("--max-tokens", type=int, default=12)
+    add_config_arguments(parser, "--model", "--temperature")  # the run's settings, as RunConfig has them
+    add_config_argument(parser, "--top-p", default=0.9)
+    add_config_argument(parser, "--max-tokens", "max_generation_len", default=12)
     args = parser.parse_args()
 
     import torch

@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from unstable_core.cli.options import add_config_argument
 from unstable_core.io import atomic_write_json, read_jsonl
 from unstable_core.runtime.recovery.resume import is_learner_record
 
@@ -168,14 +169,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1, each run under both policies")
     ap.add_argument("--quick", action="store_true", help="a tiny random model and 4 updates (smoke test)")
-    ap.add_argument(
-        "--runs-dir", type=Path, default=None, help="where the runs go (default: a temporary one)"
-    )
+    add_config_argument(ap, "--runs-dir", default=None, help="where the runs go (default: a temporary one)")
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     ap.add_argument("extra", nargs="*", help="after --: options for every `unstable run`")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        runs_dir = args.runs_dir or Path(tmp) / "runs"
+        runs_dir = Path(args.runs_dir or Path(tmp) / "runs")
         extra = (quick_args(Path(tmp)) if args.quick else []) + list(args.extra)
         rows = [run_one(policy, seed, runs_dir, extra) for seed in range(args.seeds) for policy in POLICIES]
     print("\n" + table(rows))

@@ -18,6 +18,8 @@ import statistics
 import time
 from pathlib import Path
 
+from unstable_core.cli.options import add_config_argument
+
 
 def training_prompts(run_dir: Path, seed: int = 0) -> list[tuple[int, ...]]:
     """The prompt ids of every training turn of the run, shuffled."""
@@ -60,10 +62,10 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", type=Path, help="a finished run's directory")
-    parser.add_argument("--model", default="smollm2-135m", help="the run's model (default: %(default)s)")
+    add_config_argument(parser, "--model", help="the run's model (default: %(default)s)")
     parser.add_argument("--batch", type=int, default=8, help="prompts per batch")
     parser.add_argument("--batches", type=int, default=12, help="timed batches per measurement")
-    parser.add_argument("--max-tokens", type=int, default=8, help="new tokens per turn (the run default)")
+    add_config_argument(parser, "--max-tokens", "max_generation_len")  # the run's default
     parser.add_argument("--rounds", type=int, default=2, help="measurements with the cache off and on each")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the inference actor's)")
     args = parser.parse_args(argv)

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from unstable_core.cli.options import add_config_argument
+
 ROOT = Path(__file__).resolve().parent.parent
 GAMES = {
     "kuhn": {
@@ -223,7 +225,7 @@ def main() -> None:
     )
     parser.add_argument("game", choices=sorted(GAMES))
     parser.add_argument("--run", default=None, help="measure this run directory instead of training one")
-    parser.add_argument("--runs-dir", default="runs")
+    add_config_argument(parser, "--runs-dir")
     parser.add_argument("--every", type=int, default=10, help="probe every N-th checkpoint (and the last)")
     parser.add_argument("--games", type=int, default=256, help="games per (model, opponent) pair")
     args = parser.parse_args()

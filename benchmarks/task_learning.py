@@ -21,6 +21,7 @@ from pathlib import Path
 
 from learning import run_within_budget  # this folder's learning benchmark: the same budgeted run
 
+from unstable_core.cli.options import add_config_argument, add_config_arguments
 from unstable_core.envs.tasks import SOLO
 from unstable_core.io import atomic_write_json, read_jsonl
 from unstable_core.report.checkpoint_rates import rates_by_version
@@ -129,21 +130,24 @@ def report(run_dir: Path, evaluated: dict[str, Rate] | None) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="arithmetic-1")
-    ap.add_argument("--learner", default="reinforce")
     ap.add_argument("--minutes", type=float, default=25.0, help="wall-clock budget of the run")
-    ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--group", type=int, default=8, help="answers per question (GRPO's G)")
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--learning-rate", type=float, default=2e-4)
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--max-generation-len", type=int, default=24)
-    ap.add_argument("--eval-every", type=int, default=5)
-    ap.add_argument("--eval-items", type=int, default=128)
-    ap.add_argument("--eval-workers", type=int, default=8)
-    ap.add_argument("--train-workers", type=int, default=16)
-    ap.add_argument("--max-steps", type=int, default=200)
-    ap.add_argument("--runs-dir", default="runs")
-    ap.add_argument("--seed", type=int, default=0)
+    # the run's settings, as `unstable run` has them (help, default, check); this run's defaults where given
+    add_config_arguments(ap, "--learner", "--model", "--temperature", "--runs-dir", "--seed")
+    add_config_argument(ap, "--batch-size", default=32)
+    add_config_argument(ap, "--learning-rate", default=2e-4)
+    add_config_argument(ap, "--max-generation-len", default=24)
+    add_config_argument(ap, "--eval-every", default=5)
+    add_config_argument(
+        ap,
+        "--eval-items",
+        "eval_games",
+        default=128,
+        help="held-out questions per evaluation (default: %(default)s)",
+    )
+    add_config_argument(ap, "--eval-workers", "num_eval_workers", default=8)
+    add_config_argument(ap, "--train-workers", "num_train_workers", default=16)
+    add_config_argument(ap, "--max-steps", "learning_steps", default=200)
     ap.add_argument("--no-eval", action="store_true", help="skip the base-vs-last `unstable eval`")
     ap.add_argument("--analyse", type=Path, help="only the tables of this finished run directory")
     args = ap.parse_args()

@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,14 +23,19 @@ TICTACTOE_START = (
 
 @pytest.fixture()
 def bench(monkeypatch):
-    """The benchmark modules, importable by their own names; the plugin registry rediscovered afterwards."""
+    """The benchmark's modules, importable by their own names; the plugin registry rediscovered afterwards."""
     from unstable_core import plugins
 
     monkeypatch.syspath_prepend(str(BENCH_DIR))
     import instant_backend
     import rollout
+    import rollout_alone
+    import rollout_engine
+    import rollout_games
 
-    yield instant_backend, rollout
+    yield SimpleNamespace(
+        instant=instant_backend, cli=rollout, alone=rollout_alone, engine=rollout_engine, games=rollout_games
+    )
     plugins.reset()  # forget the instant backend registered by a test
 
 
@@ -42,7 +48,7 @@ def first_observation(seed: int = 0) -> str:
 
 
 def test_legal_moves_of_a_real_tictactoe_observation(bench):
-    instant, _ = bench
+    instant = bench.instant
     import textarena
 
     env = textarena.make("TicTacToe-v0-train")
@@ -53,7 +59,7 @@ def test_legal_moves_of_a_real_tictactoe_observation(bench):
 
 
 def test_legal_moves_reads_only_the_last_list(bench):
-    instant, _ = bench
+    instant = bench.instant
     text = "Valid moves: [a1], [b2]\nthen the board changed\nvalid moves: [e2e4], [g1f3]\nReply with \\boxed{[3]}"
     assert instant.legal_moves(text) == ["[e2e4]", "[g1f3]"]
     assert instant.legal_moves("no list here, just [4]") == []
@@ -64,7 +70,7 @@ def test_legal_moves_reads_only_the_last_list(bench):
 
 
 def test_instant_backend_answers_a_boxed_legal_move_as_token_ids(bench, tiny_model):
-    instant, _ = bench
+    instant = bench.instant
     from unstable_core.games.actions import extract_action
     from unstable_core.games.templates import render_prompt
 
@@ -92,7 +98,7 @@ def test_instant_backend_answers_a_boxed_legal_move_as_token_ids(bench, tiny_mod
 
 
 def test_instant_backend_seeded_requests_repeat(bench, tiny_model):
-    instant, _ = bench
+    instant = bench.instant
     from unstable_core.inference.base import SamplingParams
 
     backend = instant.InstantBackend(tiny_model)
@@ -105,7 +111,7 @@ def test_instant_backend_seeded_requests_repeat(bench, tiny_model):
 
 
 def test_instant_backend_latency(bench, tiny_model):
-    instant, _ = bench
+    instant = bench.instant
     from unstable_core.errors import UnstableError
 
     with pytest.raises(UnstableError, match="latency_s must be >= 0"):
@@ -124,7 +130,7 @@ def test_instant_backend_latency(bench, tiny_model):
 
 
 def test_register_instant_backend_is_idempotent(bench):
-    instant, _ = bench
+    instant = bench.instant
     from unstable_core import plugins
 
     instant.register_instant_backend()
@@ -133,20 +139,20 @@ def test_register_instant_backend_is_idempotent(bench):
 
 
 def test_plain_loop_plays_whole_games(bench):
-    _, rollout = bench
-    played = rollout.play_plain_games(20, seed=0)
+    games = bench.games
+    played = games.play_plain_games(20, seed=0)
     assert 20 <= played < 20 + 9  # it stops after the game that reaches 20 turns; a game has <= 9 turns
 
 
 def test_inprocess_game_loop_plays_whole_games(bench, tiny_model):
-    _, rollout = bench
-    played = rollout.play_inprocess_games(tiny_model, games_in_flight=3, turns=12, max_tokens=8)
+    games = bench.games
+    played = games.play_inprocess_games(tiny_model, games_in_flight=3, turns=12, max_tokens=8)
     assert 12 <= played < 12 + 3 * 9  # each of the 3 workers finishes the game it is playing
 
 
 def test_inprocess_rates_are_one_per_round_on_one_backend(bench, tiny_model):
-    _, rollout = bench
-    rates = rollout.inprocess_turns_per_s(tiny_model, games_in_flight=2, turns=6, max_tokens=8, rounds=2)
+    games = bench.games
+    rates = games.inprocess_turns_per_s(tiny_model, games_in_flight=2, turns=6, max_tokens=8, rounds=2)
     assert len(rates) == 2 and all(r > 0 for r in rates)
 
 
@@ -156,11 +162,11 @@ def test_matmul_flops_counts_two_flops_per_multiply_add(bench, monkeypatch, kern
 
     if kernel == "onednn" and not packing_available():
         pytest.skip("this torch build has no oneDNN packed linear")
-    _, rollout = bench
+    alone = bench.alone
     clock = iter(range(100))
-    monkeypatch.setattr(rollout.time, "perf_counter", lambda: float(next(clock)))
+    monkeypatch.setattr(alone.time, "perf_counter", lambda: float(next(clock)))
     # every timed stretch reads 1 s on this clock: one repetition each, so 2 * 4 * 5 * 6 FLOP per second
-    assert rollout.matmul_flops(4, 5, 6, kernel=kernel, seconds=3.0) == 240.0
+    assert alone.matmul_flops(4, 5, 6, kernel=kernel, seconds=3.0) == 240.0
 
 
 class _Remote:
@@ -179,12 +185,12 @@ class _Remote:
 
 
 def test_measured_collector_counts_turns_and_tokens(bench, tiny_model):
-    _, rollout = bench
+    engine = bench.engine
     from unstable_core.inference.base import SamplingParams
 
     actor = type("Actor", (), {})()
     actor.generate = _Remote([3, 5, 7])
-    collector = rollout.MeasuredCollector(
+    collector = engine.MeasuredCollector(
         engines={"main": [actor]},
         tokenizers={"main": tiny_model},
         buffer=None,
@@ -212,23 +218,23 @@ def test_measured_collector_counts_turns_and_tokens(bench, tiny_model):
 
 
 def test_resolve_answers_only_the_waiters_whose_level_is_reached(bench):
-    _, rollout = bench
+    engine = bench.engine
 
     async def check() -> None:
         loop = asyncio.get_running_loop()
         low, high = loop.create_future(), loop.create_future()
         snaps = iter([{"n": 1}, {"n": 2}])
-        waiters = rollout._resolve([(2, low), (5, high)], 3, lambda: next(snaps))
+        waiters = engine._resolve([(2, low), (5, high)], 3, lambda: next(snaps))
         assert waiters == [(5, high)] and low.result() == {"n": 1} and not high.done()
-        assert rollout._resolve(waiters, 5, lambda: next(snaps)) == [] and high.result() == {"n": 2}
+        assert engine._resolve(waiters, 5, lambda: next(snaps)) == [] and high.result() == {"n": 2}
 
     asyncio.run(check())
 
 
 def test_bad_sizes_are_refused(bench):
-    _, rollout = bench
+    cli = bench.cli
     with pytest.raises(SystemExit, match="--batch and --max-tokens must be >= 1"):
-        rollout.main(["--batch", "0"])
+        cli.main(["--batch", "0"])
 
 
 def quick_run(*options: str) -> subprocess.CompletedProcess:

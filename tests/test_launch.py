@@ -84,7 +84,7 @@ def test_the_run_defaults_are_the_evaluations_unless_given(tiny_model):
 
 @pytest.mark.parametrize(
     ("module", "builder"),
-    [("unstable_core/eval/play.py", "build_eval_graph"), ("benchmarks/rollout.py", "build_graph")],
+    [("unstable_core/eval/play.py", "build_eval_graph"), ("benchmarks/rollout_engine.py", "build_graph")],
 )
 def test_no_command_or_benchmark_builds_actors_of_its_own(module, builder):
     """The actor classes are started in runtime/launch/build.py alone (play_games and the rollout benchmark
