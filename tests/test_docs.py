@@ -299,11 +299,11 @@ def test_ci_runs_the_readme_test_command():
         "./install.sh --test",
         "python3 -m pytest -q",
         "./install.sh --test --vllm",
-        "python3 -m pytest -q -m vllm",
+        "python3 -m pytest -q -n 0 -m vllm",
     ):
         assert line in ci, f".ci/run does not run {line!r}"
     vllm = text_of(DOCS / "gpus-and-clusters.md")
-    assert "./install.sh --test --vllm && python3 -m pytest -q -m vllm" in vllm
+    assert "./install.sh --test --vllm && python3 -m pytest -q -n 0 -m vllm" in vllm
 
 
 # ---- links and paths, every page
