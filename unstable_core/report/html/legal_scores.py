@@ -82,8 +82,8 @@ def score_legal(
     games.jsonl is not changed); return the cost."""
     import math
 
-    from unstable_core.games.analysis.model_policy import load_model, with_adapter
-    from unstable_core.games.analysis.scoring import Scorer
+    from unstable_core.inference.hf.logprob_scorer import Scorer
+    from unstable_core.probes.model_policy import load_model, with_adapter
 
     started = time.monotonic()
     by_version = _turns(games)
