@@ -178,15 +178,14 @@ def branching_cost(run_dir: Path) -> dict[str, float] | None:
     branching)."""
     from unstable_core.io import read_jsonl
 
-    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "learner/branch/turns" in r]
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    rows = [r for r in metrics if "learner/branch/turns" in r]
     if not rows or not any(r.get("learner/legal/branched") for r in rows):
         return None
     states = [r["learner/batch_size"] * r.get("learner/legal/branched", 0.0) for r in rows]
     turns = sum(n * r["learner/branch/turns"] for n, r in zip(states, rows, strict=True))
     seconds = sum(n * r["learner/branch/seconds"] for n, r in zip(states, rows, strict=True))
-    requests = max(
-        (r.get("inference/requests", 0.0) for r in read_jsonl(run_dir / "metrics.jsonl")), default=0
-    )
+    requests = max((r.get("inference/requests", 0.0) for r in metrics), default=0)
     return {
         "updates": len(rows),
         "states": sum(states),
