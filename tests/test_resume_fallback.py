@@ -216,16 +216,61 @@ def test_a_resume_from_the_last_checkpoint_rewrites_no_log(saved, tmp_path):
 
 
 def test_optimizer_states_are_kept_in_the_newest_checkpoints_only(saved, tmp_path):
+    from safetensors import safe_open
+
     from unstable_core.learners.checkpoint import OPTIMIZER_FILE, prune_optimizer_states
 
     run_dir = copy_of(saved, tmp_path)
     checkpoints = run_dir / "checkpoints"
+    weights = [checkpoints / f"step-{k}" / "adapter_model.safetensors" for k in (1, 2, 3)]
+    sizes = [w.stat().st_size for w in weights]
     removed = prune_optimizer_states(checkpoints, keep=2)
-    assert removed == [checkpoints / "step-1" / OPTIMIZER_FILE]
+    assert removed == [checkpoints / "step-1" / OPTIMIZER_FILE, weights[0]]
     kept = [k for k in (1, 2, 3) if (checkpoints / f"step-{k}" / OPTIMIZER_FILE).is_file()]
     assert kept == [2, 3]
-    assert all((checkpoints / f"step-{k}" / "adapter_model.safetensors").is_file() for k in (1, 2, 3))
+    dtypes = []
+    for w in weights:
+        with safe_open(str(w), framework="pt", device="cpu") as f:
+            dtypes.append({str(f.get_tensor(key).dtype) for key in f.keys()})  # noqa: SIM118
+    assert dtypes == [{"torch.bfloat16"}, {"torch.float32"}, {"torch.float32"}]
+    assert weights[0].stat().st_size < 0.6 * sizes[0] and [w.stat().st_size for w in weights[1:]] == sizes[1:]
     assert checkpoint_problem(checkpoints / "step-1") is None  # an adapter without its optimizer loads
+    assert prune_optimizer_states(checkpoints, keep=2) == []  # done once
+
+
+def test_compact_adapters_off_keeps_float32(saved, tmp_path):
+    from unstable_core.learners.checkpoint import prune_optimizer_states
+
+    run_dir = copy_of(saved, tmp_path)
+    weights = run_dir / "checkpoints" / "step-1" / "adapter_model.safetensors"
+    before = weights.read_bytes()
+    prune_optimizer_states(run_dir / "checkpoints", keep=2, compact_adapters=False)
+    assert weights.read_bytes() == before
+
+
+def test_a_bfloat16_adapter_plays_as_its_float32_original(tiny_model, tmp_path):
+    """A compacted adapter (random B, so that it moves the policy) moves log-probs by under 5% of what the
+    float32 adapter moves them from the base model."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from unstable_core.learners.checkpoint import compact_adapter
+    from unstable_core.testing import make_tiny_adapter, plain_logprobs
+
+    folder = Path(make_tiny_adapter(tiny_model, tmp_path / "a", ["q_proj", "v_proj"], seed=3))
+    prompt, completion = list(range(5, 40)), list(range(40, 48))
+
+    def logprobs(adapter: Path | None) -> list[float]:
+        model = AutoModelForCausalLM.from_pretrained(tiny_model)
+        if adapter is not None:
+            model = PeftModel.from_pretrained(model, str(adapter))
+        return plain_logprobs(model.eval(), prompt, completion)
+
+    base, full = logprobs(None), logprobs(folder)
+    assert compact_adapter(folder / "adapter_model.safetensors")
+    half = logprobs(folder)
+    moved, rounded = (max(abs(a - b) for a, b in zip(full, other, strict=True)) for other in (base, half))
+    assert moved > 0.2 and rounded < 0.05 * moved, (moved, rounded)
 
 
 def test_a_resume_without_optimizer_state_starts_the_optimizer_fresh_and_says_so(saved, tiny_model, tmp_path):

@@ -312,6 +312,13 @@ class RunConfig:
             "optimizer fresh"
         ),
     )
+    compact_adapters: bool = attrs.field(
+        default=True,
+        metadata=_help(
+            "checkpoints beyond the newest keep_optimizer_states store their adapter in bfloat16 (half its "
+            "disk; a LoRA weight moves by at most 2**-9 of itself); off: float32 throughout"
+        ),
+    )
     branch_samples: int = attrs.field(
         default=0,
         validator=non_negative,

@@ -53,6 +53,7 @@ class LearnerActor:
         resume_from: str | None = None,
         max_nonfinite_updates: int = 3,
         keep_optimizer_states: int = 2,
+        compact_adapters: bool = True,
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
@@ -71,6 +72,7 @@ class LearnerActor:
         self._stop = threading.Event()
         self.nonfinite = NonFiniteUpdates(max_nonfinite_updates)
         self.keep_optimizer_states = keep_optimizer_states
+        self.compact_adapters = compact_adapters
         self.rank, self.world_size = rank, world_size
         self._phase = ("starting", time.time())  # what `phase()` reports: a stalled pipeline's evidence
 
@@ -161,7 +163,7 @@ class LearnerActor:
             give_up = self.nonfinite.observe(metrics)
             metrics.update(update_s=time.time() - started, batch_steps=len(batch), peak_rss_gb=peak_rss_gb())
             path = self.learner.save_checkpoint(extra_json={RUN_STATE: self.run_state(metrics)})
-            prune_optimizer_states(path.parent, self.keep_optimizer_states)
+            prune_optimizer_states(path.parent, self.keep_optimizer_states, self.compact_adapters)
             step = self.learner.step
             ray.get(self.league.add_checkpoint.remote(f"ckpt-{step}", str(path), step))
             ray.get(self.buffer.set_policy_version.remote(step))

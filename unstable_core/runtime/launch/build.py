@@ -302,6 +302,7 @@ def start_learner(
                 resume_from=str(point.checkpoint) if point is not None and rank == 0 else None,
                 max_nonfinite_updates=cfg.max_nonfinite_updates,
                 keep_optimizer_states=cfg.keep_optimizer_states,
+                compact_adapters=cfg.compact_adapters,
                 rank=rank,
                 world_size=world,
             )
