@@ -30,6 +30,8 @@ def test_runs_lists_finished_stopped_running(tmp_path):
     (resumed / "summary.json").write_text(json.dumps({"elapsed_s": 5.0}))
     with (resumed / "metrics.jsonl").open("a") as f:
         f.write(json.dumps({"event": "resume", "time": 4e9}) + "\n" + '{"cut by a kill')
+    interrupted = _run(tmp_path, "f-interrupted", 2)  # Ctrl-C: a clean stop's summary, short of its steps
+    (interrupted / "summary.json").write_text(json.dumps({"elapsed_s": 20.0, "learner_step": 2}))
     running = _run(tmp_path, "d-running", 2)
     (tmp_path / "not-a-run").mkdir()
     lock = RunLock.acquire(running)
@@ -39,12 +41,13 @@ def test_runs_lists_finished_stopped_running(tmp_path):
         lock.release()
     assert out.exit_code == 0, out.output
     rows = {r["name"]: r for r in json.loads(out.output)}
-    assert set(rows) == {"a-done", "b-stopped", "c-killed", "d-running", "e-resumed-killed"}
+    assert set(rows) == {"a-done", "b-stopped", "c-killed", "d-running", "e-resumed-killed", "f-interrupted"}
     assert rows["a-done"]["state"] == "finished" and rows["a-done"]["verdict"] == "learned"
     assert rows["a-done"]["steps"] == 3 and rows["a-done"]["wall_s"] == 42.0
     assert rows["b-stopped"]["state"] == "stopped (too many failures)"
     assert rows["c-killed"]["state"] == "stopped (killed: no summary)"
     assert rows["e-resumed-killed"]["state"] == "stopped (killed: no summary)"
+    assert rows["f-interrupted"]["state"] == "stopped (at step 2 of 3)"
     assert rows["d-running"]["state"] == "running" and rows["d-running"]["wall_s"] == 10.0
     assert rows["a-done"]["disk_bytes"] > 0
     table = CliRunner().invoke(cli, ["runs", str(tmp_path)])

@@ -62,6 +62,16 @@ def _running(run_dir: Path) -> bool:
     return (run_dir / LOCK_NAME).exists() and not lock_is_free(run_dir)
 
 
+def _learning_steps(run_dir: Path) -> int | None:
+    """The run's planned learner steps from its config.toml (None: unreadable, or a run that plays only)."""
+    import tomllib
+
+    with contextlib.suppress(OSError, ValueError):
+        planned = tomllib.loads((run_dir / "config.toml").read_text()).get("learning_steps")
+        return planned if isinstance(planned, int) and not isinstance(planned, bool) else None
+    return None
+
+
 def run_row(run_dir: Path) -> RunRow:
     """Where the run in `run_dir` stands."""
     records = _metrics(run_dir)
@@ -81,7 +91,9 @@ def run_row(run_dir: Path) -> RunRow:
     if _running(run_dir):
         state = "running"
     elif summary and not summary.get("aborted") and not summary.get("stop_reason"):
-        state = "finished"
+        planned = _learning_steps(run_dir)
+        short = planned is not None and steps < planned  # stopped by a signal or Ctrl-C: a clean stop
+        state = f"stopped (at step {steps} of {planned})" if short else "finished"
     else:
         why = summary.get("stop_reason") or next(
             (
