@@ -4,8 +4,13 @@ A one-layer model reads the prompts (kuhn-compact, the real env driven to each s
 feature and a weak card feature (`make_kuhn_model`). Trained first to bet and call with every card (the
 strategy recipe's card-blind point, q >= 0.99 everywhere), each signal then gets the card-dependent target
 for the same number of updates through the learner's own `update`: sampled policy gradient (REINFORCE on
-a sampled answer, +1 if it is the target, -1 if not) stays card-blind at the sets where the target is the
-minority answer, while NeuRD and MMD, which score every legal answer, reach it at all 12.
+a sampled answer, +1 if it is the target, -1 if not) mostly stays card-blind at the sets where the target is
+the minority answer, while NeuRD and MMD, which score every legal answer, reach it at all 12.
+
+REINFORCE's outcome depends on its draws: over sampling seeds 0-7, 1 reached q(target) >= 0.9 at all 12
+sets; K's bet was learnt in 4, J's fold facing a bet in 1 (the exact gradient lowers it: calling is right
+for Q and K), and 4 left all four minority sets below 0.6. So the test runs 4 seeds and asks that at most
+2 reach the target (1 today); NeuRD and MMD draw nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +36,6 @@ from unstable_core.testing.kuhn_sets import (  # noqa: E402
 )
 
 UPDATES = 150
-MINORITY = ("0b", "0pb", "2", "2p")  # J folds facing a bet, K bets first: the answers the others do not give
 
 
 @pytest.fixture(scope="module")
@@ -70,12 +74,12 @@ def make(name, model, run_dir, **options):
     return learner
 
 
-def train(name, saturated, tmp_path, **options):
+def train(name, saturated, tmp_path, seed=0, **options):
     model, sets, blind = saturated
     learner = make(name, model, tmp_path, **options)
     set_peft_model_state_dict(learner.model, blind)
     targets = [target_of(s.key) for s in sets]
-    rng = random.Random(0)
+    rng = random.Random(seed)
     for _ in range(UPDATES):
         if name == "reinforce":
             qs = policy_q(learner, sets)
@@ -86,9 +90,10 @@ def train(name, saturated, tmp_path, **options):
     return target_q(learner, sets, targets)
 
 
-def test_sampled_policy_gradient_stays_card_blind(saturated, tmp_path):
-    found = train("reinforce", saturated, tmp_path)
-    assert sum(found[key] < 0.5 for key in MINORITY) >= 3, found
+def test_sampled_policy_gradient_mostly_stays_card_blind(saturated, tmp_path):
+    found = [train("reinforce", saturated, tmp_path / str(seed), seed=seed) for seed in range(4)]
+    reached = [seed for seed, q in enumerate(found) if min(q.values()) >= 0.9]
+    assert len(reached) <= 2, (reached, found)
 
 
 @pytest.mark.parametrize(("name", "options"), [("neurd", {"threshold": 1.0}), ("mmd", {})])
