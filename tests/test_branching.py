@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from unstable_core.errors import UnstableError
 from unstable_core.games.legal_answers import scored_envs
 from unstable_core.games.loop import play_game
 from unstable_core.games.players.base import ScriptedPlayer
@@ -113,9 +114,8 @@ def test_branching_values_each_move_reproducibly(tokenizer):
     assert mover_steps(again)[0].step_info[LEGAL]["values"] == legal["values"]
 
 
-def test_a_winning_move_is_worth_one_whatever_follows(tokenizer):
-    """TicTacToe: X plays 1, 3, 5; O (the model seat) 4 then 0, and then holds 0 and 4 with 8 open:
-    playing 8 wins at once, so its value is 1 whatever the continuations."""
+def tictactoe_game(tokenizer, **branching):
+    """TicTacToe: X plays 1, 3, 5; O (the model seat) 4 then 0, and then holds 0 and 4 with 8 open."""
     env_id = "TicTacToe-v0-train"
 
     class Script(ScriptedPlayer):  # X: the first empty cell of 1, 3, 5, 7, 2, 6, else any
@@ -133,12 +133,26 @@ def test_a_winning_move_is_worth_one_whatever_follows(tokenizer):
     result = asyncio.run(
         play_game(
             spec, seats, tokenizer, lora_paths=dict.fromkeys(seats), policy_versions=dict.fromkeys(seats, 0),
-            params=SamplingParams(seed=1), branch_samples=2,
+            params=SamplingParams(seed=1), **branching,
         )
     )  # fmt: skip
     assert not result.info.failed, result.info.error
-    last = mover_steps(result)[-1].step_info[LEGAL]
+    return [s.step_info[LEGAL] for s in mover_steps(result)]
+
+
+def test_a_winning_move_is_worth_one_whatever_follows(tokenizer):
+    """O's third state: playing 8 wins at once, so its value is 1 whatever the continuations."""
+    last = tictactoe_game(tokenizer, branch_samples=2)[-1]
     assert last["values"][last["moves"].index("[8]")] == 1.0
+
+
+def test_branch_max_moves_leaves_the_states_of_more_moves_unbranched(tokenizer):
+    legal = tictactoe_game(tokenizer, branch_samples=1, branch_max_moves=6)
+    assert [len(x["moves"]) for x in legal] == [8, 6, 4]
+    assert ["values" in x for x in legal] == [False, True, True]
+    assert legal[-1]["values"][legal[-1]["moves"].index("[8]")] == 1.0
+    with pytest.raises(UnstableError, match="branch_max_moves must be an int >= 0, got -1"):
+        tictactoe_game(tokenizer, branch_samples=1, branch_max_moves=-1)
 
 
 def answering_sequence(tokenizer, texts):

@@ -190,6 +190,8 @@ def legal_answers_line(run: Any, learning_steps: int | None) -> str:
     parts = []
     if scored:
         branched = f", valued by {cfg.branch_samples} continuations a move" if cfg.branch_samples else ""
+        if cfg.branch_samples and cfg.branch_max_moves:
+            branched += f" at states of at most {cfg.branch_max_moves} legal moves"
         parts.append(f"scored on {', '.join(scored)}{branched}")
     if plain:
         parts.append(f"not on {', '.join(plain)} (their legal moves cannot be read: sampled gradient)")

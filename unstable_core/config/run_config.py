@@ -327,6 +327,14 @@ class RunConfig:
             "visited is played and the game continued this many times with the same players (0: off)"
         ),
     )
+    branch_max_moves: int = attrs.field(
+        default=0,
+        validator=non_negative,
+        metadata=_help(
+            "branch only the states with at most this many legal moves (0: every state); the others train "
+            "as unbranched: their continuations cost the most (TicTacToe's first moves hold no win or block)"
+        ),
+    )
     failure_window: int = attrs.field(
         default=20,
         validator=at_least_one,

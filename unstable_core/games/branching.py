@@ -76,12 +76,15 @@ async def continue_from(game: Any, index: int, move: str, move_index: int, sampl
     return float(branch.final_rewards[step.pid]), len(branch.steps)
 
 
-async def add_branch_values(game: Any, samples: int, max_turns: int) -> None:
+async def add_branch_values(game: Any, samples: int, max_turns: int, max_moves: int = 0) -> None:
     """Put each legal move's value (mean over `samples` continuations) and the branching's cost on every
-    learner step of the finished `game` that has legal answers."""
+    learner step of the finished `game` that has legal answers (at most `max_moves` of them, if > 0: the
+    states of many moves cost the most continuations, and in TicTacToe they hold no win or block)."""
     for index, step in enumerate(game.steps):
         legal = step.step_info.get(LEGAL)
         if not legal or not game.players[step.pid].collect_data:
+            continue
+        if max_moves and len(legal["moves"]) > max_moves:
             continue
         started = time.monotonic()
         jobs = [

@@ -63,6 +63,7 @@ async def play_game(
     env_factory: EnvFactory | None = None,
     error_allowance: int | None = 0,
     branch_samples: int = 0,
+    branch_max_moves: int = 0,
 ) -> GameResult:
     """Play `spec` to the end and return every seat's trajectory with the game's information.
 
@@ -76,12 +77,21 @@ async def play_game(
     v0.2: the first one loses; None: the env's own, 1 in most TextArena games).
     An env error, a failed generation, more than `max_turns` turns or `timeout_s` seconds end the game
     as failed (`info.failed`, `info.error`). With `branch_samples` K > 0, each legal move of every state a
-    learner seat visited is then valued by K continuations (`games.branching`); a branching that fails
+    learner seat visited is then valued by K continuations (`games.branching`), at the states with at most
+    `branch_max_moves` legal moves if that is > 0 (the others train as unbranched); a branching that fails
     leaves those values out and the game as it was. Raises UnstableError before playing when the arguments do not
     fit the spec; re-raises InferenceUnavailable and cancellation.
     """
     players = _check_arguments(
-        spec, lora_paths, policy_versions, templates, max_turns, timeout_s, error_allowance, branch_samples
+        spec,
+        lora_paths,
+        policy_versions,
+        templates,
+        max_turns,
+        timeout_s,
+        error_allowance,
+        branch_samples,
+        branch_max_moves,
     )
     generate = _per_seat(
         generate, players, "generate", lambda g: callable(g) or isinstance(g, ScriptedPlayer)
@@ -114,16 +124,16 @@ async def play_game(
         error = f"unexpected {type(exc).__name__} at turn {len(game.steps)}: {exc}"
     duration = time.monotonic() - started
     if branch_samples and error is None:
-        await _branch(game, branch_samples, max_turns)
+        await _branch(game, branch_samples, max_turns, branch_max_moves)
     return game.result(error, duration)
 
 
-async def _branch(game: _Game, samples: int, max_turns: int) -> None:
+async def _branch(game: _Game, samples: int, max_turns: int, max_moves: int = 0) -> None:
     """`branching.add_branch_values`, its failure logged on the game's first step instead of failing it."""
     from unstable_core.games.branching import add_branch_values
 
     try:
-        await add_branch_values(game, samples, max_turns)
+        await add_branch_values(game, samples, max_turns, max_moves)
     except (InferenceUnavailable, asyncio.CancelledError):
         raise
     except Exception as exc:
@@ -411,6 +421,7 @@ def _check_arguments(
     timeout_s: float | None,
     error_allowance: int | None = 0,
     branch_samples: int = 0,
+    branch_max_moves: int = 0,
 ) -> dict[int, PlayerSpec]:
     """The seats of `spec` by pid, after checking that the arguments cover them (else UnstableError)."""
     players = {p.pid: p for p in spec.players}
@@ -435,6 +446,10 @@ def _check_arguments(
         )
     if isinstance(branch_samples, bool) or not isinstance(branch_samples, int) or branch_samples < 0:
         raise UnstableError(f"branch_samples must be an int >= 0, got {branch_samples!r}; 0 branches nothing")
+    if isinstance(branch_max_moves, bool) or not isinstance(branch_max_moves, int) or branch_max_moves < 0:
+        raise UnstableError(
+            f"branch_max_moves must be an int >= 0, got {branch_max_moves!r}; 0 branches every state"
+        )
     if error_allowance is not None and (
         isinstance(error_allowance, bool) or not isinstance(error_allowance, int) or error_allowance < 0
     ):

@@ -94,6 +94,7 @@ class Collector:
         game_timeout_s: float | None = None,
         error_allowance: int | None = 0,
         branch_samples: int = 0,
+        branch_max_moves: int = 0,
         max_retries: int = 3,
         restart_timeout_s: float = ANSWER_TIMEOUT_S,
         scheduled_eval: ScheduledEval | None = None,
@@ -108,7 +109,7 @@ class Collector:
         self.max_turns, self.game_timeout_s, self.max_retries = max_turns, game_timeout_s, max_retries
         self.restart_timeout_s = restart_timeout_s
         self.error_allowance = error_allowance
-        self.branch_samples = branch_samples
+        self.branch_samples, self.branch_max_moves = branch_samples, branch_max_moves
         self.running = False
         self.counts = {"started": 0, "finished": 0, "failed": 0, "retries": 0, "recorded": 0}
         self._recording: set[asyncio.Future] = set()  # finished games being recorded (see `_finish`)
@@ -188,6 +189,7 @@ class Collector:
                     timeout_s=self.game_timeout_s,
                     error_allowance=self.error_allowance,
                     branch_samples=0 if spec.eval else self.branch_samples,
+                    branch_max_moves=self.branch_max_moves,
                 )
             except InferenceUnavailable as exc:
                 error = str(exc)

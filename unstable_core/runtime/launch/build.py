@@ -223,6 +223,7 @@ def start_collectors(
             game_timeout_s=cfg.game_timeout_s,
             error_allowance=cfg.error_allowance,
             branch_samples=cfg.branch_samples,
+            branch_max_moves=cfg.branch_max_moves,
             scheduled_eval=plan.scheduled_eval if plan.learn else None,
         )
         for scheduler in schedulers
