@@ -1,8 +1,9 @@
 """report.html's size, time to write and time to open (headless Chromium) for a tiny run (the fixture run
 of tests/) and a synthetic 120-checkpoint run of `--games` games (Kuhn-like, four turns each, prompts as a
-chat template writes them):
+chat template writes them), or of real runs (`--run`, repeatable: a copy without its checkpoints):
 
     python benchmarks/report_size.py --games 3000 --checkpoints 120
+    python benchmarks/report_size.py --run runs/<name>
 """
 
 from __future__ import annotations
@@ -116,11 +117,28 @@ def measure(folder: Path) -> dict[str, float]:
             "write_s": written, **open_seconds(path)}  # fmt: skip
 
 
+def measure_runs(runs: list[Path]) -> None:
+    """Each run's report, written and opened from a copy of the run without its checkpoints."""
+    for run in runs:
+        if not (run / "config.toml").is_file():
+            raise SystemExit(f"error: {run} is not a run directory (it has no config.toml)")
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(
+                shutil.copytree(run, Path(tmp) / run.name, ignore=shutil.ignore_patterns("checkpoints"))
+            )
+            games = sum(1 for _ in (copy / "games" / "games.jsonl").open())
+            figures = {k: None if v is None else round(v, 3) for k, v in measure(copy).items()}
+            print(f"{run.name} ({games} games)", json.dumps(figures))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--games", type=int, default=3000)
     parser.add_argument("--checkpoints", type=int, default=120)
+    parser.add_argument("--run", action="append", default=[], help="measure this run directory instead")
     args = parser.parse_args()
+    if args.run:
+        return measure_runs([Path(r) for r in args.run])
     with tempfile.TemporaryDirectory() as tmp:
         tiny = Path(tmp) / "tiny"
         shutil.copytree(
