@@ -82,6 +82,10 @@ def open_seconds(path: Path) -> dict[str, float]:
     """Seconds from `get` until the page's script has drawn it, the page's own time to that point (from
     navigation start), and the seconds to replay the last game listed (its chunk inflated then; none without
     Chromium)."""
+    import sys
+
+    if str(ROOT) not in sys.path:  # run as a script, benchmarks/ is on the path, not the repository
+        sys.path.insert(0, str(ROOT))
     try:
         from tests.test_report_browser import _chromium, browser, open_report
     except ImportError:
