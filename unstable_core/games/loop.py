@@ -444,12 +444,12 @@ def _check_arguments(
         raise UnstableError(
             f"timeout_s must be > 0 or None, got {timeout_s}; use None for no per-game timeout"
         )
-    if isinstance(branch_samples, bool) or not isinstance(branch_samples, int) or branch_samples < 0:
-        raise UnstableError(f"branch_samples must be an int >= 0, got {branch_samples!r}; 0 branches nothing")
-    if isinstance(branch_max_moves, bool) or not isinstance(branch_max_moves, int) or branch_max_moves < 0:
-        raise UnstableError(
-            f"branch_max_moves must be an int >= 0, got {branch_max_moves!r}; 0 branches every state"
-        )
+    for name, value, zero in (
+        ("branch_samples", branch_samples, "branches nothing"),
+        ("branch_max_moves", branch_max_moves, "branches every state"),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise UnstableError(f"{name} must be an int >= 0, got {value!r}; 0 {zero}")
     if error_allowance is not None and (
         isinstance(error_allowance, bool) or not isinstance(error_allowance, int) or error_allowance < 0
     ):

@@ -64,7 +64,7 @@ def _running(run_dir: Path) -> bool:
 
 def _learning_steps(run_dir: Path) -> int | None:
     """The run's planned learner steps from its config.toml (None: unreadable, or a run that plays only)."""
-    import tomllib
+    from unstable_core.config.load import tomllib  # tomli before Python 3.11
 
     with contextlib.suppress(OSError, ValueError):
         planned = tomllib.loads((run_dir / "config.toml").read_text()).get("learning_steps")
