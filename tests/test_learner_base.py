@@ -201,6 +201,28 @@ def test_update_changes_only_lora_and_counts_one_step(learner):
     assert learner.update(BATCH)["policy_lag"] == 1.0  # the same version-0 steps, one update later
 
 
+def test_a_linear_schedule_anneals_the_rate_and_a_resumed_learner_continues_it(tiny_model, tmp_path):
+    def make(**settings):
+        lrn = SumLogprobLearner.create(tiny_model, device="cpu", run_dir=tmp_path / "run", learning_rate=1e-2,
+                                       lora_config={"lora_rank": 4}, learning_steps=4, **settings)  # fmt: skip
+        lrn.initialize_algorithm()
+        return lrn
+
+    lrn = make(lr_schedule="linear")
+    rates = [lrn.update(BATCH)["lr"] for _ in range(2)]
+    assert rates == pytest.approx([1e-2, 0.75e-2])
+    resumed = make(lr_schedule="linear")
+    path = lrn.save_checkpoint()
+    resumed.load_checkpoint(path)
+    rates += [resumed.update(BATCH)["lr"] for _ in range(3)]
+    assert rates == pytest.approx([1e-2, 0.75e-2, 0.5e-2, 0.25e-2, 0.25e-2])  # never below the last update's
+    constant = make()
+    constant.load_checkpoint(path)  # an annealed optimizer state, read by a constant run
+    assert constant.update(BATCH)["lr"] == pytest.approx(1e-2)
+    with pytest.raises(ConfigError, match="lr_schedule"):
+        make(lr_schedule="cosine")
+
+
 def _grads_at_step(lrn, batch):
     """Run one update and return the (clipped) gradients the optimizer stepped with."""
     captured = []

@@ -105,6 +105,15 @@ class RunConfig:
         validator=above(0, 1.0),
         metadata=_help("AdamW learning rate (> 0)"),
     )
+    lr_schedule: str = attrs.field(
+        default="constant",
+        validator=choice("constant", "linear"),
+        metadata=_help(
+            "constant, or linear: the learning rate falls from learning_rate at the first update to "
+            "learning_rate / learning_steps at the last (CleanRL's anneal_lr), so the last iterate settles "
+            "where a constant step keeps it cycling"
+        ),
+    )
     gradient_clipping: float = attrs.field(
         default=0.2, validator=above(0, 1e9), metadata=_help("global grad-norm clip (> 0)")
     )

@@ -37,7 +37,7 @@ from unstable_core.learners.data_parallel import DataParallel, GradientSum, merg
 from unstable_core.learners.dropout import has_dropout, reference_mode
 from unstable_core.learners.lora import make_lora_config, present_target_modules
 from unstable_core.learners.off_policy import OffPolicyStats, importance_weights
-from unstable_core.learners.settings import LearnerConfig, algorithm_config
+from unstable_core.learners.settings import LearnerConfig, algorithm_config, lr_factor
 from unstable_core.learners.shared_prefix import decoder_hidden, micro_batch_order
 from unstable_core.model_loading import plain_linear_head
 from unstable_core.plugins import registered_name
@@ -324,7 +324,9 @@ class BaseLearner:
         self._off_policy = OffPolicyStats()
         samples = self.prepare_batch(kept)
         prepared = time.perf_counter()
+        lr = self.set_learning_rate()
         metrics = self.optimize(samples)
+        metrics["lr"] = lr
         metrics.update(self._off_policy.metrics())
         self.step += 1
         end = time.perf_counter()
@@ -339,6 +341,15 @@ class BaseLearner:
             }
         )
         return metrics
+
+    def set_learning_rate(self) -> float:
+        """Scale every optimizer's learning rate for update `self.step + 1` by `lr_schedule`; returns the
+        policy's. Set from the step each time (no scheduler state), so a resumed run continues the schedule."""
+        factor = lr_factor(self.config.lr_schedule, self.step, self.config.learning_steps)
+        for opt in self.optimizers.values():
+            for group in opt.param_groups:
+                group["lr"] = group.setdefault("initial_lr", group["lr"]) * factor
+        return float(self.optimizers["policy"].param_groups[0]["lr"])
 
     def optimize(self, samples: list[Any]) -> dict[str, float]:
         """Train on the prepared samples of one update: one `optimizer_step` for the base; an algorithm that

@@ -12,13 +12,15 @@ from unstable_core.errors import ConfigError
 
 #: the RunConfig fields a learner reads (batch_size: the steps the runtime pulls per update; temperature and
 #: top_p: the sampler's, so that the learner's log pi is that of the policy that sampled, 0 (greedy) read as 1;
-#: top_p 1: the whole vocabulary)
+#: top_p 1: the whole vocabulary; learning_steps: the length of a linear lr_schedule)
 LEARNER_SETTINGS = (
     "model_name",
     "lora_config",
     "batch_size",
     "mini_batch_size",
     "learning_rate",
+    "lr_schedule",
+    "learning_steps",
     "gradient_clipping",
     "gradient_checkpointing",
     "max_train_len",
@@ -72,3 +74,11 @@ def algorithm_config(learner: str, config_cls: type | None, kwargs: dict[str, An
         raise ConfigError(message if message.startswith(f"{learner} ") else f"{learner} {message}") from None
     except (TypeError, ValueError) as exc:  # a value of the wrong type met a validator's comparison
         raise ConfigError(f"{learner} options {kwargs}: {exc}") from None
+
+
+def lr_factor(schedule: str, done: int, learning_steps: int) -> float:
+    """The learning rate's factor for the update after `done` updates: 1 (constant), or linear from 1 at
+    the first update to 1 / learning_steps at the last (and there past it)."""
+    if schedule == "constant":
+        return 1.0
+    return max(1.0 - done / learning_steps, 1.0 / learning_steps)
