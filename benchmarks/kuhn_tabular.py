@@ -3,6 +3,7 @@ information set in place of the model, everything else as the recipe does it.
 
     python3 benchmarks/kuhn_tabular.py                      # the default rows, 3 seeds, 55 updates
     python3 benchmarks/kuhn_tabular.py --updates 120 --seeds 5
+    python3 benchmarks/kuhn_tabular.py --lr-schedule linear  # the step falls to 1/updates of it by the last
 
 Each update plays hands by mirror self-play until `--batch` states are visited, values every legal move of
 each visited state by playing it and continuing the hand `--continuations` times with the current policy
@@ -99,10 +100,21 @@ def visited_states(table: Table, batch: int, continuations: int, rng: random.Ran
     return states
 
 
-def train(row: tuple, updates: int, batch: int, continuations: int, seed: int, every: int) -> list[float]:
-    """The exploitability every `every` updates of one row and seed."""
+def train(
+    row: tuple,
+    updates: int,
+    batch: int,
+    continuations: int,
+    seed: int,
+    every: int,
+    schedule: str = "constant",
+) -> list[float]:
+    """The exploitability every `every` updates of one row and seed; the step falls as `--lr-schedule` has a
+    run's learning rate fall over `updates`."""
     import torch
     from unstable_mmd.learner import mmd_target
+
+    from unstable_core.learners.settings import lr_factor
 
     eta, alpha, lr, fit_steps = row
     rng, table, curve = random.Random(seed), Table(), []
@@ -112,6 +124,7 @@ def train(row: tuple, updates: int, batch: int, continuations: int, seed: int, e
         for key, values in states:
             logq = torch.tensor(table.logits[key]).log_softmax(-1)
             targets.append(mmd_target(logq, torch.tensor(values), eta, alpha, torch.zeros(2)).tolist())
+        step = lr * lr_factor(schedule, update - 1, updates)
         for _ in range(fit_steps):
             grads: dict[str, list[float]] = {}
             for (key, _), target in zip(states, targets, strict=True):
@@ -120,7 +133,7 @@ def train(row: tuple, updates: int, batch: int, continuations: int, seed: int, e
                 g[0] += (1.0 - q) - target[0]
                 g[1] += q - target[1]
             for key, g in grads.items():
-                table.logits[key] = [y - lr * d for y, d in zip(table.logits[key], g, strict=True)]
+                table.logits[key] = [y - step * d for y, d in zip(table.logits[key], g, strict=True)]
         if update % every == 0 or update == updates:
             curve.append(table.exploitability())
     return curve
@@ -135,6 +148,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--continuations", type=int, default=2, help="continuations per legal move")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--every", type=int, default=10)
+    parser.add_argument(
+        "--lr-schedule",
+        choices=("constant", "linear"),
+        default="constant",
+        help="the step of every row: constant, or falling linearly over --updates as `unstable run`'s does",
+    )
     args = parser.parse_args(argv)
     if min(args.updates, args.batch, args.continuations, args.seeds, args.every) < 1:
         print(
@@ -142,12 +161,15 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         sys.exit(2)
-    head = f"exploitability every {args.every} updates (mean over {args.seeds} seeds)"
+    head = (
+        f"exploitability every {args.every} updates (mean over {args.seeds} seeds, {args.lr_schedule} step)"
+    )
     print(f"| eta | alpha | step | fit steps | {head} | last, min-max |")
     print("|---|---|---|---|---|---|")
     for row in ROWS:
         curves = [
-            train(row, args.updates, args.batch, args.continuations, s, args.every) for s in range(args.seeds)
+            train(row, args.updates, args.batch, args.continuations, s, args.every, args.lr_schedule)
+            for s in range(args.seeds)
         ]
         means = [sum(c[i] for c in curves) / len(curves) for i in range(len(curves[0]))]
         last = [c[-1] for c in curves]

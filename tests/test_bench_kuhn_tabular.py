@@ -41,6 +41,7 @@ def test_branched_values_are_the_movers(tabular):
 def test_the_signal_learns_on_a_table_and_a_dominant_magnet_holds_it_at_uniform(tabular):
     learned = tabular.run_row((1.0, 0.2, 1.0, 1))
     assert learned[-1] < 0.2  # uniform play: 0.458
+    assert tabular.run_row((1.0, 0.2, 1.0, 1), schedule="linear")[-1] < 0.2  # the step falls to 1/55
     held = tabular.run_row((1.0, 20.0, 1.0, 1))
     assert held[-1] > 0.35
 
