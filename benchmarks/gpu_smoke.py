@@ -1,6 +1,6 @@
 """GPU smoke check: what the GPU path does on this machine, and what could not be checked.
 
-    python3 benchmarks/gpu_smoke.py [--model smollm2-135m] [--device cpu]
+    python3 benchmarks/gpu_smoke.py [--model smollm2-135m] [--device cpu] [--only transformers|data-parallel|vllm]
 
 - transformers backend in bf16: generated tokens/s at batch 1, 8 and 32;
 - one update of each installed learner (reinforce, a2c, ppo, ...) on the GPU (bf16 body, fp32 LM head) on
@@ -30,6 +30,9 @@ from unstable_core.cli.options import add_config_argument
 
 PROMPT = "You are playing TicTacToe. The board is empty. Think briefly, then give your move as [4]."
 TEMPERATURE = 1.0
+
+
+CHECKS = ("transformers", "data-parallel", "vllm")  # the groups of checks, for --only
 
 
 def rows_print(rows: list[tuple[str, str]]) -> None:
@@ -195,6 +198,20 @@ def check_vllm(
     return rows
 
 
+def vllm_rows(
+    model: str, max_tokens: int, tmp: str, device: str, adapter_scale: float
+) -> list[tuple[str, str]]:
+    """`check_vllm`'s rows where vLLM's build runs on `device`, else one "not checked" row with the reason."""
+    from unstable_core.inference.vllm.backend import vllm_platform
+
+    platform = vllm_platform()
+    if platform is None:
+        return [("vLLM", "not checked: vLLM is not installed (./install.sh --vllm)")]
+    if platform != ("cuda" if device.startswith("cuda") else "cpu"):
+        return [("vLLM", f"not checked: the installed vLLM is its {platform} build, not {device}'s")]
+    return check_vllm(model, max_tokens, tmp, device, adapter_scale)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_config_argument(parser, "--model")  # the run's settings, as RunConfig has them
@@ -211,11 +228,16 @@ def main() -> None:
         default="cuda",
         help="cpu: run the same checks on the CPU (a dry run of the script)",
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=CHECKS,
+        help="run only this group of checks (repeatable; default every one)",
+    )
     args = parser.parse_args()
+    only = set(args.only or CHECKS)
 
     import torch
-
-    from unstable_core.inference.vllm.backend import vllm_platform
 
     rows: list[tuple[str, str]] = [("torch", f"{torch.__version__} (CUDA {torch.version.cuda})")]
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -233,17 +255,12 @@ def main() -> None:
         props = torch.cuda.get_device_properties(0)
         rows.append(("GPU", f"{props.name}, {props.total_memory / 2**30:.0f} GiB"))
     with tempfile.TemporaryDirectory() as tmp:
-        rows += check_transformers(args.model, args.max_tokens, tmp, args.device)
-        rows += check_data_parallel(args.model, args.device)
-        platform = vllm_platform()
-        if platform is None:
-            rows.append(("vLLM", "not checked: vLLM is not installed (./install.sh --vllm)"))
-        elif platform != ("cuda" if args.device.startswith("cuda") else "cpu"):
-            rows.append(
-                ("vLLM", f"not checked: the installed vLLM is its {platform} build, not {args.device}'s")
-            )
-        else:
-            rows += check_vllm(args.model, args.max_tokens, tmp, args.device, args.adapter_scale)
+        if "transformers" in only:
+            rows += check_transformers(args.model, args.max_tokens, tmp, args.device)
+        if "data-parallel" in only:
+            rows += check_data_parallel(args.model, args.device)
+        if "vllm" in only:
+            rows += vllm_rows(args.model, args.max_tokens, tmp, args.device, args.adapter_scale)
     rows_print(rows)
 
 
