@@ -21,6 +21,8 @@ import random
 import sys
 from typing import Any
 
+from unstable_core.cli.options import add_config_argument
+
 ROWS = [  # (eta, alpha, lr, fit_steps): the recipe's settings and the levers beside them
     (1.0, 0.5, 0.03, 1),
     (1.0, 0.2, 0.03, 4),
@@ -148,12 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--continuations", type=int, default=2, help="continuations per legal move")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--every", type=int, default=10)
-    parser.add_argument(
-        "--lr-schedule",
-        choices=("constant", "linear"),
-        default="constant",
-        help="the step of every row: constant, or falling linearly over --updates as `unstable run`'s does",
-    )
+    add_config_argument(parser, "--lr-schedule")  # the step of every row falls over --updates as a run's rate
     args = parser.parse_args(argv)
     if min(args.updates, args.batch, args.continuations, args.seeds, args.every) < 1:
         print(
