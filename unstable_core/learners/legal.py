@@ -25,7 +25,10 @@ import attrs
 
 from unstable_core.config.validators import non_negative_number
 from unstable_core.errors import UnstableError
+from unstable_core.learners.answer_tree import answer_sums
 from unstable_core.learners.base import BaseLearner
+from unstable_core.learners.shared_prefix import can_share
+from unstable_core.model_loading import plain_linear_head
 from unstable_core.types import LEGAL, Step
 
 MIN_PLAYED_Q = 0.05  # the floor of q(played) in an importance-weighted value estimate: bounds 1/q at 20
@@ -78,16 +81,28 @@ def answer_rows(state: LegalState) -> list[Step]:
 
 def answer_logprobs(learner: BaseLearner, state: LegalState) -> Any:
     """y [K]: log pi_T(a | s) of each legal answer under `learner`'s policy, its tokens' log-probs summed;
-    one forward, in which the rows share the whole prompt (`shared_prefix`): it runs once, at batch 1."""
-    return learner.policy_logprobs(learner.collate(answer_rows(state))).sum(dim=-1)
+    the prompt runs once, its answers on its cached keys and values (`answer_logprobs_of`)."""
+    return answer_logprobs_of(learner, [state])[0]
 
 
 def answer_logprobs_of(learner: BaseLearner, states: Sequence[LegalState]) -> list[Any]:
-    """`answer_logprobs` of each state, a forward each: states batched together would share only the
-    prompt frame they open with (on TicTacToe the rows diverge at the seat, a few tokens in), so each
-    prompt would run once per answer; alone, its K answers share it (7 TicTacToe answers: 1.3x less
-    time at a 60-token frame, more where prompts diverge earlier)."""
-    return [answer_logprobs(learner, state) for state in states]
+    """`answer_logprobs` of each state: two passes over all of them (`answer_tree`: each prompt once, the
+    frame they share once, then every answer on its prompt's cache) where the decoder allows it (float32,
+    plain caches, a Linear head); otherwise a forward per state, in which its answers share its prompt
+    (`shared_prefix`): states batched as flat rows would run each prompt once per answer."""
+    base = learner.model.get_base_model()
+    decoder = base.get_decoder()
+    if not (plain_linear_head(base) and can_share(decoder)):
+        return [learner.policy_logprobs(learner.collate(answer_rows(st))).sum(dim=-1) for st in states]
+    return answer_sums(
+        decoder,
+        base.get_output_embeddings(),
+        [st.step.prompt_ids for st in states],
+        [st.ids for st in states],
+        pad_token_id=learner.pad_token_id,
+        temperature=learner.config.temperature,
+        top_p=learner.config.top_p,
+    )
 
 
 def legal_logq(y: Any) -> Any:
