@@ -96,21 +96,23 @@ def test_bad_requests_are_one_line_before_anything_starts(vllm_model, tmp_path, 
     assert not any(tmp_path.iterdir())  # no run directory, no Ray
 
 
-def engine_core(proc) -> bool:
+def process_name(proc) -> str:
     import psutil
 
     try:
-        return "EngineCore" in proc.name()
+        return proc.name()
     except psutil.Error:  # a process that ended meanwhile
-        return False
+        return ""
 
 
 def test_a_killed_engine_restarts_its_inference_actor_and_the_run_completes(vllm_model, tmp_path):
     """vLLM's EngineCore killed mid-run: the backend marks itself dead, its actor exits, Ray restarts it with
     a new engine, the run says so in one line (an `actor_restarted` event) and finishes its updates.
-    With max_staleness 0 the engine is killed at most a few updates in, so the last updates need data
-    from the restarted actor: the run cannot end before the restart is seen (it did in CI with 3 updates
-    at staleness 1, trained on what the first engine had played)."""
+    The engine is killed once its inference actor has started (its process no longer in `__init__`),
+    before or around the first games: on an idle machine the tiny run's 5 updates take about a second
+    after its first game, too short a window to wait for one (CI missed it). With max_staleness 0 the
+    updates after the kill need data from the restarted actor, so the run cannot end before the restart
+    is seen (it did in CI with 3 updates at staleness 1, trained on what the first engine had played)."""
     import time
 
     import psutil
@@ -118,19 +120,25 @@ def test_a_killed_engine_restarts_its_inference_actor_and_the_run_completes(vllm
     cmd = [sys.executable, "-m", "unstable_core", "run", "--model", vllm_model, "--runs-dir", str(tmp_path),
            *TINY_RUN_ARGS, *VLLM, "--learning-steps", "5", "--max-staleness", "0"]  # fmt: skip
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0"}
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
-    )
-    deadline, killed = time.monotonic() + 300, None
+    out_file, err_file = (tmp_path / "stdout").open("w+"), (tmp_path / "stderr").open("w+")
+    proc = subprocess.Popen(cmd, stdout=out_file, stderr=err_file, text=True, env=env, cwd=tmp_path)
+    deadline, killed, names = time.monotonic() + 600, None, []
     while killed is None and proc.poll() is None and time.monotonic() < deadline:
-        games = list(tmp_path.glob("*/games/games.jsonl"))
-        cores = [p for p in psutil.Process(proc.pid).children(recursive=True) if engine_core(p)]
-        if games and games[0].stat().st_size and cores:
+        children = psutil.Process(proc.pid).children(recursive=True)
+        names = [process_name(p) for p in children]
+        cores = [p for p, name in zip(children, names, strict=True) if "EngineCore" in name]
+        actors = [n for n in names if n.split(".")[0] == "ray::InferenceActor"]  # a full name, not cut at 15
+        started = any("__init__" not in n for n in actors)
+        if cores and started:
             cores[0].kill()
             killed = cores[0].pid
-        time.sleep(0.5)
-    out, err = proc.communicate(timeout=600)
-    assert killed is not None, "the run ended before its engine could be killed"
+        time.sleep(0.2)
+    proc.wait(timeout=600)
+    out, err = (f.seek(0) or f.read() for f in (out_file, err_file))
+    assert killed is not None, (
+        f"the run ended (exit {proc.returncode}) before its engine could be killed; its processes last "
+        f"seen: {sorted(set(names))}\n{out[-3000:]}\n{err[-3000:]}"
+    )
     assert proc.returncode == 0, f"exit {proc.returncode}\n{out[-3000:]}\n{err[-3000:]}"
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     metrics = (run_dir / "metrics.jsonl").read_text()
