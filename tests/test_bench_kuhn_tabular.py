@@ -51,3 +51,15 @@ def test_bad_options_end_in_one_line(tabular, capsys):
         tabular.main(["--seeds", "0"])
     assert exit_.value.code == 2
     assert "must be >= 1" in capsys.readouterr().err
+
+
+def test_a_nash_policy_wins_at_most_half_the_hands_against_uniform_play(tabular):
+    """Why the recipe's two targets pull apart: Nash wins chips from random play, not hands."""
+    from unstable_core.games.players.kuhn_nash import aggressive_probability
+
+    for alpha, won in ((0.0, 0.4583), (1 / 3, 0.5)):
+        nash = lambda key, a=alpha: aggressive_probability(int(key[0]), key[1:], a)  # noqa: E731
+        assert tabular.hands_won_against_uniform(nash) == pytest.approx(won, abs=1e-4)
+    assert tabular.hands_won_against_uniform(lambda key: 0.5) == pytest.approx(0.5)
+    # bet and call with every card: exploitability 1/3, yet it wins 11 hands in 16
+    assert tabular.hands_won_against_uniform(lambda key: 1.0) == pytest.approx(0.6875)
