@@ -57,6 +57,19 @@ def test_a_killed_tracker_loses_no_recorded_game(ray_session, tmp_path):
     assert len(read_jsonl(tmp_path / "games" / "games.jsonl")) == 3
 
 
+def wait_until_dead(call, timeout_s: float = 60.0) -> None:
+    """Wait until `call()` (a killed actor's method, `.remote()`d) raises RayActorError: ray.kill returns before
+    the actor is gone, and on a loaded machine a call made at once can still be served (CI saw it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(call())
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the killed actor still answers")
+
+
 def started_run(tiny_model: str, tmp_path) -> Run:
     """A Run with a real recorder and league (rated once, not yet saved) and nothing else started."""
     cfg = RunConfig(model_name=tiny_model, runs_dir=str(tmp_path), run_name="r", trackers=[])
@@ -77,6 +90,7 @@ def test_stop_flushes_the_league_when_the_tracker_is_dead(ray_session, tiny_mode
     """Before: the recorder's dead snapshot raised first, so the league's last ratings never reached disk."""
     run = started_run(tiny_model, tmp_path)
     ray.kill(run.actors.recorder, no_restart=True)
+    wait_until_dead(run.actors.recorder.snapshot.remote)
     summary = run.stop()
     saved = {m["uid"]: m for m in json.loads((run.run_dir / "league.json").read_text())["models"]}
     assert saved["ckpt-0"]["games"] == 1 and saved["ckpt-0"]["wins"] == 1
@@ -89,6 +103,7 @@ def test_stop_flushes_the_league_when_the_tracker_is_dead(ray_session, tiny_mode
 def test_stop_closes_the_tracker_when_the_league_is_dead(ray_session, tiny_model, tmp_path):
     run = started_run(tiny_model, tmp_path)
     ray.kill(run.actors.league, no_restart=True)
+    wait_until_dead(run.actors.league.get_current_ckpt.remote)
     summary = run.stop()
     assert summary["counts"]["train_games"] == 1  # the recorder still answered
     assert len(read_jsonl(run.run_dir / "games" / "games.jsonl")) == 1
@@ -119,22 +134,11 @@ def answering(**options):
     return ray.remote(Answering).options(num_cpus=0, **options)
 
 
-def wait_until_dead(actor, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            ray.get(actor.pid.remote())
-        except ray.exceptions.RayActorError:
-            return
-        time.sleep(0.05)
-    raise AssertionError("the killed actor still answers")
-
-
 def test_check_answers_names_the_actor_that_died_or_did_not_answer(ray_session):
     alive, dead, stuck = answering().remote(), answering().remote(), answering(max_concurrency=2).remote()
     ray.get([alive.pid.remote(), dead.pid.remote(), stuck.pid.remote()])
     ray.kill(dead, no_restart=True)
-    wait_until_dead(dead)  # ray.kill does not wait: a call right after it may still be answered
+    wait_until_dead(dead.pid.remote)  # ray.kill does not wait: a call right after it may still be answered
     with pytest.raises(ActorDied, match=r"^the collector-1: its process died$"):
         check_answers({"the recorder": alive.pid.remote(), "the collector-1": dead.pid.remote()})
     stuck.hang.remote()
