@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from unstable_core.learners.batch import TokenBatch, head_logprobs
-from unstable_core.learners.shared_prefix import MIN_SHARED
+from unstable_core.learners.shared_prefix import cached_pass, shared_length
 from unstable_core.model_loading import cache_kwargs
 
 
@@ -29,31 +29,6 @@ def padded(rows: Sequence[Sequence[int]], pad: int, device: Any) -> tuple[Any, A
         ids[i, : len(row)] = torch.tensor(list(row), dtype=torch.long)
         mask[i, : len(row)] = 1
     return ids.to(device), mask.to(device)
-
-
-def prompts_pass(decoder: Any, ids: Any, mask: Any, lengths: Any) -> tuple[Any, Any]:
-    """[S, L, H] final hidden states of right-padded prompts `ids` [S, L] and their KV cache; the leading
-    tokens every prompt shares (short of the shortest's last token) run once, at batch 1."""
-    import torch
-    from transformers.cache_utils import DynamicCache
-
-    rows, width = ids.shape
-    same = (ids == ids[:1]).all(dim=0)  # [L]
-    n = min(int(same.int().cumprod(0).sum()), int(lengths.min()) - 1)
-    cache = DynamicCache(config=decoder.config)
-    if rows < 2 or n < MIN_SHARED:
-        hidden = decoder(input_ids=ids, attention_mask=mask, **cache_kwargs(decoder, cache), use_cache=True)
-        return hidden.last_hidden_state, cache
-    prefix = decoder(input_ids=ids[:1, :n], **cache_kwargs(decoder, cache), use_cache=True).last_hidden_state
-    cache.batch_repeat_interleave(rows)  # gradients summed back into the one copy
-    rest = decoder(
-        input_ids=ids[:, n:],
-        attention_mask=mask,
-        position_ids=torch.arange(n, width, device=ids.device).expand(rows, -1),
-        **cache_kwargs(decoder, cache),
-        use_cache=True,
-    ).last_hidden_state
-    return torch.cat([prefix.expand(rows, -1, -1), rest], dim=1), cache
 
 
 def answer_sums(
@@ -73,7 +48,8 @@ def answer_sums(
     device = decoder.device
     prompt_ids, prompt_mask = padded(prompts, pad_token_id, device)  # [S, L]
     lengths = prompt_mask.sum(dim=1)  # [S]
-    hidden, cache = prompts_pass(decoder, prompt_ids, prompt_mask, lengths)  # [S, L, H]
+    n = shared_length(prompt_ids, lengths - 1)  # the frame every prompt shares, run once
+    hidden, cache = cached_pass(decoder, prompt_ids, prompt_mask, n)  # [S, L, H]
     state = torch.tensor([s for s, k in enumerate(answers) for _ in k], device=device)  # [R]
     answer_ids, answer_mask = padded([a for k in answers for a in k], pad_token_id, device)  # [R, A]
     cache.batch_select_indices(state)  # [S, ...] -> [R, ...]: each answer row on its state's prompt

@@ -52,14 +52,25 @@ def can_share(decoder: Any) -> bool:
 def decoder_hidden(decoder: Any, input_ids: Any, attention_mask: Any, last_prompt_index: Any) -> Any:
     """[B, T, H] final hidden states of right-padded `input_ids` [B, T]; the shared prefix (see
     `shared_length`) runs once. The prefix positions' states are those of row 0, the same in every row."""
-    import torch
-    from transformers.cache_utils import DynamicCache
-
     n = shared_length(input_ids, last_prompt_index) if can_share(decoder) else 0
     if not n:
         return decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-    rows, width = input_ids.shape
+    return cached_pass(decoder, input_ids, attention_mask, n)[0]
+
+
+def cached_pass(decoder: Any, input_ids: Any, attention_mask: Any, n: int) -> tuple[Any, Any]:
+    """[B, T, H] final hidden states of right-padded `input_ids` [B, T] and their KV cache, the first `n`
+    tokens (shared by every row) run once at batch 1; n 0: every row whole."""
+    import torch
+    from transformers.cache_utils import DynamicCache
+
     cache = DynamicCache(config=decoder.config)
+    if not n:
+        out = decoder(
+            input_ids=input_ids, attention_mask=attention_mask, **cache_kwargs(decoder, cache), use_cache=True
+        )
+        return out.last_hidden_state, cache
+    rows, width = input_ids.shape
     prefix = decoder(
         input_ids=input_ids[:1, :n], **cache_kwargs(decoder, cache), use_cache=True
     ).last_hidden_state
@@ -72,4 +83,4 @@ def decoder_hidden(decoder: Any, input_ids: Any, attention_mask: Any, last_promp
         **cache_kwargs(decoder, cache),
         use_cache=True,
     ).last_hidden_state  # [B, T - n, H]
-    return torch.cat([prefix.expand(rows, -1, -1), rest], dim=1)
+    return torch.cat([prefix.expand(rows, -1, -1), rest], dim=1), cache
