@@ -6,6 +6,7 @@ Skipped where vLLM is not importable; CI runs them in a second environment (`./i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -96,21 +97,39 @@ def test_bad_requests_are_one_line_before_anything_starts(vllm_model, tmp_path, 
     assert not any(tmp_path.iterdir())  # no run directory, no Ray
 
 
-def process_name(proc) -> str:
+def process_titles(proc) -> str:
+    """The process's short name and its title (its command line, which Ray and vLLM rewrite), in one string.
+    Both, since either can be cut: the short name at 15 characters ("VLLM::EngineCor"), and the title of a
+    process forked from one whose title was rewritten may keep its parent's."""
     import psutil
 
     try:
-        return proc.name()
+        return f"{proc.name()} | {' '.join(proc.cmdline())}"
     except psutil.Error:  # a process that ended meanwhile
         return ""
+
+
+def processes_of(run, mark: str) -> list:
+    """The run's processes: its descendants, and those whose environment holds `mark` (Ray's workers and
+    vLLM's engine inherit the run's), so none is missed where a process leaves the tree."""
+    import psutil
+
+    found = {}
+    with contextlib.suppress(psutil.Error):
+        found = {p.pid: p for p in run.children(recursive=True)}
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if p.pid not in found and p.environ().get("UNSTABLE_KILL_TEST") == mark:
+                found[p.pid] = p
+    return list(found.values())
 
 
 def test_a_killed_engine_restarts_its_inference_actor_and_the_run_completes(vllm_model, tmp_path):
     """vLLM's EngineCore killed mid-run: the backend marks itself dead, its actor exits, Ray restarts it with
     a new engine, the run says so in one line (an `actor_restarted` event) and finishes its updates.
-    The engine is killed once its inference actor has started (its process no longer in `__init__`),
-    before or around the first games: on an idle machine the tiny run's 5 updates take about a second
-    after its first game, too short a window to wait for one (CI missed it). With max_staleness 0 the
+    The engine is killed once its inference actor has started (its process title no longer in `__init__`,
+    or a first game written): on an idle machine the tiny run's 5 updates take about a second after its
+    first game, too short a window to wait for games alone. With max_staleness 0 the
     updates after the kill need data from the restarted actor, so the run cannot end before the restart
     is seen (it did in CI with 3 updates at staleness 1, trained on what the first engine had played)."""
     import time
@@ -119,16 +138,21 @@ def test_a_killed_engine_restarts_its_inference_actor_and_the_run_completes(vllm
 
     cmd = [sys.executable, "-m", "unstable_core", "run", "--model", vllm_model, "--runs-dir", str(tmp_path),
            *TINY_RUN_ARGS, *VLLM, "--learning-steps", "5", "--max-staleness", "0"]  # fmt: skip
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0"}
+    mark = tmp_path.name
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0", "UNSTABLE_KILL_TEST": mark}
     out_file, err_file = (tmp_path / "stdout").open("w+"), (tmp_path / "stderr").open("w+")
     proc = subprocess.Popen(cmd, stdout=out_file, stderr=err_file, text=True, env=env, cwd=tmp_path)
-    deadline, killed, names = time.monotonic() + 600, None, []
+    deadline, killed, seen = time.monotonic() + 600, None, set()
     while killed is None and proc.poll() is None and time.monotonic() < deadline:
-        children = psutil.Process(proc.pid).children(recursive=True)
-        names = [process_name(p) for p in children]
-        cores = [p for p, name in zip(children, names, strict=True) if "EngineCore" in name]
-        actors = [n for n in names if n.split(".")[0] == "ray::InferenceActor"]  # a full name, not cut at 15
-        started = any("__init__" not in n for n in actors)
+        children = processes_of(psutil.Process(proc.pid), mark)
+        titles = [process_titles(p) for p in children]
+        seen.update(titles)
+        # "EngineCor": the short name is cut at 15 characters
+        cores = [p for p, t in zip(children, titles, strict=True) if "EngineCor" in t]
+        actors = [t.split(" | ")[1] for t in titles if "ray::InferenceActor" in t and "EngineCor" not in t]
+        started = any("__init__" not in t for t in actors) or any(
+            f.stat().st_size for f in tmp_path.glob("*/games/games.jsonl")
+        )
         if cores and started:
             cores[0].kill()
             killed = cores[0].pid
@@ -136,8 +160,8 @@ def test_a_killed_engine_restarts_its_inference_actor_and_the_run_completes(vllm
     proc.wait(timeout=600)
     out, err = (f.seek(0) or f.read() for f in (out_file, err_file))
     assert killed is not None, (
-        f"the run ended (exit {proc.returncode}) before its engine could be killed; its processes last "
-        f"seen: {sorted(set(names))}\n{out[-3000:]}\n{err[-3000:]}"
+        f"the run ended (exit {proc.returncode}) before its engine could be killed; the processes it ran: "
+        f"{sorted(seen)}\n{out[-3000:]}\n{err[-3000:]}"
     )
     assert proc.returncode == 0, f"exit {proc.returncode}\n{out[-3000:]}\n{err[-3000:]}"
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
