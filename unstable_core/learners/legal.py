@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from unstable_core.config.validators import non_negative_number
+from unstable_core.config.validators import choice, non_negative_number
 from unstable_core.errors import UnstableError
 from unstable_core.learners.answer_tree import answer_sums
 from unstable_core.learners.base import BaseLearner
@@ -190,14 +190,16 @@ class LegalAnswersLearner(BaseLearner):
         import torch
 
         q = legal_logq(y).exp().detach()  # [K]
+        cfg = self.algorithm_cfg
         if state.values is not None:
             values = torch.tensor(state.values, dtype=y.dtype, device=y.device)
+        elif cfg.get("unbranched", "played") == "rules":
+            values = torch.zeros_like(q)  # no value: the rules, the entropy and the algorithm's own pull
         else:
             values = played_values(state, state.step.reward, q)
         loss, metrics = self.legal_loss(y, values, state)
         entropy = legal_entropy(y)
         mass = legal_mass_loss(y)
-        cfg = self.algorithm_cfg
         total = loss + cfg["legal_mass_coef"] * mass - cfg["entropy_coef"] * entropy
         metrics.update(
             {
@@ -226,4 +228,12 @@ class LegalOptions:
         default=0.0,
         validator=non_negative_number,
         metadata={"help": "tau of -tau H(q), the exact entropy over the legal answers (0: off)"},
+    )
+    unbranched: str = attrs.field(
+        default="played",
+        validator=choice("played", "rules"),
+        metadata={
+            "help": "values where the game was not branched: 'played' (the played answer's return over its q) "
+            "or 'rules' (none: such a state teaches the rules and the entropy only)"
+        },
     )

@@ -100,6 +100,27 @@ def test_fit_steps_fit_one_target_further(learner):
     assert ends[20] == pytest.approx(target[1].item(), abs=0.03)
 
 
+def test_an_unbranched_state_trains_on_its_played_return_or_on_the_rules_only(learner):
+    """Without branched values, 'played' moves q toward the played answer that won; 'rules' gives it no
+    value, so MMD's uniform magnet keeps q where it was or nearer uniform, and the legal mass still rises."""
+    step = legal_step(None)
+    step.reward = 1.0
+    state = LegalState.of(step)
+    ends = {}
+    for unbranched in ("played", "rules"):
+        torch.manual_seed(0)
+        lrn = learner(unbranched=unbranched, eta=2.0)
+        y = answer_logprobs(lrn, state).detach()
+        before, mass = legal_logq(y).exp()[0].item(), y.exp().sum().item()
+        for _ in range(5):
+            lrn.update([step])
+        y = answer_logprobs(lrn, state).detach()
+        ends[unbranched] = legal_logq(y).exp()[0].item()
+        assert y.exp().sum().item() > mass  # the rules are learnt either way
+    assert ends["played"] > before + 0.05
+    assert abs(ends["rules"] - 0.5) <= abs(before - 0.5) + 0.01
+
+
 def test_options_are_checked():
     with pytest.raises(ConfigError, match="magnet"):
         MMDLearner.check_options({"magnet": "solver"})
@@ -109,6 +130,8 @@ def test_options_are_checked():
         MMDLearner.check_options({"alpha": -0.1})
     with pytest.raises(ConfigError, match="fit_steps"):
         MMDLearner.check_options({"fit_steps": 0})
+    with pytest.raises(ConfigError, match="unbranched"):
+        MMDLearner.check_options({"unbranched": "none"})
 
 
 def test_registered():
