@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from unstable_core.games.players.tictactoe import MARKS, Board, winning_cells
-from unstable_core.report.stats import wilson_interval
+from unstable_core.report.stats import Rate
 
 ROW = re.compile(r"^\s*(\S) \| (\S) \| (\S)\s*$", re.M)  # "O | 1 | X": a digit is an empty cell
 
@@ -70,11 +70,6 @@ def tally(games: list[dict[str, Any]]) -> dict[tuple[str, str], Counter]:
     return rows
 
 
-def rate(k: float, n: int) -> str:
-    low, high = wilson_interval(k, n)
-    return f"{k / n:.2f} [{low:.2f}, {high:.2f}]"
-
-
 def main(argv: list[str] | None = None) -> dict[tuple[str, str], Counter]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -89,13 +84,14 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, str], Counter]:
         sys.exit(
             f"Error: no branched state with a win or a block in {path}: was the run made with branch_samples?"
         )
+    head = ("tactic", "opponent", "states", "right cell at the max", "alone at the max", "value gap")
     print(
-        "tactic  opponent    states  right cell at the max  alone at the max  value gap  played (uniform pick)"
+        f"{head[0]:6}  {head[1]:10}  {head[2]:>6}  {head[3]:30}  {head[4]:30}  {head[5]:>9}  played (uniform pick)"
     )
     for (kind, opponent), row in sorted(rows.items()):
         n = row["n"]
-        print(f"{kind:6}  {opponent:10}  {n:6}  {rate(row['at_max'], n):21}  {rate(row['alone'], n):16}  "
-              f"{row['gap'] / n:+9.2f}  {rate(row['played'], n)} ({row['uniform'] / n:.2f})")  # fmt: skip
+        print(f"{kind:6}  {opponent:10}  {n:6}  {Rate(row['at_max'], n)!s:30}  {Rate(row['alone'], n)!s:30}  "
+              f"{row['gap'] / n:+9.2f}  {Rate(row['played'], n)} ({row['uniform'] / n:.2f})")  # fmt: skip
     return rows
 
 

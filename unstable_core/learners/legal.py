@@ -193,7 +193,7 @@ class LegalAnswersLearner(BaseLearner):
         cfg = self.algorithm_cfg
         if state.values is not None:
             values = torch.tensor(state.values, dtype=y.dtype, device=y.device)
-        elif cfg.get("unbranched", "played") == "rules":
+        elif cfg["unbranched"] == "rules":
             values = torch.zeros_like(q)  # no value: the rules, the entropy and the algorithm's own pull
         else:
             values = played_values(state, state.step.reward, q)
