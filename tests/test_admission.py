@@ -276,13 +276,13 @@ def run_tiny(model: str, tmp_path, *args: str) -> list[dict]:
 def test_a_run_with_groups_longer_than_the_budget_finishes(tiny_model, tmp_path):
     """The issue's reproduction: groups of 8 games, up to 7 retried invalid moves each, batch 4. It sat
     at step 0 until killed: the admission's budget let part of a group start, never the rest."""
-    records = run_tiny(tiny_model, tmp_path, "--learning-steps", "4", "--env-sampler", "adaptive",
+    records = run_tiny(tiny_model, tmp_path, "--learning-steps", "2", "--env-sampler", "adaptive",
                        "--env-sampler-config", '{"repeat": 8}', "--sampling-transform", "group-relative",
                        "--error-allowance", "6")  # fmt: skip
-    assert [m["step"] for m in records] == [1, 2, 3, 4]
+    assert [m["step"] for m in records] == [1, 2]  # the second group is admitted once the first is served
     last = records[-1]
     assert last["learner/buffer/steps_stale"] == 0 and last["learner/buffer/steps_evicted"] == 0
-    assert last["learner/buffer/groups_served"] >= 4
+    assert last["learner/buffer/groups_served"] >= 2
 
 
 def test_a_run_whose_learner_never_moves_in_a_whole_group_goes_on(tiny_model, tmp_path):
