@@ -84,14 +84,14 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, str], Counter]:
         sys.exit(
             f"Error: no branched state with a win or a block in {path}: was the run made with branch_samples?"
         )
-    head = ("tactic", "opponent", "states", "right cell at the max", "alone at the max", "value gap")
-    print(
-        f"{head[0]:6}  {head[1]:10}  {head[2]:>6}  {head[3]:30}  {head[4]:30}  {head[5]:>9}  played (uniform pick)"
-    )
+    line = "{:6}  {:10}  {:>6}  {!s:30}  {!s:30}  {:>9}  {}".format
+    print(line("tactic", "opponent", "states", "right cell at the max", "alone at the max", "value gap",
+               "played (uniform pick)"))  # fmt: skip
     for (kind, opponent), row in sorted(rows.items()):
         n = row["n"]
-        print(f"{kind:6}  {opponent:10}  {n:6}  {Rate(row['at_max'], n)!s:30}  {Rate(row['alone'], n)!s:30}  "
-              f"{row['gap'] / n:+9.2f}  {Rate(row['played'], n)} ({row['uniform'] / n:.2f})")  # fmt: skip
+        at_max, alone, gap = Rate(row["at_max"], n), Rate(row["alone"], n), f"{row['gap'] / n:+.2f}"
+        played = f"{Rate(row['played'], n)} ({row['uniform'] / n:.2f})"
+        print(line(kind, opponent, n, at_max, alone, gap, played))
     return rows
 
 

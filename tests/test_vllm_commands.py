@@ -145,7 +145,8 @@ def test_a_killed_engine_restarts_its_inference_actor_and_the_run_completes(vllm
     The engine is killed once its inference actor has started (its process title no longer in `__init__`,
     or a first game written): on an idle machine the tiny run's 5 updates take about a second after its
     first game, too short a window to wait for games alone. With max_staleness 0 the updates after the
-    kill need data from the restarted actor, so the run cannot end before the restart is seen (it did in CI with 3 updates at staleness 1, trained on what the first engine had played)."""
+    kill need data from the restarted actor, so the run cannot end before the restart is seen (it did in
+    CI with 3 updates at staleness 1, trained on what the first engine had played)."""
     import time
 
     import psutil
