@@ -81,14 +81,15 @@ def test_update_moves_toward_the_better_answer(learner, magnet):
 
 
 def test_fit_steps_fit_one_target_further(learner):
-    """Twenty steps on one batch fit the target of its first step: the policy ends nearer it than after one
-    step, and at it, not past it (a target recomputed at each step would run on toward q = 1)."""
+    """Forty steps on one batch fit the target of its first step: the policy ends nearer it than after one
+    step, and at it, not past it (a target recomputed at each step would run on toward q = 1). Adam swings
+    around the target on the way (0.76 after 10 steps, 0.73 after 20), so the steps are enough to settle."""
     from unstable_mmd.learner import mmd_target
 
     step = legal_step([-1.0, 1.0])
     state = LegalState.of(step)
     ends = {}
-    for fit_steps in (1, 20):
+    for fit_steps in (1, 40):
         torch.manual_seed(0)
         lrn = learner(fit_steps=fit_steps, eta=0.5, alpha=0.0, legal_mass_coef=0.0)
         logq = legal_logq(answer_logprobs(lrn, state)).detach()
@@ -96,8 +97,8 @@ def test_fit_steps_fit_one_target_further(learner):
         lrn.update([step])
         ends[fit_steps] = legal_logq(answer_logprobs(lrn, state)).exp()[1].item()
         assert lrn.step == 1  # one update, one policy version
-    assert ends[20] > ends[1] + 0.05
-    assert ends[20] == pytest.approx(target[1].item(), abs=0.03)
+    assert ends[40] > ends[1] + 0.05
+    assert ends[40] == pytest.approx(target[1].item(), abs=0.01)
 
 
 def test_an_unbranched_state_trains_on_its_played_return_or_on_the_rules_only(learner):
