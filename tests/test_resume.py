@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +27,11 @@ ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
 
 
 def launch(
-    *args: str, pause_at: str | None = None, marker: Path | None = None, pause_s: float | None = None
+    *args: str,
+    pause_at: str | None = None,
+    marker: Path | None = None,
+    pause_s: float | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.Popen:
     """`unstable run ARGS` in its own process group (so that a kill takes Ray's processes with it); with
     `pause_at`, the run pauses at that test hook point (unstable_core.fault_points) after writing `marker`,
@@ -41,6 +46,7 @@ def launch(
         text=True,
         env=env,
         start_new_session=True,
+        cwd=cwd,
     )
 
 
@@ -48,9 +54,11 @@ def start(tiny_model: str, runs_dir: Path, *args: str, **pause) -> subprocess.Po
     return launch("--model", tiny_model, "--runs-dir", str(runs_dir), *TINY_RUN_ARGS, *args, **pause)
 
 
-def resume(run_dir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def resume(
+    run_dir: Path, *args: str, timeout: float = 300, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "unstable_core", "run", "--resume", str(run_dir), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV, cwd=cwd)
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -83,6 +91,23 @@ def steps_of(run_dir: Path) -> list[int]:
         for p in (run_dir / "checkpoints").glob("step-*")
         if p.name.split("-")[1].isdigit() and (p / "run_state.json").is_file()
     )
+
+
+@pytest.fixture(scope="module")
+def finished_run(tiny_model, tmp_path_factory) -> Path:
+    """A finished 2-step run at `runs/r` under the returned folder, made once for the tests that take a copy
+    (`copy_of`): written with a relative --runs-dir, so that the paths it records hold in the copy."""
+    folder = tmp_path_factory.mktemp("finished")
+    proc = launch("--model", tiny_model, "--runs-dir", "runs", "--run-name", "r", *TINY_RUN_ARGS, cwd=folder)
+    _, err = proc.communicate(timeout=300)
+    assert steps_of(folder / "runs" / "r") == [1, 2], err[-3000:]
+    return folder
+
+
+def copy_of(finished_run: Path, tmp_path: Path) -> Path:
+    """`finished_run`'s run directory copied to tmp_path/runs/r (resume it with cwd=tmp_path)."""
+    shutil.copytree(finished_run / "runs", tmp_path / "runs")
+    return tmp_path / "runs" / "r"
 
 
 def run_state(run_dir: Path, step: int) -> dict:
@@ -155,37 +180,34 @@ def test_resume_after_sigkill_during_collection_an_update_and_a_checkpoint_write
     idx = [g["info"]["game_idx"] for g in read_jsonl(games)]
     assert len(idx) == len(set(idx))  # no game recorded twice across the four processes
 
-    # 5) a checkpoint whose files load but that the learner refuses (another learner wrote it; a file that
-    # does not load is skipped for an older checkpoint, see test_resume_fallback.py): the run stops with
-    # the cause, not only the resume hint
+    # 5) a checkpoint whose files load but that another learner wrote (a file that does not load is skipped
+    # for an older checkpoint, see test_resume_fallback.py): refused before Ray starts, naming both learners
+    # (before, the learner actor failed to start with that cause once Ray and the model were up)
     state["learner"] = "A2CLearner"
     (folder / "learner_state.json").write_text(json.dumps(state))
-    broken = resume(run_dir, "--learning-steps", "6")
-    assert broken.returncode == 1
-    line = [x for x in broken.stderr.splitlines() if x.startswith("Error: ")]
-    assert len(line) == 1 and "Traceback" not in broken.stderr, broken.stderr[-3000:]
-    assert line[0].startswith(
-        f"Error: the learner actor failed to start (checkpoint {folder} was written by A2CLearner, not "
-        "REINFORCELearner; use that learner); "
-    ), line[0]
-    assert f"fix that, then continue it with `unstable run --resume {run_dir}`" in line[0]
+    broken = resume(run_dir, "--learning-steps", "6", timeout=60)
+    assert broken.returncode == 2 and "Ray" not in broken.stdout + broken.stderr, broken.stderr[-3000:]
+    assert broken.stderr.strip() == (
+        f"Error: --resume {run_dir}: checkpoint {folder} was written by A2CLearner, not by the run's learner "
+        "'reinforce' (REINFORCELearner); restore the run's own checkpoint, or start a new run"
+    )
+    assert steps_of(run_dir) == [1, 2, 3, 4, 5]  # nothing set aside or written
 
 
-def test_resume_skips_a_last_checkpoint_that_does_not_load(tiny_model, tmp_path):
+@pytest.mark.xdist_group("finished-run")
+def test_resume_skips_a_last_checkpoint_that_does_not_load(finished_run, tmp_path):
     """The issue's case: a 2-step run whose last adapter is damaged (`SafetensorError: header too large`).
     Before: `--resume` said the run was complete (step 2 of 2), and with more steps the learner actor
     failed to start with a 40-line traceback. Now the files are read before Ray: the run resumes from step
     1 with one line saying so, and its logs hold no line of the damaged step 2 but the new one."""
     import struct
 
-    run_dir = tmp_path / "r"
-    _, err = start(tiny_model, tmp_path, "--run-name", "r").communicate(timeout=300)  # 2 steps
-    assert steps_of(run_dir) == [1, 2], err[-3000:]
+    run_dir = copy_of(finished_run, tmp_path)  # 2 steps
     adapter = run_dir / "checkpoints" / "step-2" / "adapter_model.safetensors"
     adapter.write_bytes(struct.pack("<Q", 1 << 40) + adapter.read_bytes()[8:])
     old_step_2 = [r for r in read_jsonl(run_dir / "metrics.jsonl") if is_learner_record(r) and r["step"] == 2]
 
-    done = resume(run_dir)
+    done = resume(run_dir, cwd=tmp_path)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout[-2000:] + done.stderr[-3000:]
     assert done.stdout.splitlines()[0] == (
         f"checkpoint step 2 does not load ({adapter}: Error while deserializing header: header too large "
@@ -209,7 +231,7 @@ def test_resume_skips_a_last_checkpoint_that_does_not_load(tiny_model, tmp_path)
     for k in (1, 2):
         path = run_dir / "checkpoints" / f"step-{k}" / "adapter_model.safetensors"
         path.write_bytes(struct.pack("<Q", 1 << 40) + path.read_bytes()[8:])
-    none = resume(run_dir, "--learning-steps", "3", timeout=60)
+    none = resume(run_dir, "--learning-steps", "3", timeout=60, cwd=tmp_path)
     assert none.returncode == 2 and "Ray" not in none.stdout + none.stderr
     assert none.stderr.strip() == (
         f"Error: --resume {run_dir}: no checkpoint of the run loads: {run_dir}/checkpoints/step-2/"
@@ -264,15 +286,14 @@ def test_a_killed_driver_leaves_no_process_and_nothing_writes_after_its_lock_is_
     assert steps_of(run_dir) == [1, 2, 3]
 
 
-def test_resume_of_a_finished_run_says_so_at_once_and_progress_shows_the_resumed_step(tiny_model, tmp_path):
+@pytest.mark.xdist_group("finished-run")
+def test_resume_of_a_finished_run_says_so_at_once_and_progress_shows_the_resumed_step(finished_run, tmp_path):
     """Before: --resume of a finished run started Ray and loaded the model, then did nothing (summary
     'learner step 0 / 2'); a resumed run's progress showed step 0 until its first update. Resumed, a run
     directory whose league is in registry.json (its name until league.json) keeps it there."""
-    run_dir = tmp_path / "r"
-    out, err = start(tiny_model, tmp_path, "--run-name", "r").communicate(timeout=300)  # 2 steps
-    assert steps_of(run_dir) == [1, 2], err[-3000:]
+    run_dir = copy_of(finished_run, tmp_path)  # 2 steps
     started = time.monotonic()
-    again = resume(run_dir, timeout=60)
+    again = resume(run_dir, timeout=60, cwd=tmp_path)
     assert again.returncode == 2 and time.monotonic() - started < 30
     assert again.stderr.strip() == (
         f"Error: --resume {run_dir}: the run is complete (learner step 2 of 2): to train it further, give more "
@@ -281,7 +302,7 @@ def test_resume_of_a_finished_run_says_so_at_once_and_progress_shows_the_resumed
     assert "Ray" not in again.stdout + again.stderr
     # as a run directory written before league.json: its league in registry.json, which the run goes on with
     league_path(run_dir).rename(run_dir / "registry.json")
-    more = resume(run_dir, "--learning-steps", "3")
+    more = resume(run_dir, "--learning-steps", "3", cwd=tmp_path)
     assert more.returncode == 0, more.stderr[-3000:]
     progress = [line for line in more.stdout.splitlines() if "| step " in line]  # plain lines: not a terminal
     assert progress and all(re.search(r"\| step [23]/3 \|", line) for line in progress), progress

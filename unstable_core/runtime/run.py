@@ -70,7 +70,7 @@ class Run:
         folder = saved.run_dir.resolve()
         run = cls(plan, folder, RunLock.acquire(folder), saved)
         try:
-            run.resume_point = saved.resume_point()
+            run.resume_point = saved.resume_point(plan.components.learner)
         except BaseException:
             run.lock.release()
             raise

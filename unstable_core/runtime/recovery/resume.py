@@ -34,6 +34,7 @@ from unstable_core.runtime.recovery.rollback import roll_back_logs
 from unstable_core.runtime.run_dir import (
     CONFIG,
     GAMES,
+    LEARNER_STATE,
     METRICS,
     RUN_STATE,
     UNREADABLE,
@@ -172,10 +173,11 @@ class SavedRun:
         cfg = config_from_dict(merge_layers(base, {k: v[1] for k, v in changed.items()}))
         return cls(run_dir, cfg, changed)
 
-    def resume_point(self) -> ResumePoint | None:
+    def resume_point(self, learner: type | None = None) -> ResumePoint | None:
         """The newest complete checkpoint whose files load, or None when the run has none yet (it restarts
         at 0): the one read of the run's checkpoints. A run that already reached its learning_steps is
-        refused; newer checkpoints that do not load are set aside (`ResumePoint.skipped`); none loading is
+        refused, and so is a checkpoint that another `learner` class wrote (before Ray, not in the learner
+        actor); newer checkpoints that do not load are set aside (`ResumePoint.skipped`); none loading is
         a ConfigError naming the file. Call it holding the run's lock: it writes."""
         folder = self.run_dir.resolve()
         steps = checkpoint_steps(folder)
@@ -188,9 +190,16 @@ class SavedRun:
             )
         if not step:
             return None
+        checkpoint = checkpoint_folder(folder, step)
+        written = json.loads((checkpoint / LEARNER_STATE).read_text()).get("learner")
+        if learner is not None and written != learner.__name__:
+            raise ConfigError(
+                f"--resume {self.run_dir}: checkpoint {checkpoint} was written by {written}, not by the run's "
+                f"learner {self.cfg.learner!r} ({learner.__name__}); restore the run's own checkpoint, or "
+                "start a new run"
+            )
         for s in skipped:
             s.kept_as = set_aside(checkpoint_folder(folder, s.step))
-        checkpoint = checkpoint_folder(folder, step)
         state = json.loads((checkpoint / RUN_STATE).read_text())
         return ResumePoint(folder, step, checkpoint, state, skipped, [k for k in steps if k <= step])
 
