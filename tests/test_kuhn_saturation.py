@@ -35,6 +35,8 @@ from unstable_core.testing.kuhn_sets import (  # noqa: E402
     valued,
 )
 
+pytestmark = pytest.mark.xdist_group("kuhn-saturation")  # one worker: the saturation point is made once
+
 UPDATES = 150
 
 

@@ -25,6 +25,8 @@ from unstable_core.runtime.run import Run
 from unstable_core.testing import local_ray
 from unstable_core.types import GameInformation, GameResult
 
+pytestmark = pytest.mark.xdist_group("liveness-ray")  # one worker: its module fixture starts Ray once
+
 
 @pytest.fixture(scope="module")
 def ray_session():

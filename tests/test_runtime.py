@@ -22,6 +22,8 @@ from unstable_core.runtime.run import Run
 from unstable_core.testing import local_ray
 from unstable_core.types import EvalEnvSpec, TrainEnvSpec
 
+pytestmark = pytest.mark.xdist_group("runtime-ray")  # one worker: its module fixtures start Ray once
+
 TTT = "TicTacToe-v0-train"
 MISSING_ENV = "NoSuchGame-v0"
 MAX_NEW_TOKENS = 8

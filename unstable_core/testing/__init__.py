@@ -22,7 +22,12 @@ from unstable_core.testing.learning_check import (  # noqa: F401  (re-exported: 
     sign_flipped,
 )
 from unstable_core.testing.local_ray import local_ray  # noqa: F401  (re-exported)
-from unstable_core.testing.tiny_model import make_tiny_adapter, make_tiny_model, tiny_llama  # noqa: F401  (re-exported)
+from unstable_core.testing.tiny_model import (  # noqa: F401  (re-exported)
+    make_tiny_adapter,
+    make_tiny_model,
+    session_tiny_model,
+    tiny_llama,
+)
 from unstable_core.types import Step
 
 PROMPTS = ("play a move", "hello there", "one two three", "x o x")

@@ -48,6 +48,20 @@ def make_tiny_model(
     return str(folder)
 
 
+def session_tiny_model(tmp_path_factory: Any) -> str:
+    """The tiny model of a pytest session (its `tmp_path_factory`), written on first use and shared by every
+    conftest that asks for it: the core's and each plugin's tests, which would otherwise build one each."""
+    import shutil
+
+    folder = Path(tmp_path_factory.getbasetemp()) / "tiny-model"
+    if not folder.is_dir():
+        partial = folder.with_name(folder.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        make_tiny_model(partial)
+        os.replace(partial, folder)
+    return str(folder)
+
+
 def make_tiny_adapter(
     base_model: str, folder: str | os.PathLike, target_modules: list[str], seed: int = 0
 ) -> str:

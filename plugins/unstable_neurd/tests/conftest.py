@@ -3,7 +3,8 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> str:
-    """Path of a tiny random-weight Llama with SmolLM2's tokenizer (built once per test session)."""
-    from unstable_core.testing import make_tiny_model
+    """Path of a tiny random-weight Llama with SmolLM2's tokenizer (built once per test session, shared by
+    the core's and the plugins' tests)."""
+    from unstable_core.testing import session_tiny_model
 
-    return make_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+    return session_tiny_model(tmp_path_factory)
