@@ -42,8 +42,8 @@ FULL = Sizes(
     rss_turns=8192,
     rss_latency_s=1.0,
 )
-QUICK = Sizes(
-    rounds=2,
+QUICK = Sizes(  # a smoke test: every measurement once, on the smallest sizes
+    rounds=1,
     window_batches=1,
     single_turns=2,
     instant_games=8,
