@@ -17,8 +17,6 @@ import pytest
 
 from unstable_core.testing import TINY_RUN_ARGS as SMALL
 
-pytestmark = pytest.mark.xdist_group("token-cluster")  # one worker: the cluster starts once
-
 RAY = str(Path(sys.executable).parent / "ray")
 
 
