@@ -98,8 +98,7 @@ def finished_run(tiny_model, tmp_path_factory) -> Path:
     """A finished 2-step run at `runs/r` under the returned folder, made once for the tests that take a copy
     (`copy_of`): written with a relative --runs-dir, so that the paths it records hold in the copy."""
     folder = tmp_path_factory.mktemp("finished")
-    proc = launch("--model", tiny_model, "--runs-dir", "runs", "--run-name", "r", *TINY_RUN_ARGS, cwd=folder)
-    _, err = proc.communicate(timeout=300)
+    _, err = start(tiny_model, Path("runs"), "--run-name", "r", cwd=folder).communicate(timeout=300)
     assert steps_of(folder / "runs" / "r") == [1, 2], err[-3000:]
     return folder
 

@@ -191,13 +191,14 @@ class SavedRun:
         if not step:
             return None
         checkpoint = checkpoint_folder(folder, step)
-        written = json.loads((checkpoint / LEARNER_STATE).read_text()).get("learner")
-        if learner is not None and written != learner.__name__:
-            raise ConfigError(
-                f"--resume {self.run_dir}: checkpoint {checkpoint} was written by {written}, not by the run's "
-                f"learner {self.cfg.learner!r} ({learner.__name__}); restore the run's own checkpoint, or "
-                "start a new run"
-            )
+        if learner is not None:
+            written = json.loads((checkpoint / LEARNER_STATE).read_text()).get("learner")
+            if written != learner.__name__:
+                raise ConfigError(
+                    f"--resume {self.run_dir}: checkpoint {checkpoint} was written by {written}, not by the "
+                    f"run's learner {self.cfg.learner!r} ({learner.__name__}); restore the run's own "
+                    "checkpoint, or start a new run"
+                )
         for s in skipped:
             s.kept_as = set_aside(checkpoint_folder(folder, s.step))
         state = json.loads((checkpoint / RUN_STATE).read_text())
