@@ -31,6 +31,7 @@ from unstable_core.inference.adapter_cache import (
 )
 from unstable_core.inference.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from unstable_core.runtime.actors.inference import RESOURCES_ENV
+from unstable_core.runtime.launch.cluster import AUTH_MODE
 from unstable_core.testing import TINY_RUN_ARGS
 
 FILES = {ADAPTER_CONFIG: b'{"r": 4}', ADAPTER_WEIGHTS: b"weights"}
@@ -167,7 +168,9 @@ def two_nodes(tmp_path_factory):
             os.environ.pop(RECORD_OPENS_ENV)
         else:
             os.environ[RECORD_OPENS_ENV] = saved
-    yield cluster, second.node_id, opens
+    # Ray's authentication mode, as the cluster's processes inherited it: a local `ray.init()` of an earlier
+    # test in this process turns token authentication on for good (and writes ~/.ray/auth_token)
+    yield cluster, second.node_id, opens, os.environ.get(AUTH_MODE, "disabled")
     cluster.shutdown()
 
 
@@ -177,7 +180,7 @@ def test_the_store_sends_only_the_adapter_files_from_the_drivers_node(two_nodes,
     from unstable_core.runtime.actors.adapter_store import AdapterStore
     from unstable_core.runtime.launch.build import start_adapter_store
 
-    cluster, second, _ = two_nodes
+    cluster, second, _, _ = two_nodes
     folder = tmp_path / "step-1"
     folder.mkdir()
     for name, data in {**FILES, "optimizer.safetensors": b"o", "learner_state.json": b"{}"}.items():
@@ -206,14 +209,14 @@ def test_the_store_sends_only_the_adapter_files_from_the_drivers_node(two_nodes,
 
 
 def test_a_run_on_two_nodes_never_opens_the_run_directory_from_inference(two_nodes, tiny_model, tmp_path):
-    cluster, second, opens = two_nodes
+    cluster, second, opens, auth_mode = two_nodes
     cmd = [sys.executable, "-m", "unstable_core", "run", "--model", tiny_model, "--runs-dir", str(tmp_path)]
     # each checkpoint's scheduled evaluation (after the last update too) plays it: its adapter is served
     cmd += [*TINY_RUN_ARGS, "--eval-every", "1", "--eval-games", "2", "--run-name", "two-nodes"]
     cmd += ["--ray-address", cluster.address]
     env = {k: v for k, v in os.environ.items() if k != RECORD_OPENS_ENV}
     env.update({RESOURCES_ENV: json.dumps({"inference_node": 1}), "TOKENIZERS_PARALLELISM": "false"})
-    env["RAY_AUTH_MODE"] = "disabled"  # as the cluster of `Cluster` (a driver with a token would present it)
+    env[AUTH_MODE] = auth_mode  # the cluster's (unset, a driver that has a token would present it)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=420)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = (tmp_path / "two-nodes").resolve()
