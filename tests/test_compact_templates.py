@@ -42,7 +42,15 @@ def test_tictactoe_compact_shows_the_board_and_the_mark(tokenizer):
     assert "You are O.\nX | 1 | 2\n3 | O | 5\n6 | 7 | 8\nYour moves: [1] [2] [3] [5] [6] [7] [8]" in text
 
 
-@pytest.mark.parametrize("name", ["kuhn-compact", "tictactoe-compact"])
+def test_tictactoe_lines_shows_each_line_and_where_two_marks_meet_a_free_cell(tokenizer):
+    text, _ = render_prompt(
+        "tictactoe-lines", observe("TicTacToe-v0-train", ["[4]", "[0]", "[2]"]), tokenizer
+    )
+    rows, columns, diagonals = "X 1 O\n3 O 5\n6 7 8", "X 3 6\n1 O 7\nO 5 8", "X O 8\nO O 6"
+    assert f"You are X.\nLines:\n{rows}\n{columns}\n{diagonals}\nYour moves: [1] [3] [5] [6] [7] [8]" in text
+
+
+@pytest.mark.parametrize("name", ["kuhn-compact", "tictactoe-compact", "tictactoe-lines"])
 def test_a_compact_template_opens_and_closes_the_move_as_move_does(name):
     template = get_template(name)
     assert (answer_prefix(template), answer_stop(template)) == ("[", "]")
@@ -53,3 +61,5 @@ def test_a_compact_template_refuses_another_games_observation(tokenizer):
         render_prompt("kuhn-compact", observe("TicTacToe-v0-train", []), tokenizer)
     with pytest.raises(UnstableError, match="tictactoe-compact.*TicTacToe"):
         render_prompt("tictactoe-compact", observe("KuhnPoker-v0-chips", []), tokenizer)
+    with pytest.raises(UnstableError, match="tictactoe-lines.*TicTacToe"):
+        render_prompt("tictactoe-lines", observe("KuhnPoker-v0-chips", []), tokenizer)

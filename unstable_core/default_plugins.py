@@ -51,6 +51,12 @@ def register_templates(register):
         "unstable_core.games.compact_templates:tictactoe_compact",
         "TicTacToe in a few lines: your mark, the board, legal moves (answer opened with [)",
     )
+    register(
+        "tictactoe-lines",
+        "unstable_core.games.compact_templates:tictactoe_lines",
+        "TicTacToe as its 8 lines (rows, columns, diagonals), each cell a mark or its number (answer opened "
+        "with [)",
+    )
 
 
 @hookimpl

@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from unstable_core.errors import UnstableError
+from unstable_core.games.players.tictactoe import LINES
 from unstable_core.games.templates import MOVE_END, MOVE_PREFIX
 
 KUHN_RULES = (
@@ -76,21 +77,37 @@ def kuhn_compact(observation: str, tokenizer: Any) -> str:
     return _chat("\n".join(lines), tokenizer)
 
 
-def tictactoe_compact(observation: str, tokenizer: Any) -> str:
-    """TicTacToe: the rule in one line, the mover's mark, the board (empty cells by number), the legal moves."""
+def _tictactoe(observation: str, template: str) -> tuple[str, list[str], list[str]]:
+    """(the mover's mark, the board's three rows as TextArena prints them, the legal moves)."""
     mark = re.search(r"you will be '(\w)'", observation)
     board = observation[observation.rfind("Current Board:") :].splitlines()[1:]
     rows = [line.strip() for line in board if "|" in line]
     if mark is None or len(rows) != 3:
         raise UnstableError(
-            "template tictactoe-compact: the observation has no TicTacToe board and mark; it is made for "
+            f"template {template}: the observation has no TicTacToe board and mark; it is made for "
             "TicTacToe envs"
         )
-    moves = _moves(observation, "Available Moves:", "tictactoe-compact")
-    lines = [TICTACTOE_RULES, f"You are {mark.group(1)}.", *rows, "Your moves: " + " ".join(moves)]
+    return mark.group(1), rows, _moves(observation, "Available Moves:", template)
+
+
+def tictactoe_compact(observation: str, tokenizer: Any) -> str:
+    """TicTacToe: the rule in one line, the mover's mark, the board (empty cells by number), the legal moves."""
+    mark, rows, moves = _tictactoe(observation, "tictactoe-compact")
+    lines = [TICTACTOE_RULES, f"You are {mark}.", *rows, "Your moves: " + " ".join(moves)]
     return _chat("\n".join(lines), tokenizer)
 
 
-for _template in (kuhn_compact, tictactoe_compact):
+def tictactoe_lines(observation: str, tokenizer: Any) -> str:
+    """TicTacToe as its eight lines (three rows, three columns, two diagonals), each cell a mark or its
+    number: three in a line is what wins, and a line's two marks and one number read next to each other,
+    where on the board they lie a row or two apart. Nothing is computed from it: the cells as they are."""
+    mark, rows, moves = _tictactoe(observation, "tictactoe-lines")
+    cells = [cell.strip() for row in rows for cell in row.split("|")]
+    lines = [" ".join(cells[i] for i in line) for line in LINES]
+    text = [TICTACTOE_RULES, f"You are {mark}.", "Lines:", *lines, "Your moves: " + " ".join(moves)]
+    return _chat("\n".join(text), tokenizer)
+
+
+for _template in (kuhn_compact, tictactoe_compact, tictactoe_lines):
     _template.answer_prefix = MOVE_PREFIX  # type: ignore[attr-defined]
     _template.answer_stop = MOVE_END  # type: ignore[attr-defined]
