@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike) -> Iterator[None]:
+    """An OSError raised inside that names no file (a write, flush or fsync on an open file) is raised
+    again naming `path`, so that the run's one-line error says which file could not be written."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -18,7 +32,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
+        with naming(path), os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -88,7 +102,7 @@ def append_jsonl(path: str | os.PathLike, records: list[Any], sync: bool = True)
         line, n = json_line(record)
         lines.append(line)
         nonfinite += n
-    with open(path, "a") as f:
+    with naming(path), open(path, "a") as f:
         f.write("".join(lines))
         f.flush()
         if sync:
