@@ -216,7 +216,7 @@ def test_a_run_on_two_nodes_never_opens_the_run_directory_from_inference(two_nod
     cmd += ["--ray-address", cluster.address]
     env = {k: v for k, v in os.environ.items() if k != RECORD_OPENS_ENV}
     env.update({RESOURCES_ENV: json.dumps({"inference_node": 1}), "TOKENIZERS_PARALLELISM": "false"})
-    env[AUTH_MODE] = auth_mode  # the cluster's (unset, a driver that has a token would present it)
+    env[AUTH_MODE] = auth_mode  # the cluster's: left unset, a driver holding a token would present it
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=420)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = (tmp_path / "two-nodes").resolve()

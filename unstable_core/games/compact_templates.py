@@ -7,6 +7,9 @@ times faster, and what the policy must condition on is most of what it reads. Ea
 observation TextArena gives (the `-train` wrappers' text), keeps the chat template of the tokenizer
 around a short user message, and opens the answer with `[` as `move` does (ended at `]`).
 
+TicTacToe has two: its rows as TextArena prints them (`tictactoe-compact`), or its eight lines
+(`tictactoe-lines`), where the cells that make three in a line stand side by side.
+
 A template made for one game refuses another game's observation with one line naming it.
 """
 
