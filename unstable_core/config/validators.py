@@ -106,5 +106,11 @@ def count(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise ConfigError(f"{attribute.name} must be an integer >= 1, got {value!r}")
 
 
+def boolean(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """true or false, not 0, 1 or a string."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{attribute.name} must be true or false, got {value!r}")
+
+
 positive = number_above(0.0)
 non_negative_number = number_above(0.0, inclusive=True)

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from unstable_core.config.validators import choice, non_negative_number
+from unstable_core.config.validators import boolean, choice, non_negative_number
 from unstable_core.errors import UnstableError
 from unstable_core.learners.answer_tree import answer_sums
 from unstable_core.learners.base import BaseLearner
@@ -153,6 +153,33 @@ class LegalAnswersLearner(BaseLearner):
         """y [K]: log pi_T(a | s) of each legal answer, with gradient (see `answer_logprobs`)."""
         return answer_logprobs(self, state)
 
+    def trains_on(self, step: Step) -> bool:
+        """Whether `step` enters the loss: not an unbranched state under `unbranched = "skip"`, nor a
+        branched one whose values are all equal under `skip_flat` (its target is q itself: only the rules
+        would train there). A step without legal answers always does (the sampled gradient)."""
+        legal = step.step_info.get(LEGAL)
+        if not legal or len(legal.get("moves", ())) < 2:
+            return True
+        values = legal.get("values")
+        if values is None:
+            return self.algorithm_cfg["unbranched"] != "skip"
+        return not (self.algorithm_cfg["skip_flat"] and max(values) == min(values))
+
+    def prepare_batch(self, batch: list[Step]) -> list[Step]:
+        """The batch without the steps the options leave out (`trains_on`): they cost no forward."""
+        kept = [step for step in batch if self.trains_on(step)]
+        self._left_out = len(batch) - len(kept)
+        return kept
+
+    def optimizer_step(self, samples: list[Any]) -> dict[str, float]:
+        """The base's step on the steps kept; none when every step was left out (Adam's moments would still
+        move the weights on a zero gradient)."""
+        counts = {
+            "legal/left_out": float(getattr(self, "_left_out", 0)),
+            "legal/trained": float(len(samples)),
+        }
+        return {**(super().optimizer_step(samples) if samples else {}), **counts}
+
     def _update(self, batch: list[Step], scale: float) -> dict[str, float]:
         """Backward the legal-answer loss of each step with legal answers and the sampled policy gradient
         of the others, each step weighted 1/len(batch) within this micro-batch."""
@@ -231,9 +258,18 @@ class LegalOptions:
     )
     unbranched: str = attrs.field(
         default="played",
-        validator=choice("played", "rules"),
+        validator=choice("played", "rules", "skip"),
         metadata={
-            "help": "values where the game was not branched: 'played' (the played answer's return over its q) "
-            "or 'rules' (none: such a state teaches the rules and the entropy only)"
+            "help": "values where the game was not branched: 'played' (the played answer's return over its q), "
+            "'rules' (none: such a state teaches the rules and the entropy only) or 'skip' (left out of the "
+            "update, at no cost)"
+        },
+    )
+    skip_flat: bool = attrs.field(
+        default=False,
+        validator=boolean,
+        metadata={
+            "help": "leave out the branched states whose values are all equal (no answer is better there): "
+            "the learner's time goes to the states that tell the answers apart"
         },
     )

@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from unstable_a2c.gae import compute_gae, group_episodes, outcome_rewards, shaped_advantages
-from unstable_core.config.validators import count, number_in, positive
+from unstable_core.config.validators import boolean, count, number_in, positive
 from unstable_core.errors import UnstableError
 from unstable_core.learners import POLICY_ADAPTER, BaseLearner, TokenBatch
 from unstable_core.learners.shared_prefix import decoder_hidden
@@ -47,6 +47,7 @@ class A2CConfig:
     )
     normalize_adv: bool = attrs.field(
         default=True,
+        validator=boolean,
         metadata={
             "help": "z-score advantages per env id after GAE, as UnstableBaselines v0.2 did, so that envs "
             "with different reward scales weigh alike in a batch"

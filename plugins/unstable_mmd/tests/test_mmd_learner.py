@@ -122,6 +122,25 @@ def test_an_unbranched_state_trains_on_its_played_return_or_on_the_rules_only(le
     assert abs(ends["rules"] - 0.5) <= abs(before - 0.5) + 0.01
 
 
+def test_states_left_out_cost_nothing_and_train_nothing(learner):
+    """`unbranched = "skip"` leaves an unbranched state out of the update, `skip_flat` a branched one whose
+    values are all equal: beside them, a state's update is the one it gets alone; with nothing left, the
+    update takes no step and the weights stay."""
+    informative, unbranched, flat = legal_step([-1.0, 1.0]), legal_step(None), legal_step([0.5, 0.5])
+    weights = lambda lrn: [p.detach().clone() for p in lrn.trainable_parameters()]  # noqa: E731
+    alone = learner(eta=2.0)
+    alone.update([informative])
+    beside = learner(eta=2.0, unbranched="skip", skip_flat=True)
+    metrics = beside.update([unbranched, informative, flat])
+    assert (metrics["legal/left_out"], metrics["legal/trained"]) == (2.0, 1.0)
+    assert all(torch.equal(a, b) for a, b in zip(weights(alone), weights(beside), strict=True))
+    idle = learner(unbranched="skip", skip_flat=True)
+    before = weights(idle)
+    metrics = idle.update([unbranched, flat])
+    assert metrics["legal/trained"] == 0.0 and idle.step == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, weights(idle), strict=True))
+
+
 def test_options_are_checked():
     with pytest.raises(ConfigError, match="magnet"):
         MMDLearner.check_options({"magnet": "solver"})
@@ -133,6 +152,8 @@ def test_options_are_checked():
         MMDLearner.check_options({"fit_steps": 0})
     with pytest.raises(ConfigError, match="unbranched"):
         MMDLearner.check_options({"unbranched": "none"})
+    with pytest.raises(ConfigError, match="skip_flat must be true or false, got 1"):
+        MMDLearner.check_options({"skip_flat": 1})
 
 
 def test_registered():

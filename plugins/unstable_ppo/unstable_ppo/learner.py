@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from unstable_core.config.validators import (
+    boolean,
     choice,
     count,
     non_negative_number,
@@ -93,6 +94,7 @@ class PPOConfig:
     )
     filter_zero_advantage: bool = attrs.field(
         default=False,
+        validator=boolean,
         metadata={
             "help": "drop steps whose advantage is exactly 0 before training (SPIRAL): they carry no policy "
             "gradient but would dilute the batch mean"
