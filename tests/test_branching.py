@@ -10,6 +10,7 @@ import random
 import pytest
 
 from unstable_core.errors import UnstableError
+from unstable_core.games.branching import Branching
 from unstable_core.games.legal_answers import scored_envs
 from unstable_core.games.loop import play_game
 from unstable_core.games.players.base import ScriptedPlayer
@@ -56,7 +57,7 @@ def play(spec, tokenizer, opener, mover_text, template="kuhn-compact", branch_sa
     return asyncio.run(
         play_game(
             spec, seats, tokenizer, lora_paths=dict.fromkeys(seats), policy_versions=dict.fromkeys(seats, 0),
-            params=SamplingParams(seed=seed), branch_samples=branch_samples,
+            params=SamplingParams(seed=seed), branching=Branching(branch_samples),
         )
     )  # fmt: skip
 
@@ -114,7 +115,7 @@ def test_branching_values_each_move_reproducibly(tokenizer):
     assert mover_steps(again)[0].step_info[LEGAL]["values"] == legal["values"]
 
 
-def tictactoe_game(tokenizer, **branching):
+def tictactoe_game(tokenizer, branching=None):
     """TicTacToe: X plays 1, 3, 5; O (the model seat) 4 then 0, and then holds 0 and 4 with 8 open."""
     env_id = "TicTacToe-v0-train"
 
@@ -133,7 +134,7 @@ def tictactoe_game(tokenizer, **branching):
     result = asyncio.run(
         play_game(
             spec, seats, tokenizer, lora_paths=dict.fromkeys(seats), policy_versions=dict.fromkeys(seats, 0),
-            params=SamplingParams(seed=1), **branching,
+            params=SamplingParams(seed=1), branching=branching,
         )
     )  # fmt: skip
     assert not result.info.failed, result.info.error
@@ -142,17 +143,34 @@ def tictactoe_game(tokenizer, **branching):
 
 def test_a_winning_move_is_worth_one_whatever_follows(tokenizer):
     """O's third state: playing 8 wins at once, so its value is 1 whatever the continuations."""
-    last = tictactoe_game(tokenizer, branch_samples=2)[-1]
+    last = tictactoe_game(tokenizer, Branching(samples=2))[-1]
     assert last["values"][last["moves"].index("[8]")] == 1.0
 
 
 def test_branch_max_moves_leaves_the_states_of_more_moves_unbranched(tokenizer):
-    legal = tictactoe_game(tokenizer, branch_samples=1, branch_max_moves=6)
+    legal = tictactoe_game(tokenizer, Branching(samples=1, max_moves=6))
     assert [len(x["moves"]) for x in legal] == [8, 6, 4]
     assert ["values" in x for x in legal] == [False, True, True]
     assert legal[-1]["values"][legal[-1]["moves"].index("[8]")] == 1.0
     with pytest.raises(UnstableError, match="branch_max_moves must be an int >= 0, got -1"):
-        tictactoe_game(tokenizer, branch_samples=1, branch_max_moves=-1)
+        Branching(samples=1, max_moves=-1)
+
+
+def test_a_discount_and_a_horizon_value_a_win_now_above_a_win_later(tokenizer):
+    """O's last state: 8 wins at once; 2, 6 or 7 let X answer and O win with 8 a turn later."""
+    later = tictactoe_game(tokenizer, Branching(samples=1, discount=0.5))[-1]
+    assert later["moves"] == ["[2]", "[6]", "[7]", "[8]"]
+    assert later["values"] == [0.25, 0.25, 0.25, 1.0]  # 0.5 ** 2: X's turn, then O's winning one
+    cut = tictactoe_game(tokenizer, Branching(samples=1, depth=1))[-1]
+    assert cut["values"] == [0.0, 0.0, 0.0, 1.0]  # cut after X's answer, unfinished: worth 0
+    assert cut["cost"]["turns"] == 3
+    for bad, match in (
+        ({"depth": -1}, "branch_depth must be an int >= 0, got -1"),
+        ({"discount": 0.0}, r"branch_discount must be a number in \(0, 1\], got 0.0"),
+        ({"discount": 1.5}, r"branch_discount must be a number in \(0, 1\], got 1.5"),
+    ):
+        with pytest.raises(UnstableError, match=match):
+            Branching(samples=1, **bad)
 
 
 def answering_sequence(tokenizer, texts):

@@ -192,6 +192,10 @@ def legal_answers_line(run: Any, learning_steps: int | None) -> str:
         branched = f", valued by {cfg.branch_samples} continuations a move" if cfg.branch_samples else ""
         if cfg.branch_samples and cfg.branch_max_moves:
             branched += f" at states of at most {cfg.branch_max_moves} legal moves"
+        if cfg.branch_samples and cfg.branch_depth:
+            branched += f", cut after {cfg.branch_depth} turns"
+        if cfg.branch_samples and cfg.branch_discount < 1:
+            branched += f", discounted by {cfg.branch_discount:g} a turn"
         parts.append(f"scored on {', '.join(scored)}{branched}")
     if plain:
         parts.append(f"not on {', '.join(plain)} (their legal moves cannot be read: sampled gradient)")

@@ -344,6 +344,22 @@ class RunConfig:
             "as unbranched: their continuations cost the most (TicTacToe's first moves hold no win or block)"
         ),
     )
+    branch_depth: int = attrs.field(
+        default=0,
+        validator=non_negative,
+        metadata=_help(
+            "turns a continuation plays after the move before it is cut, unfinished and worth 0 (0: to the "
+            "end): a bound on branching's cost, biased where the game is decided later"
+        ),
+    )
+    branch_discount: float = attrs.field(
+        default=1.0,
+        validator=above(0, 1.0),
+        metadata=_help(
+            "a continuation's outcome is weighed by this to the power of the turns played after the move "
+            "(1: none): a win now is worth more than one later"
+        ),
+    )
     failure_window: int = attrs.field(
         default=20,
         validator=at_least_one,

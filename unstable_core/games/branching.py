@@ -14,6 +14,12 @@ over the visits of that set converges to it. Resampling the hidden cards uniform
 ignores how the opponent's play so far depends on its card (a bet makes a king likelier). The test
 `tests/test_branching.py` checks the unbiasedness against an exact enumeration of Kuhn Poker's deals.
 
+A horizon (`depth`: at most that many turns after the move) bounds a continuation's cost: one cut there,
+unfinished, is worth 0, a draw's value (a truncated return with no bootstrap, biased where the game would
+be won or lost later). A discount `gamma` weighs the outcome by gamma^t, t the turns played after the move
+(retries of an invalid answer included), so that a move that wins now is worth more than one that wins
+later, and a loss later costs less than one at once.
+
 No solver's policy or value enters: the continuations are played by the game's own players.
 """
 
@@ -27,8 +33,40 @@ from typing import Any
 
 import attrs
 
+from unstable_core.errors import UnstableError
 from unstable_core.games.env_ops import action_receiver
 from unstable_core.types import LEGAL
+
+
+@attrs.frozen
+class Branching:
+    """How a finished game is branched: `samples` continuations a move (0: no branching), at the states
+    of at most `max_moves` legal moves (0: every state), each at most `depth` turns long (0: to the end),
+    the outcome discounted by `discount` a turn. A bad value raises UnstableError naming it."""
+
+    samples: int = 0
+    max_moves: int = 0
+    depth: int = 0
+    discount: float = 1.0
+
+    def __attrs_post_init__(self) -> None:
+        for name, value, zero in (
+            ("branch_samples", self.samples, "branches nothing"),
+            ("branch_max_moves", self.max_moves, "branches every state"),
+            ("branch_depth", self.depth, "plays each continuation to the end"),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise UnstableError(f"{name} must be an int >= 0, got {value!r}; 0 {zero}")
+        discount = self.discount
+        if isinstance(discount, bool) or not isinstance(discount, (int, float)) or not 0 < discount <= 1:
+            raise UnstableError(
+                f"branch_discount must be a number in (0, 1], got {discount!r}; 1 discounts nothing"
+            )
+
+    def value(self, reward: float | None, turns: int) -> float:
+        """A continuation's value for the mover: its reward discounted over the `turns` played after the
+        move, or 0 for one cut at the horizon (`reward` None)."""
+        return 0.0 if reward is None else reward * self.discount**turns
 
 
 def continuation_seed(seed: int | None, game_seed: int, turn: int, move: int, sample: int) -> int | None:
@@ -53,9 +91,11 @@ def _fresh(player: Any, seed: int | None) -> Any:
     return player
 
 
-async def continue_from(game: Any, index: int, move: str, move_index: int, sample: int, max_turns: int):
-    """(the mover's final reward after playing `move` at `game.steps[index]`'s state then playing on, the
-    turns generated): one continuation."""
+async def continue_from(
+    game: Any, index: int, move: str, move_index: int, sample: int, max_turns: int, branching: Branching
+) -> tuple[float, int]:
+    """(the value for the mover of playing `move` at `game.steps[index]`'s state then playing on, the turns
+    generated): one continuation, cut after `branching.depth` turns if that is > 0."""
     step = game.steps[index]
     env = game.start_env()
     receive = action_receiver(env)
@@ -64,7 +104,7 @@ async def continue_from(game: Any, index: int, move: str, move_index: int, sampl
     done, _ = env.step(receive(move))
     if done:
         rewards, _ = env.close()
-        return float(rewards[step.pid]), 0
+        return branching.value(float(rewards[step.pid]), 0), 0
     params = attrs.evolve(
         game.params, seed=continuation_seed(game.params.seed, game.spec.seed, step.turn, move_index, sample)
     )
@@ -72,14 +112,17 @@ async def continue_from(game: Any, index: int, move: str, move_index: int, sampl
     branch = attrs.evolve(
         game, steps=[], final_rewards={}, reason="", params=params, record_legal=False, generate=players
     )
-    await branch.play(max_turns, env=env, first_turn=step.turn + 1)
-    return float(branch.final_rewards[step.pid]), len(branch.steps)
+    await branch.play(max_turns, env=env, first_turn=step.turn + 1, horizon=branching.depth or None)
+    reward = float(branch.final_rewards[step.pid]) if branch.final_rewards else None
+    return branching.value(reward, len(branch.steps)), len(branch.steps)
 
 
-async def add_branch_values(game: Any, samples: int, max_turns: int, max_moves: int = 0) -> None:
-    """Put each legal move's value (mean over `samples` continuations) and the branching's cost on every
-    learner step of the finished `game` that has legal answers (at most `max_moves` of them, if > 0: the
-    states of many moves cost the most continuations, and in TicTacToe they hold no win or block)."""
+async def add_branch_values(game: Any, branching: Branching, max_turns: int) -> None:
+    """Put each legal move's value (mean over `branching.samples` continuations) and the branching's cost on
+    every learner step of the finished `game` that has legal answers (at most `branching.max_moves` of them,
+    if > 0: the states of many moves cost the most continuations, and in TicTacToe they hold no win or
+    block)."""
+    samples, max_moves = branching.samples, branching.max_moves
     for index, step in enumerate(game.steps):
         legal = step.step_info.get(LEGAL)
         if not legal or not game.players[step.pid].collect_data:
@@ -88,7 +131,7 @@ async def add_branch_values(game: Any, samples: int, max_turns: int, max_moves: 
             continue
         started = time.monotonic()
         jobs = [
-            continue_from(game, index, move, m, k, max_turns)
+            continue_from(game, index, move, m, k, max_turns, branching)
             for m, move in enumerate(legal["moves"])
             for k in range(samples)
         ]

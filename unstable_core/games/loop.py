@@ -17,6 +17,7 @@ import attrs
 
 from unstable_core.errors import UnstableError
 from unstable_core.games.actions import extract_action
+from unstable_core.games.branching import Branching, add_branch_values
 from unstable_core.games.env_ops import (
     EnvFactory,
     InvalidMoveProbe,
@@ -62,8 +63,7 @@ async def play_game(
     timeout_s: float | None = None,
     env_factory: EnvFactory | None = None,
     error_allowance: int | None = 0,
-    branch_samples: int = 0,
-    branch_max_moves: int = 0,
+    branching: Branching | None = None,
 ) -> GameResult:
     """Play `spec` to the end and return every seat's trajectory with the game's information.
 
@@ -76,22 +76,14 @@ async def play_game(
     `error_allowance` is how many invalid moves in a row a seat may retry (0, as in UnstableBaselines
     v0.2: the first one loses; None: the env's own, 1 in most TextArena games).
     An env error, a failed generation, more than `max_turns` turns or `timeout_s` seconds end the game
-    as failed (`info.failed`, `info.error`). With `branch_samples` K > 0, each legal move of every state a
-    learner seat visited is then valued by K continuations (`games.branching`), at the states with at most
-    `branch_max_moves` legal moves if that is > 0 (the others train as unbranched); a branching that fails
-    leaves those values out and the game as it was. Raises UnstableError before playing when the arguments do not
+    as failed (`info.failed`, `info.error`). With `branching` of K > 0 samples, each legal move of every
+    state a learner seat visited is then valued by K continuations (`games.branching`), at the states with
+    at most its `max_moves` legal moves if that is > 0 (the others train as unbranched); a branching that
+    fails leaves those values out and the game as it was. Raises UnstableError before playing when the arguments do not
     fit the spec; re-raises InferenceUnavailable and cancellation.
     """
     players = _check_arguments(
-        spec,
-        lora_paths,
-        policy_versions,
-        templates,
-        max_turns,
-        timeout_s,
-        error_allowance,
-        branch_samples,
-        branch_max_moves,
+        spec, lora_paths, policy_versions, templates, max_turns, timeout_s, error_allowance
     )
     generate = _per_seat(
         generate, players, "generate", lambda g: callable(g) or isinstance(g, ScriptedPlayer)
@@ -123,17 +115,15 @@ async def play_game(
     except Exception as exc:
         error = f"unexpected {type(exc).__name__} at turn {len(game.steps)}: {exc}"
     duration = time.monotonic() - started
-    if branch_samples and error is None:
-        await _branch(game, branch_samples, max_turns, branch_max_moves)
+    if branching is not None and branching.samples and error is None:
+        await _branch(game, branching, max_turns)
     return game.result(error, duration)
 
 
-async def _branch(game: _Game, samples: int, max_turns: int, max_moves: int = 0) -> None:
+async def _branch(game: _Game, branching: Branching, max_turns: int) -> None:
     """`branching.add_branch_values`, its failure logged on the game's first step instead of failing it."""
-    from unstable_core.games.branching import add_branch_values
-
     try:
-        await add_branch_values(game, samples, max_turns, max_moves)
+        await add_branch_values(game, branching, max_turns)
     except (InferenceUnavailable, asyncio.CancelledError):
         raise
     except Exception as exc:
@@ -175,16 +165,20 @@ class _Game:
     _prompting: dict[int, tuple[PromptRenderer, str, str]] = attrs.field(factory=dict)
     _answer_tokens: dict[int, AnswerTokens] = attrs.field(factory=dict)
 
-    async def play(self, max_turns: int, env: Any = None, first_turn: int = 0) -> None:
+    async def play(
+        self, max_turns: int, env: Any = None, first_turn: int = 0, horizon: int | None = None
+    ) -> None:
         """The turns of the game, appended to `steps`; raises GameFailed when the game cannot go on. A
-        continuation (branching) passes the env it replayed and the turn it stands at."""
+        continuation (branching) passes the env it replayed, the turn it stands at and, to cut it short,
+        a `horizon` of turns after which it stops unfinished (no `final_rewards`)."""
         spec = self.spec
         env = self.start_env() if env is None else env
         probe = InvalidMoveProbe(env)
         takes_completion = getattr(env, "takes_completion", False)  # a task checks the whole answer
         received_action = action_receiver(env)
         reader = legal_reader(env, spec.env_id) if self.record_legal else None
-        for turn in range(first_turn, max_turns):
+        end = max_turns if horizon is None else min(max_turns, first_turn + horizon)
+        for turn in range(first_turn, end):
             pid, observation = _env_call(spec, "get_observation", env.get_observation)
             if isinstance(self.generate.get(pid), ScriptedPlayer):
                 step = self._scripted_step(env, pid, observation, turn)
@@ -204,6 +198,8 @@ class _Game:
             if done:
                 break
         else:
+            if end < max_turns:
+                return
             raise GameFailed(
                 f"game did not finish within max_turns={max_turns}; raise max_turns or check the env"
             )
@@ -420,8 +416,6 @@ def _check_arguments(
     max_turns: int,
     timeout_s: float | None,
     error_allowance: int | None = 0,
-    branch_samples: int = 0,
-    branch_max_moves: int = 0,
 ) -> dict[int, PlayerSpec]:
     """The seats of `spec` by pid, after checking that the arguments cover them (else UnstableError)."""
     players = {p.pid: p for p in spec.players}
@@ -444,12 +438,6 @@ def _check_arguments(
         raise UnstableError(
             f"timeout_s must be > 0 or None, got {timeout_s}; use None for no per-game timeout"
         )
-    for name, value, zero in (
-        ("branch_samples", branch_samples, "branches nothing"),
-        ("branch_max_moves", branch_max_moves, "branches every state"),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise UnstableError(f"{name} must be an int >= 0, got {value!r}; 0 {zero}")
     if error_allowance is not None and (
         isinstance(error_allowance, bool) or not isinstance(error_allowance, int) or error_allowance < 0
     ):

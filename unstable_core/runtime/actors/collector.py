@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from unstable_core.errors import UnstableError, describe, root_cause
+from unstable_core.games.branching import Branching
 from unstable_core.games.loop import InferenceUnavailable, play_game
 from unstable_core.games.players.catalogue import is_player, make_player
 from unstable_core.inference.base import GenerationOutput, GenerationRequest, SamplingParams
@@ -93,8 +94,7 @@ class Collector:
         max_turns: int = 200,
         game_timeout_s: float | None = None,
         error_allowance: int | None = 0,
-        branch_samples: int = 0,
-        branch_max_moves: int = 0,
+        branching: Branching | None = None,
         max_retries: int = 3,
         restart_timeout_s: float = ANSWER_TIMEOUT_S,
         scheduled_eval: ScheduledEval | None = None,
@@ -109,7 +109,7 @@ class Collector:
         self.max_turns, self.game_timeout_s, self.max_retries = max_turns, game_timeout_s, max_retries
         self.restart_timeout_s = restart_timeout_s
         self.error_allowance = error_allowance
-        self.branch_samples, self.branch_max_moves = branch_samples, branch_max_moves
+        self.branching = branching
         self.running = False
         self.counts = {"started": 0, "finished": 0, "failed": 0, "retries": 0, "recorded": 0}
         self._recording: set[asyncio.Future] = set()  # finished games being recorded (see `_finish`)
@@ -188,8 +188,7 @@ class Collector:
                     max_turns=self.max_turns,
                     timeout_s=self.game_timeout_s,
                     error_allowance=self.error_allowance,
-                    branch_samples=0 if spec.eval else self.branch_samples,
-                    branch_max_moves=self.branch_max_moves,
+                    branching=None if spec.eval else self.branching,
                 )
             except InferenceUnavailable as exc:
                 error = str(exc)

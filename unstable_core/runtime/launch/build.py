@@ -201,10 +201,12 @@ def start_collectors(
     plan: RunPlan, graph: ActorGraph, schedulers: list[Any], collector_cls: type | None = None
 ) -> list[Any]:
     """The collectors, one per scheduler of the games (`Run` starts their collection)."""
+    from unstable_core.games.branching import Branching
     from unstable_core.inference.base import SamplingParams
     from unstable_core.runtime.actors.collector import Collector
 
     cfg = plan.cfg
+    branching = Branching(cfg.branch_samples, cfg.branch_max_moves, cfg.branch_depth, cfg.branch_discount)
     seed = cfg.seed if plan.schedule is not None else None  # an evaluation's games repeat with its seed
     params = SamplingParams(
         temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_generation_len, seed=seed
@@ -222,8 +224,7 @@ def start_collectors(
             max_turns=cfg.max_turns,
             game_timeout_s=cfg.game_timeout_s,
             error_allowance=cfg.error_allowance,
-            branch_samples=cfg.branch_samples,
-            branch_max_moves=cfg.branch_max_moves,
+            branching=branching,
             scheduled_eval=plan.scheduled_eval if plan.learn else None,
         )
         for scheduler in schedulers
