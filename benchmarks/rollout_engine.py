@@ -263,7 +263,9 @@ def init_ray() -> None:
     cloudpickle.register_pickle_by_value(instant_backend)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    # address "local": a cluster of its own, never another run's on the same machine (CI shares it)
     ray.init(
+        address="local",
         num_cpus=LOCAL_CPUS,
         include_dashboard=False,
         log_to_driver=False,
