@@ -173,27 +173,36 @@ def game_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def branching_cost(run_dir: Path) -> dict[str, float] | None:
-    """What branching cost the run, from metrics.jsonl: continuation turns and seconds per visited state,
-    its seconds per update beside the learner's, and its share of the inference requests (None: no
-    branching)."""
+    """What branching cost the run, read from its games (every branched state, trained on or left out) and
+    the learner's metrics: continuation turns a state, those of them a model generated and their seconds;
+    branching's seconds an update beside the learner's; and the share of the model's turns (games and
+    continuations) that were continuations. None: no branching. Runs older than the count of generated
+    turns count every continuation turn as generated."""
     from unstable_core.io import read_jsonl
 
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
-    rows = [r for r in metrics if "learner/branch/turns" in r]
-    if not rows or not any(r.get("learner/legal/branched") for r in rows):
+    states = turns = generated = seconds = played = 0.0
+    for game in read_jsonl(run_dir / "games" / "games.jsonl"):
+        for step in (s for t in game.get("trajectories", []) for s in t.get("steps", [])):
+            info = step.get("step_info", {})
+            played += info.get("finish_reason") != "scripted"
+            cost = (info.get("legal") or {}).get("cost")
+            if cost:
+                states += 1
+                turns += cost["turns"]
+                generated += cost.get("generated", cost["turns"])
+                seconds += cost["seconds"]
+    updates = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "learner/time/update_s" in r]
+    if not states or not updates:
         return None
-    states = [r["learner/batch_size"] * r.get("learner/legal/branched", 0.0) for r in rows]
-    turns = sum(n * r["learner/branch/turns"] for n, r in zip(states, rows, strict=True))
-    seconds = sum(n * r["learner/branch/seconds"] for n, r in zip(states, rows, strict=True))
-    requests = max((r.get("inference/requests", 0.0) for r in metrics), default=0)
     return {
-        "updates": len(rows),
-        "states": sum(states),
-        "turns_per_state": turns / sum(states),
-        "seconds_per_state": seconds / sum(states),
-        "branch_seconds_per_update": seconds / len(rows),
-        "learner_seconds_per_update": sum(r["learner/time/update_s"] for r in rows) / len(rows),
-        "inference_share": turns / requests if requests else float("nan"),
+        "updates": len(updates),
+        "states": states,
+        "turns_per_state": turns / states,
+        "generated_per_state": generated / states,
+        "seconds_per_state": seconds / states,
+        "branch_seconds_per_update": seconds / len(updates),
+        "learner_seconds_per_update": sum(r["learner/time/update_s"] for r in updates) / len(updates),
+        "inference_share": generated / (generated + played) if generated + played else 0.0,
     }
 
 
@@ -203,10 +212,10 @@ def branching_lines(cost: dict[str, float] | None) -> list[str]:
         return []
     return [
         f"- branching: {cost['states']:.0f} states over {cost['updates']} updates, "
-        f"{cost['turns_per_state']:.1f} continuation turns and {cost['seconds_per_state']:.1f} s of "
-        f"generation a state; {cost['branch_seconds_per_update']:.0f} s an update (the learner's update: "
-        f"{cost['learner_seconds_per_update']:.0f} s); {cost['inference_share']:.0%} of the inference "
-        "requests were continuations"
+        f"{cost['turns_per_state']:.1f} continuation turns a state ({cost['generated_per_state']:.1f} of "
+        f"them generated) and {cost['seconds_per_state']:.1f} s; {cost['branch_seconds_per_update']:.0f} s "
+        f"an update (the learner's update: {cost['learner_seconds_per_update']:.0f} s); "
+        f"{cost['inference_share']:.0%} of the model's turns were continuations"
     ]
 
 

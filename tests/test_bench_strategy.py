@@ -98,21 +98,28 @@ def test_a_run_that_is_not_there_ends_in_one_line(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_branching_cost_is_read_from_the_runs_metrics(strategy, tmp_path):
-    rows = [
-        {"step": 1, "inference/requests": 40.0},
-        {"learner/batch_size": 4.0, "learner/legal/branched": 1.0, "learner/branch/turns": 3.0,
-         "learner/branch/seconds": 2.0, "learner/time/update_s": 10.0, "inference/requests": 40.0},
-        {"learner/batch_size": 4.0, "learner/legal/branched": 0.5, "learner/branch/turns": 6.0,
-         "learner/branch/seconds": 1.0, "learner/time/update_s": 20.0},
+def test_branching_cost_is_read_from_the_runs_games(strategy, tmp_path):
+    def step(cost=None, scripted=False):
+        info = {"finish_reason": "scripted" if scripted else "stop"}
+        return {"step_info": {**info, "legal": {"cost": cost}} if cost else info}
+
+    games = [  # a model seat against a scripted one; two branched states, one of them an old run's
+        {"trajectories": [{"steps": [step({"turns": 3, "generated": 1, "seconds": 2.0}), step()]},
+                          {"steps": [step(scripted=True), step(scripted=True)]}]},
+        {"trajectories": [{"steps": [step({"turns": 6, "seconds": 1.0})]}]},
     ]  # fmt: skip
+    (tmp_path / "games").mkdir()
+    (tmp_path / "games" / "games.jsonl").write_text("".join(json.dumps(g) + "\n" for g in games))
+    rows = [{"step": 1}, {"learner/time/update_s": 10.0}, {"learner/time/update_s": 20.0}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     cost = strategy.branching_cost(tmp_path)
-    assert cost["states"] == 6  # 4 branched, then half of 4
-    assert cost["turns_per_state"] == pytest.approx((4 * 3 + 2 * 6) / 6)
-    assert cost["branch_seconds_per_update"] == pytest.approx((4 * 2 + 2 * 1) / 2)
-    assert cost["learner_seconds_per_update"] == 15
-    assert cost["inference_share"] == pytest.approx(24 / 40)
+    assert (cost["states"], cost["updates"]) == (2, 2)
+    assert cost["turns_per_state"] == 4.5 and cost["generated_per_state"] == 3.5  # the old run's: all 6
+    assert cost["branch_seconds_per_update"] == 1.5 and cost["learner_seconds_per_update"] == 15
+    assert cost["inference_share"] == pytest.approx(7 / (7 + 3))  # 3 model turns in the games
+    assert "3.5 of them generated" in strategy.branching_lines(cost)[0]
     assert strategy.branching_lines(None) == []  # no branching: no line
-    (tmp_path / "metrics.jsonl").write_text(json.dumps({**rows[1], "learner/legal/branched": 0.0}) + "\n")
+    (tmp_path / "games" / "games.jsonl").write_text(
+        json.dumps({"trajectories": [{"steps": [step()]}]}) + "\n"
+    )
     assert strategy.branching_cost(tmp_path) is None

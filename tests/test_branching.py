@@ -161,9 +161,10 @@ def test_a_discount_and_a_horizon_value_a_win_now_above_a_win_later(tokenizer):
     later = tictactoe_game(tokenizer, Branching(samples=1, discount=0.5))[-1]
     assert later["moves"] == ["[2]", "[6]", "[7]", "[8]"]
     assert later["values"] == [0.25, 0.25, 0.25, 1.0]  # 0.5 ** 2: X's turn, then O's winning one
+    assert (later["cost"]["turns"], later["cost"]["generated"]) == (6, 3)  # O's turns are the model's
     cut = tictactoe_game(tokenizer, Branching(samples=1, depth=1))[-1]
     assert cut["values"] == [0.0, 0.0, 0.0, 1.0]  # cut after X's answer, unfinished: worth 0
-    assert cut["cost"]["turns"] == 3
+    assert (cut["cost"]["turns"], cut["cost"]["generated"]) == (3, 0)  # X's answers: no inference
     for bad, match in (
         ({"depth": -1}, "branch_depth must be an int >= 0, got -1"),
         ({"discount": 0.0}, r"branch_discount must be a number in \(0, 1\], got 0.0"),

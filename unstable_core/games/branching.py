@@ -93,9 +93,10 @@ def _fresh(player: Any, seed: int | None) -> Any:
 
 async def continue_from(
     game: Any, index: int, move: str, move_index: int, sample: int, max_turns: int, branching: Branching
-) -> tuple[float, int]:
+) -> tuple[float, int, int]:
     """(the value for the mover of playing `move` at `game.steps[index]`'s state then playing on, the turns
-    generated): one continuation, cut after `branching.depth` turns if that is > 0."""
+    played, those of them a model generated): one continuation, cut after `branching.depth` turns if that
+    is > 0."""
     step = game.steps[index]
     env = game.start_env()
     receive = action_receiver(env)
@@ -104,7 +105,7 @@ async def continue_from(
     done, _ = env.step(receive(move))
     if done:
         rewards, _ = env.close()
-        return branching.value(float(rewards[step.pid]), 0), 0
+        return branching.value(float(rewards[step.pid]), 0), 0, 0
     params = attrs.evolve(
         game.params, seed=continuation_seed(game.params.seed, game.spec.seed, step.turn, move_index, sample)
     )
@@ -114,7 +115,8 @@ async def continue_from(
     )
     await branch.play(max_turns, env=env, first_turn=step.turn + 1, horizon=branching.depth or None)
     reward = float(branch.final_rewards[step.pid]) if branch.final_rewards else None
-    return branching.value(reward, len(branch.steps)), len(branch.steps)
+    generated = sum(s.step_info.get("finish_reason") != "scripted" for s in branch.steps)
+    return branching.value(reward, len(branch.steps)), len(branch.steps), generated
 
 
 async def add_branch_values(game: Any, branching: Branching, max_turns: int) -> None:
@@ -137,11 +139,9 @@ async def add_branch_values(game: Any, branching: Branching, max_turns: int) -> 
         ]
         found: list[Any] = await asyncio.gather(*jobs)
         values = [
-            sum(v for v, _ in found[m * samples : (m + 1) * samples]) / samples
+            sum(v for v, _, _ in found[m * samples : (m + 1) * samples]) / samples
             for m in range(len(legal["moves"]))
         ]
-        legal.update(
-            values=values,
-            k=samples,
-            cost={"turns": sum(t for _, t in found), "seconds": time.monotonic() - started},
-        )
+        turns, generated = sum(t for _, t, _ in found), sum(g for _, _, g in found)
+        cost = {"turns": turns, "generated": generated, "seconds": time.monotonic() - started}
+        legal.update(values=values, k=samples, cost=cost)
