@@ -50,7 +50,18 @@ def test_tictactoe_lines_shows_each_line_and_where_two_marks_meet_a_free_cell(to
     assert f"You are X.\nLines:\n{rows}\n{columns}\n{diagonals}\nYour moves: [1] [3] [5] [6] [7] [8]" in text
 
 
-@pytest.mark.parametrize("name", ["kuhn-compact", "tictactoe-compact", "tictactoe-lines"])
+def test_tictactoe_mine_shows_the_movers_marks_as_x_for_either_seat(tokenizer):
+    x_moves, _ = render_prompt(
+        "tictactoe-mine", observe("TicTacToe-v0-train", ["[4]", "[0]", "[2]"]), tokenizer
+    )
+    o_moves, _ = render_prompt("tictactoe-mine", observe("TicTacToe-v0-train", ["[4]", "[0]"]), tokenizer)
+    rows, columns, diagonals = "X 1 O\n3 O 5\n6 7 8", "X 3 6\n1 O 7\nO 5 8", "X O 8\nO O 6"
+    assert f"Your marks are X, the opponent's O.\nLines:\n{rows}\n{columns}\n{diagonals}\n" in x_moves
+    assert "Lines:\nO 1 2\n3 X 5\n" in o_moves  # the env's O at 4 is the mover's: X for it
+    assert "You are" not in x_moves + o_moves
+
+
+@pytest.mark.parametrize("name", ["kuhn-compact", "tictactoe-compact", "tictactoe-lines", "tictactoe-mine"])
 def test_a_compact_template_opens_and_closes_the_move_as_move_does(name):
     template = get_template(name)
     assert (answer_prefix(template), answer_stop(template)) == ("[", "]")

@@ -57,6 +57,11 @@ def register_templates(register):
         "TicTacToe as its 8 lines (rows, columns, diagonals), each cell a mark or its number (answer opened "
         "with [)",
     )
+    register(
+        "tictactoe-mine",
+        "unstable_core.games.compact_templates:tictactoe_mine",
+        "TicTacToe's 8 lines from the mover's side: its marks X, the opponent's O (answer opened with [)",
+    )
 
 
 @hookimpl

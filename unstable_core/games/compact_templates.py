@@ -7,8 +7,9 @@ times faster, and what the policy must condition on is most of what it reads. Ea
 observation TextArena gives (the `-train` wrappers' text), keeps the chat template of the tokenizer
 around a short user message, and opens the answer with `[` as `move` does (ended at `]`).
 
-TicTacToe has two: its rows as TextArena prints them (`tictactoe-compact`), or its eight lines
-(`tictactoe-lines`), where the cells that make three in a line stand side by side.
+TicTacToe has three: its rows as TextArena prints them (`tictactoe-compact`), its eight lines
+(`tictactoe-lines`), where the cells that make three in a line stand side by side, and the same lines from
+the mover's side (`tictactoe-mine`: the mover's marks always X).
 
 A template made for one game refuses another game's observation with one line naming it.
 """
@@ -19,7 +20,7 @@ import re
 from typing import Any
 
 from unstable_core.errors import UnstableError
-from unstable_core.games.players.tictactoe import LINES
+from unstable_core.games.players.tictactoe import LINES, other
 from unstable_core.games.templates import MOVE_END, MOVE_PREFIX
 
 KUHN_RULES = (
@@ -111,6 +112,18 @@ def tictactoe_lines(observation: str, tokenizer: Any) -> str:
     return _chat("\n".join(text), tokenizer)
 
 
-for _template in (kuhn_compact, tictactoe_compact, tictactoe_lines):
+def tictactoe_mine(observation: str, tokenizer: Any) -> str:
+    """TicTacToe's eight lines from the mover's side (the canonical board of game-playing RL): the mover's
+    marks always X, the opponent's O, whichever the env gave it; a line with two X and a number reads the
+    same for either seat. Nothing is computed from the board: its marks relabelled."""
+    mark, rows, moves = _tictactoe(observation, "tictactoe-mine")
+    mine = {mark: "X", other(mark): "O"}
+    cells = [mine.get(cell.strip(), cell.strip()) for row in rows for cell in row.split("|")]
+    lines = [" ".join(cells[i] for i in line) for line in LINES]
+    text = [TICTACTOE_RULES, "Your marks are X, the opponent's O.", "Lines:", *lines]
+    return _chat("\n".join([*text, "Your moves: " + " ".join(moves)]), tokenizer)
+
+
+for _template in (kuhn_compact, tictactoe_compact, tictactoe_lines, tictactoe_mine):
     _template.answer_prefix = MOVE_PREFIX  # type: ignore[attr-defined]
     _template.answer_stop = MOVE_END  # type: ignore[attr-defined]
