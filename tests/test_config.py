@@ -232,5 +232,5 @@ def test_the_strategy_recipes_load_and_resolve(game, tmp_path):
     comp = Components.resolve(cfg, tmp_path / "run")
     assert comp.learner is not None and cfg.model_name == "smollm2-135m"
     assert cfg.sampler == {"kuhn": "mirror", "tictactoe": "fixed"}[game]  # Kuhn by self-play
-    template = {"kuhn": "kuhn-compact", "tictactoe": "tictactoe-lines"}[game]
-    assert cfg.prompt_template == template and cfg.learning_steps <= 120
+    template = {"kuhn": "kuhn-compact", "tictactoe": "tictactoe-mine"}[game]
+    assert cfg.prompt_template == template and cfg.learning_steps <= 200
