@@ -178,13 +178,14 @@ def branching_cost(run_dir: Path) -> dict[str, float] | None:
     branching's seconds an update beside the learner's; and the share of the model's turns (games and
     continuations) that were continuations. None: no branching. Runs older than the count of generated
     turns count every continuation turn as generated."""
+    from unstable_core.games.players.base import SCRIPTED
     from unstable_core.io import read_jsonl
 
     states = turns = generated = seconds = played = 0.0
     for game in read_jsonl(run_dir / "games" / "games.jsonl"):
         for step in (s for t in game.get("trajectories", []) for s in t.get("steps", [])):
             info = step.get("step_info", {})
-            played += info.get("finish_reason") != "scripted"
+            played += info.get("finish_reason") != SCRIPTED
             cost = (info.get("legal") or {}).get("cost")
             if cost:
                 states += 1

@@ -35,6 +35,7 @@ import attrs
 
 from unstable_core.errors import UnstableError
 from unstable_core.games.env_ops import action_receiver
+from unstable_core.games.players.base import SCRIPTED
 from unstable_core.types import LEGAL
 
 
@@ -115,7 +116,7 @@ async def continue_from(
     )
     await branch.play(max_turns, env=env, first_turn=step.turn + 1, horizon=branching.depth or None)
     reward = float(branch.final_rewards[step.pid]) if branch.final_rewards else None
-    generated = sum(s.step_info.get("finish_reason") != "scripted" for s in branch.steps)
+    generated = sum(s.step_info.get("finish_reason") != SCRIPTED for s in branch.steps)
     return branching.value(reward, len(branch.steps)), len(branch.steps), generated
 
 

@@ -101,15 +101,20 @@ def tictactoe_compact(observation: str, tokenizer: Any) -> str:
     return _chat("\n".join(lines), tokenizer)
 
 
+def _lines_prompt(cells: list[str], who: str, moves: list[str], tokenizer: Any) -> str:
+    """The eight lines of the 9 `cells` (row by row), under the rule and `who` the mover is."""
+    lines = [" ".join(cells[i] for i in line) for line in LINES]
+    text = [TICTACTOE_RULES, who, "Lines:", *lines, "Your moves: " + " ".join(moves)]
+    return _chat("\n".join(text), tokenizer)
+
+
 def tictactoe_lines(observation: str, tokenizer: Any) -> str:
     """TicTacToe as its eight lines (three rows, three columns, two diagonals), each cell a mark or its
     number: three in a line is what wins, and a line's two marks and one number read next to each other,
     where on the board they lie a row or two apart. Nothing is computed from it: the cells as they are."""
     mark, rows, moves = _tictactoe(observation, "tictactoe-lines")
     cells = [cell.strip() for row in rows for cell in row.split("|")]
-    lines = [" ".join(cells[i] for i in line) for line in LINES]
-    text = [TICTACTOE_RULES, f"You are {mark}.", "Lines:", *lines, "Your moves: " + " ".join(moves)]
-    return _chat("\n".join(text), tokenizer)
+    return _lines_prompt(cells, f"You are {mark}.", moves, tokenizer)
 
 
 def tictactoe_mine(observation: str, tokenizer: Any) -> str:
@@ -119,9 +124,7 @@ def tictactoe_mine(observation: str, tokenizer: Any) -> str:
     mark, rows, moves = _tictactoe(observation, "tictactoe-mine")
     mine = {mark: "X", other(mark): "O"}
     cells = [mine.get(cell.strip(), cell.strip()) for row in rows for cell in row.split("|")]
-    lines = [" ".join(cells[i] for i in line) for line in LINES]
-    text = [TICTACTOE_RULES, "Your marks are X, the opponent's O.", "Lines:", *lines]
-    return _chat("\n".join([*text, "Your moves: " + " ".join(moves)]), tokenizer)
+    return _lines_prompt(cells, "Your marks are X, the opponent's O.", moves, tokenizer)
 
 
 for _template in (kuhn_compact, tictactoe_compact, tictactoe_lines, tictactoe_mine):

@@ -26,7 +26,7 @@ from unstable_core.games.env_ops import (
     set_error_allowance,
 )
 from unstable_core.games.legal_answers import AnswerTokens, LegalReader, legal_reader, legal_record
-from unstable_core.games.players.base import ScriptedPlayer
+from unstable_core.games.players.base import SCRIPTED, ScriptedPlayer
 from unstable_core.games.templates import (
     PromptRenderer,
     Template,
@@ -307,7 +307,7 @@ class _Game:
             policy_version=self.policy_versions[pid],
             game_idx=self.spec.game_idx,
             turn=turn,
-            step_info={"finish_reason": "scripted"},
+            step_info={"finish_reason": SCRIPTED},
             group_id=self.spec.group_id,
         )
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+SCRIPTED = "scripted"  # the finish_reason of a step a scripted player moved
+
 
 class ScriptedPlayer:
     """A seat played by code: the game loop calls `move` with the real env and the seat's observation, and
