@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -165,35 +166,35 @@ def test_a_budget_needs_the_batch_size_and_the_staleness_bound(kwargs):
         StepBuffer(8, **kwargs)
 
 
-def run_with_a_slow_learner(model: str, tmp_path, admission: str) -> dict:
-    """A run whose learner sleeps 3 s after every update (the fault point `update-*`), 16 games in flight:
-    generation on the tiny model outruns it. Returns the last learner record of metrics.jsonl."""
+PIPELINE = Path(__file__).parents[1] / "benchmarks" / "pipeline.py"
+
+
+@pytest.mark.slow
+def test_under_admission_control_a_slow_learner_loses_no_step_where_dropping_loses_most(tmp_path):
+    """benchmarks/pipeline.py --quick (both policies on the tiny model, 4 updates) with a learner that
+    sleeps 3 s after every update (the fault point `update-*`) and 16 games in flight: generation outruns
+    it. Dropping loses most of what it played, the budget nothing; the benchmark's figures are the runs'
+    own. One pair of runs serves the admission check and the benchmark's smoke test."""
     env = {
         **os.environ,
         "UNSTABLE_TEST_PAUSE_AT": f"update-*:{tmp_path / 'marker'}",
         "UNSTABLE_TEST_PAUSE_S": "3",
     }
-    runs = tmp_path / admission
-    cmd = [sys.executable, "-m", "unstable_core", "run", "--model", model, "--runs-dir", str(runs),
-           "--run-name", "r", *TINY_RUN_ARGS, "--learning-steps", "4", "--num-train-workers", "16",
-           "--admission", admission]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    records = [m for m in read_jsonl(runs / "r" / "metrics.jsonl") if is_learner_record(m)]
-    assert [m["step"] for m in records] == [1, 2, 3, 4]
-    summary = json.loads((runs / "r" / "summary.json").read_text())
-    assert "busy_fraction" in summary["inference"]
-    return records[-1]
-
-
-def test_under_admission_control_a_slow_learner_loses_no_step_where_dropping_loses_most(tiny_model, tmp_path):
-    dropping = run_with_a_slow_learner(tiny_model, tmp_path, "drop")
-    budget = run_with_a_slow_learner(tiny_model, tmp_path, "budget")
-    lost = dropping["learner/buffer/steps_stale"] + dropping["learner/buffer/steps_evicted"]
-    assert lost > 0.5 * dropping["learner/buffer/steps_generated"]
-    assert budget["learner/buffer/steps_stale"] == 0 and budget["learner/buffer/steps_evicted"] == 0
-    assert budget["learner/pipeline/used_share"] > dropping["learner/pipeline/used_share"]
-    assert 0 < budget["learner/pipeline/learner_busy_fraction"] <= 1
+    out = tmp_path / "pipeline.json"
+    cmd = [sys.executable, str(PIPELINE), "--seeds", "1", "--quick", "--out", str(out),
+           "--", "--num-train-workers", "16"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    runs = {r["policy"]: r for r in data["runs"]}
+    assert set(runs) == {"drop", "budget"} and all(r["updates"] == 4 for r in runs.values())
+    drop, budget = runs["drop"], runs["budget"]
+    assert drop["steps_stale"] + drop["steps_evicted"] > 0.5 * drop["steps_generated"]
+    assert budget["steps_stale"] == 0 and budget["steps_evicted"] == 0 and budget["steps_used"] > 0
+    assert budget["steps_used"] / budget["steps_generated"] > drop["steps_used"] / drop["steps_generated"]
+    assert 0 < budget["learner_busy"] <= 1 and 0 <= budget["inference_busy"] <= 1
+    assert data["ratio_per_seed"]["0"] > 0 and "budget / drop wall time" in proc.stdout
+    assert data["budget_max_lost_share"] == 0 and "most steps a budget run lost: 0.0%" in proc.stdout
 
 
 def grouped(idx: int, group: str, size: int, steps: int, version: int) -> GameResult:

