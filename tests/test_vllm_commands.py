@@ -50,12 +50,6 @@ def unstable(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedP
     return proc
 
 
-def finished(run: KilledRun) -> Path:
-    """The module run's directory; it must have finished (its own test says why not)."""
-    assert run.returncode == 0 and run.run_dir is not None, f"the module's run failed (exit {run.returncode})"
-    return run.run_dir
-
-
 def test_a_run_trains_on_what_vllm_sampled_at_parity(vllm_run):
     """Before and after its engine's restart, the run's lag-0 tokens carry the learner's own log-probs."""
     run_dir = finished(vllm_run)
@@ -157,8 +151,9 @@ class KilledRun:
 
 @pytest.fixture(scope="module")
 def vllm_run(vllm_model, tmp_path_factory) -> KilledRun:
-    """The module's run, 5 updates; its vLLM EngineCore killed mid-run: the backend marks itself dead, its actor exits, Ray restarts it with
-    a new engine, the run says so in one line (an `actor_restarted` event) and finishes its updates.
+    """The module's run, 5 updates, its vLLM EngineCore killed mid-run: the backend marks itself dead, its
+    actor exits, Ray restarts it with a new engine, the run says so in one line (an `actor_restarted`
+    event) and finishes its updates.
     The engine is killed once its inference actor has started (its process title no longer in `__init__`,
     or a first game written): on an idle machine the tiny run's 5 updates take about a second after its
     first game, too short a window to wait for games alone. With max_staleness 0 the updates after the
@@ -195,6 +190,12 @@ def vllm_run(vllm_model, tmp_path_factory) -> KilledRun:
     return KilledRun(
         run_dirs[0] if len(run_dirs) == 1 else None, killed, proc.returncode, out, err, sorted(seen)
     )
+
+
+def finished(run: KilledRun) -> Path:
+    """The module run's directory; it must have finished (its own test says why not)."""
+    assert run.returncode == 0 and run.run_dir is not None, f"the module's run failed (exit {run.returncode})"
+    return run.run_dir
 
 
 def test_a_killed_engine_restarts_its_inference_actor_and_the_run_completes(vllm_run):

@@ -95,23 +95,29 @@ def resolve_model(name: str) -> ResolvedModel:
 GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
 
 
+def _tokenizer_config(resolved: ResolvedModel) -> dict[str, Any]:
+    """The model folder's tokenizer_config.json; {} for a GGUF file, a hub id or a file that does not parse."""
+    config = Path(resolved.path) / "tokenizer_config.json"
+    if resolved.gguf_file or not config.is_file():
+        return {}
+    try:
+        declared = json.loads(config.read_text())
+    except (OSError, ValueError):
+        return {}
+    return declared if isinstance(declared, dict) else {}
+
+
 def tokenizer_class(resolved: ResolvedModel) -> Any:
     """The class AutoTokenizer would load `resolved`'s tokenizer with, where it is a generic one named by
     the folder's tokenizer_config.json (no GGUF, no custom code); else AutoTokenizer itself."""
     import transformers
 
-    config = Path(resolved.path) / "tokenizer_config.json"
-    if not resolved.gguf_file and config.is_file():
-        try:
-            declared = json.loads(config.read_text())
-        except (OSError, ValueError):
-            declared = {}
-        name = declared.get("tokenizer_class") if isinstance(declared, dict) else None
-        if name in GENERIC_TOKENIZERS and "auto_map" not in declared:
-            generic = getattr(transformers, name, None)
-            if generic is not None:
-                return generic
-    return transformers.AutoTokenizer
+    declared = _tokenizer_config(resolved)
+    name = declared.get("tokenizer_class")
+    generic = getattr(transformers, name, None) if name in GENERIC_TOKENIZERS else None
+    if generic is not None and "auto_map" not in declared:
+        return generic
+    return transformers.AutoTokenizer  # imported only here: it brings in torch
 
 
 def load_tokenizer(name: str) -> Any:
