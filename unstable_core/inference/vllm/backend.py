@@ -251,9 +251,15 @@ class VLLMBackend(InferenceBackend):
             await asyncio.sleep(ENGINE_POLL_S)
             gone = [p.pid for p in procs if not _alive(p)]
             if gone or getattr(engine, "errored", False):
-                self.dead = ENGINE_DEAD + (f" (process {gone[0]} exited)" if gone else "")
+                self._mark_dead(gone)
         for future in list(self._in_flight):
             future.cancel()
+
+    def _mark_dead(self, gone: list[int]) -> str:
+        """Why the engine is gone, set once: the watchdog and a failed request may both see it die."""
+        if self.dead is None:
+            self.dead = ENGINE_DEAD + (f" (process {gone[0]} exited)" if gone else "")
+        return self.dead
 
     async def _guarded(self, coro: Coroutine) -> Any:
         """Await `coro` on the engine, failed with `EngineDied` when the engine dies meanwhile."""
@@ -327,8 +333,7 @@ class VLLMBackend(InferenceBackend):
         if isinstance(exc, EngineDied):
             return str(exc)
         if getattr(self._engine, "errored", False) or type(exc).__name__ == "EngineDeadError":
-            self.dead = self.dead or ENGINE_DEAD
-            return self.dead
+            return self._mark_dead([p.pid for p in self.engine_processes if not _alive(p)])
         first = str(exc).splitlines()[0] if str(exc) else ""
         return f"vLLM failed this request: {type(exc).__name__}: {first}"
 
