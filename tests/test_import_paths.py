@@ -65,3 +65,20 @@ def test_the_names_of_games_analysis_moved_and_warn_for_one_release(name, home):
         assert getattr(analysis, name) is getattr(importlib.import_module(home), name)
     with pytest.raises(AttributeError):
         analysis.nothing_here  # noqa: B018
+
+
+def test_textarena_imports_without_nltk_and_a_word_list_still_loads_on_use():
+    """`import unstable_core` makes TextArena's word lists lazy (`lazy_word_lists`): games without words never
+    import nltk; a word list read executes the real module."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, unstable_core, textarena\n"
+        "env = textarena.make('TicTacToe-v0'); env.reset(num_players=2, seed=0); env.get_observation()\n"
+        "print('nltk' in sys.modules)\n"
+        "from textarena.envs.utils.word_lists import EnglishDictionary\n"
+        "print('nltk' in sys.modules, callable(EnglishDictionary))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:2] == ["False", "True True"], out

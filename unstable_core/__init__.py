@@ -1,5 +1,6 @@
 """unstable: online, asynchronous, multi-agent reinforcement learning of language models on text games."""
 
+from unstable_core import lazy_word_lists
 from unstable_core.hookspecs import hookimpl
 from unstable_core.types import (
     EvalEnvSpec,
@@ -14,6 +15,8 @@ from unstable_core.types import (
 )
 
 __version__ = "0.1.0"
+
+lazy_word_lists.install()  # before anything imports textarena: its word lists cost 1.1 CPU-s a process
 
 __all__ = [
     "EvalEnvSpec",
