@@ -198,10 +198,13 @@ def test_resume_skips_a_last_checkpoint_that_does_not_load(finished_run, tmp_pat
     """The issue's case: a 2-step run whose last adapter is damaged (`SafetensorError: header too large`).
     Before: `--resume` said the run was complete (step 2 of 2), and with more steps the learner actor
     failed to start with a 40-line traceback. Now the files are read before Ray: the run resumes from step
-    1 with one line saying so, and its logs hold no line of the damaged step 2 but the new one."""
+    1 with one line saying so, and its logs hold no line of the damaged step 2 but the new one.
+    The copy is also a run directory written before league.json (its league in registry.json): resumed, it
+    keeps its league there; and a resumed run's progress shows the resumed step, not step 0, from the start."""
     import struct
 
     run_dir = copy_of(finished_run, tmp_path)  # 2 steps
+    league_path(run_dir).rename(run_dir / "registry.json")
     adapter = run_dir / "checkpoints" / "step-2" / "adapter_model.safetensors"
     adapter.write_bytes(struct.pack("<Q", 1 << 40) + adapter.read_bytes()[8:])
     old_step_2 = [r for r in read_jsonl(run_dir / "metrics.jsonl") if is_learner_record(r) and r["step"] == 2]
@@ -219,7 +222,10 @@ def test_resume_skips_a_last_checkpoint_that_does_not_load(finished_run, tmp_pat
     assert read_jsonl(run_dir / "metrics.rolled-back.jsonl") == old_step_2
     (resumed,) = [r for r in records if r.get("event") == "resume"]
     assert resumed["resumed_from_step"] == 1 and resumed["skipped_checkpoints"][0]["step"] == 2
-    league = json.loads(league_path(run_dir).read_text())
+    progress = [line for line in done.stdout.splitlines() if "| step " in line]  # plain lines: not a terminal
+    assert progress and all(re.search(r"\| step [12]/2 \|", line) for line in progress), progress
+    assert not (run_dir / "league.json").exists()
+    league = json.loads((run_dir / "registry.json").read_text())
     checkpoints = [m["uid"] for m in league["models"] if m["uid"].startswith("ckpt-")]
     assert league["current"] == "ckpt-2" and checkpoints == ["ckpt-0", "ckpt-1", "ckpt-2"]
     rolled = run_dir / "games" / "games.rolled-back.jsonl"
@@ -286,10 +292,10 @@ def test_a_killed_driver_leaves_no_process_and_nothing_writes_after_its_lock_is_
 
 
 @pytest.mark.xdist_group("finished-run")
-def test_resume_of_a_finished_run_says_so_at_once_and_progress_shows_the_resumed_step(finished_run, tmp_path):
+def test_resume_of_a_finished_run_says_so_at_once(finished_run, tmp_path):
     """Before: --resume of a finished run started Ray and loaded the model, then did nothing (summary
-    'learner step 0 / 2'); a resumed run's progress showed step 0 until its first update. Resumed, a run
-    directory whose league is in registry.json (its name until league.json) keeps it there."""
+    'learner step 0 / 2'). (A resumed run's progress and an old run directory's registry.json: in
+    `test_resume_skips_a_last_checkpoint_that_does_not_load`, whose resume runs anyway.)"""
     run_dir = copy_of(finished_run, tmp_path)  # 2 steps
     started = time.monotonic()
     again = resume(run_dir, timeout=60, cwd=tmp_path)
@@ -299,15 +305,6 @@ def test_resume_of_a_finished_run_says_so_at_once_and_progress_shows_the_resumed
         f"steps, e.g. `unstable run --resume {run_dir} --learning-steps 4`"
     )
     assert "Ray" not in again.stdout + again.stderr
-    # as a run directory written before league.json: its league in registry.json, which the run goes on with
-    league_path(run_dir).rename(run_dir / "registry.json")
-    more = resume(run_dir, "--learning-steps", "3", cwd=tmp_path)
-    assert more.returncode == 0, more.stderr[-3000:]
-    progress = [line for line in more.stdout.splitlines() if "| step " in line]  # plain lines: not a terminal
-    assert progress and all(re.search(r"\| step [23]/3 \|", line) for line in progress), progress
-    assert steps_of(run_dir) == [1, 2, 3]
-    assert not (run_dir / "league.json").exists()
-    assert json.loads((run_dir / "registry.json").read_text())["current"] == "ckpt-3"
 
 
 def test_resume_refuses_an_option_that_changes_what_the_run_learns(tmp_path):
