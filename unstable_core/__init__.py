@@ -16,7 +16,7 @@ from unstable_core.types import (
 
 __version__ = "0.1.0"
 
-lazy_word_lists.install()  # before anything imports textarena: its word lists cost 1.1 CPU-s a process
+lazy_word_lists.install()  # before anything imports textarena: its word lists cost 1.5 CPU-s a process
 
 __all__ = [
     "EvalEnvSpec",

@@ -1,7 +1,7 @@
 """TextArena's word lists, executed when a word game first reads them rather than at `import textarena`.
 
 `import textarena` runs `textarena.envs.utils.word_lists`, which imports nltk (and with it scipy.stats):
-1.1 of textarena's 1.7 CPU-seconds, paid by every driver and collector, although only the word games
+1.5 of textarena's 1.7 CPU-seconds, paid by every driver and collector, although only the word games
 (Hangman, Wordle, SpellingBee, ...) use the lists. `install()` hands that one module to Python's
 `importlib.util.LazyLoader`: the module is created at once and executed on its first attribute access, so
 a word game behaves as before and nothing else pays for nltk.
@@ -10,11 +10,10 @@ a word game behaves as before and nothing else pays for nltk.
 from __future__ import annotations
 
 import importlib.abc
-import importlib.machinery
 import importlib.util
 import sys
 from collections.abc import Sequence
-from importlib.machinery import ModuleSpec
+from importlib.machinery import ModuleSpec, PathFinder
 from types import ModuleType
 
 WORD_LISTS = "textarena.envs.utils.word_lists"
@@ -28,7 +27,7 @@ class _LazyWordLists(importlib.abc.MetaPathFinder):
     ) -> ModuleSpec | None:
         if fullname != WORD_LISTS:
             return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        spec = PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         spec.loader = importlib.util.LazyLoader(spec.loader)
