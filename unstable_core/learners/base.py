@@ -37,6 +37,7 @@ from unstable_core.learners.data_parallel import DataParallel, GradientSum, merg
 from unstable_core.learners.dropout import has_dropout, reference_mode
 from unstable_core.learners.lora import make_lora_config, present_target_modules
 from unstable_core.learners.off_policy import OffPolicyStats, importance_weights
+from unstable_core.learners.precision import decoder_precision, uses_autocast
 from unstable_core.learners.settings import LearnerConfig, algorithm_config, lr_factor
 from unstable_core.learners.shared_prefix import decoder_hidden, micro_batch_order
 from unstable_core.model_loading import plain_linear_head
@@ -142,8 +143,9 @@ class BaseLearner:
             self.model = get_peft_model(base, self.lora_config(), adapter_name=POLICY_ADAPTER)
         self.model.train()
         self.has_dropout = has_dropout(self.model)  # train-mode forwards are then random: see `dropout`
+        self.autocast = uses_autocast(config.learner_autocast, self.device)
         # on CPU the frozen base layers run on oneDNN-packed fp32 weights: an update about 1.5x faster
-        self.packed_layers = pack_linear_layers(self.model, frozen_only=True)
+        self.packed_layers = 0 if self.autocast else pack_linear_layers(self.model, frozen_only=True)
         pad = base.config.pad_token_id if base.config.pad_token_id is not None else base.config.eos_token_id
         self.pad_token_id: int = int(pad) if pad is not None else 0
 
@@ -322,7 +324,8 @@ class BaseLearner:
             )
         self.model.train()
         self._off_policy = OffPolicyStats()
-        samples = self.prepare_batch(kept)
+        with decoder_precision(self.autocast):
+            samples = self.prepare_batch(kept)
         prepared = time.perf_counter()
         lr = self.set_learning_rate()
         metrics = self.optimize(samples)
@@ -384,7 +387,9 @@ class BaseLearner:
         gradients = GradientSum(self.trainable_parameters())
         for micro in dp.share(micro_batches) if dp else micro_batches:
             scale = len(micro) / n
-            for key, value in self._update(micro, scale).items():
+            with decoder_precision(self.autocast):
+                micro_metrics = self._update(micro, scale)
+            for key, value in micro_metrics.items():
                 metrics[key] = metrics.get(key, 0.0) + float(value) * scale
             gradients.add()
         if dp:

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 
 from unstable_core.errors import UnstableError
+from unstable_core.learners.precision import float32_only
 from unstable_core.types import Step
 
 
@@ -152,7 +153,8 @@ def head_logprobs(
     mask = batch.target_mask  # [B, T-1]
     h = hidden[:, :-1][mask].float()  # [N, H]
     bias = head.bias.float() if getattr(head, "bias", None) is not None else None
-    logits = F.linear(h, head.weight.float(), bias)  # [N, V] in fp32
+    with float32_only(h.device):  # also under the learner's bf16 autocast
+        logits = F.linear(h, head.weight.float(), bias)  # [N, V] in fp32
     return _scattered(
         mask, tempered_logprobs(logits, batch.input_ids[:, 1:][mask], temperature, entropy, top_p)
     )

@@ -23,6 +23,7 @@ LEARNER_SETTINGS = (
     "learning_steps",
     "gradient_clipping",
     "gradient_checkpointing",
+    "learner_autocast",
     "max_train_len",
     "max_generation_len",
     "temperature",

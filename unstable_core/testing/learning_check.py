@@ -275,6 +275,7 @@ class _Trainer:
         transforms: dict[str, list[Any]],
         mu_shift: float,
         workers: int = 1,
+        autocast: bool = False,
     ) -> _Trainer:
         """A learner of `learner_cls` on `model` (LoRA rank 8) whose every update takes `steps` steps, and a
         buffer of its kind for ten updates' steps with the reward `transforms` of each stage. With `workers`
@@ -290,6 +291,7 @@ class _Trainer:
             "max_generation_len": 1,
             "temperature": 1.0,
             "seed": seed,
+            "learner_autocast": autocast,
         }
         spec = (learner_cls, model, work_dir, settings, algorithm_kwargs or {})
         learner = _check_learner(*spec, rank=0)
@@ -389,6 +391,7 @@ def check_learner_learns(
     lag: int = 0,
     mu_shift: float = 0.0,
     learner_workers: int = 1,
+    autocast: bool = False,
 ) -> LearningResult:
     """Train `learner_cls` on one of the check's games until its games reach the goal rate or `max_updates`
     pass. `game`: "letter" (a game counts as won when every round was right), "stall" or "card" (see
@@ -400,7 +403,8 @@ def check_learner_learns(
     max(0, v - lag) (the rates stay those of each version's own games, played beside them, never trained on);
     `mu_shift` moves each recorded behaviour log-prob by +-mu_shift (a seeded coin per token), as a sampler
     whose numerics differ from the learner's. `learner_workers` > 1 trains data-parallel: this process and
-    spawned ones in a gloo group, each on its share of every update's micro-batches."""
+    spawned ones in a gloo group, each on its share of every update's micro-batches. `autocast`: the learner
+    under `learner_autocast` (its decoder in bfloat16)."""
     import torch
 
     from unstable_core.inference.hf.backend import TransformersBackend
@@ -424,6 +428,7 @@ def check_learner_learns(
         transforms=_stage_transforms(sampling_transforms, final_transforms, step_transforms),
         mu_shift=mu_shift,
         workers=learner_workers,
+        autocast=autocast,
     )
     result = LearningResult(learner=learner_cls.__name__)
     try:

@@ -1,0 +1,98 @@
+"""A learner step in float32 (oneDNN-packed frozen layers, the default) against the same step under
+`learner_autocast` (the decoder in bfloat16, the LoRA, its gradients, AdamW and the LM head float32), on
+the same TicTacToe-like states scored on every legal answer, in one process: the median step of each, their
+ratio, and how far the bf16 step's answer log-probs are from the float32 one's (before either steps).
+
+    python benchmarks/learner_autocast.py                                 # tiny random model (seconds)
+    python benchmarks/learner_autocast.py --model smollm2-135m --threads 1  # a run's learner on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from legal_answers import make_states  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default=None, help="model alias or folder (default: a tiny random model)")
+    parser.add_argument("--states", type=int, default=18, help="states a step (TicTacToe's recipe: 16-21)")
+    parser.add_argument("--answers", type=int, default=5, help="legal answers a state")
+    parser.add_argument("--frame", type=int, default=60, help="prompt tokens every state shares")
+    parser.add_argument("--own-prompt", type=int, default=115, help="prompt tokens of a state's own")
+    parser.add_argument("--answer-len", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3, help="steps timed a way (min 2: the first warms)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (a run's learner: 1 of 2)"
+    )
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from unstable_core.learners import BaseLearner
+    from unstable_core.learners.legal import answer_logprobs_of
+    from unstable_core.testing import make_tiny_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    class Scorer(BaseLearner):
+        """Every legal answer's log pi, a loss of their log-sum-exp: the scoring an `mmd` step does."""
+
+        def _update(self, batch, scale):
+            ys = answer_logprobs_of(self, batch)
+            (sum(y.logsumexp(-1) for y in ys) * scale).backward()
+            self.found = torch.cat(ys).detach()
+            return {}
+
+    tmp = tempfile.mkdtemp()
+    model = args.model or make_tiny_model(tmp)
+    states = make_states(args)
+    seconds, found = {}, {}
+    for autocast in (False, True):
+        learner = Scorer.create(
+            model,
+            device="cpu",
+            run_dir=tmp,
+            batch_size=len(states),
+            mini_batch_size=len(states),
+            learner_autocast=autocast,
+        )
+        learner.initialize_algorithm()
+        spent = []
+        for repeat in range(args.repeats):
+            start = time.perf_counter()
+            learner.optimizer_step_on([states])  # the learner's own context: autocast or not
+            spent.append(time.perf_counter() - start)
+            if repeat == 0:  # before any AdamW step: both score the same weights
+                found[autocast] = learner.found
+        seconds[autocast] = statistics.median(spent)
+        del learner
+    result = {
+        "float32_s": seconds[False],
+        "autocast_s": seconds[True],
+        "speedup": seconds[False] / seconds[True],
+        "max_dlogp": float((found[True] - found[False]).abs().max()),
+    }
+    print(
+        f"{args.states} states x {args.answers} answers, prompts {args.frame} + ~{args.own_prompt} tokens, "
+        f"threads {torch.get_num_threads()}, median of {args.repeats}"
+    )
+    print(f"float32 (packed):   {result['float32_s']:7.2f} s a step")
+    print(f"bf16 autocast:      {result['autocast_s']:7.2f} s a step   x{result['speedup']:.2f} faster")
+    print(f"answer log-probs, bf16 against float32: max |d log pi| {result['max_dlogp']:.3f} nats")
+    return result
+
+
+if __name__ == "__main__":
+    main()

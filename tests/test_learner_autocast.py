@@ -1,0 +1,87 @@
+"""`learner_autocast`: on CPU the learner's decoder runs in bfloat16 while what it trains and reads stays
+float32, and a learner so run still passes the learning check."""
+
+import pytest
+import torch
+
+from unstable_core.learners import BaseLearner
+from unstable_core.learners.legal import answer_logprobs_of
+from unstable_core.plugins import get_registry
+from unstable_core.testing import check_learner_learns
+
+
+class Scorer(BaseLearner):
+    """A loss of every legal answer's log pi: the scoring an `mmd` step does."""
+
+    def _update(self, batch, scale):
+        ys = answer_logprobs_of(self, batch)
+        (sum(y.logsumexp(-1) for y in ys) * scale).backward()
+        self.scored = torch.cat(ys)
+        return {}
+
+
+def scorer(model, tmp_path, autocast):
+    learner = Scorer.create(
+        model, device="cpu", run_dir=tmp_path, batch_size=4, mini_batch_size=4, learner_autocast=autocast
+    )
+    learner.initialize_algorithm()
+    return learner
+
+
+def step_dtypes(learner, states):
+    """One optimizer step through the learner's own path: the dtypes its decoder's layers put out, the
+    scores' dtype and values, and the LoRA gradients' dtypes just before AdamW."""
+    seen, grads = set(), set()
+    decoder = learner.model.get_base_model().get_decoder()
+    hooks = [
+        m.register_forward_hook(lambda m, i, o: seen.add(o.dtype))
+        for m in decoder.modules()
+        if isinstance(m, torch.nn.Linear)
+    ]
+    opt = learner.optimizers["policy"]
+    original = opt.step
+    opt.step = lambda *a, **k: (
+        grads.update(p.grad.dtype for g in opt.param_groups for p in g["params"] if p.grad is not None),
+        original(*a, **k),
+    )[1]
+    try:
+        learner.optimizer_step_on([states])
+    finally:
+        opt.step = original
+        for h in hooks:
+            h.remove()
+    return seen, learner.scored, grads
+
+
+def test_the_decoder_runs_in_bf16_and_the_scores_and_gradients_stay_float32(
+    import_benchmark, tiny_model, tmp_path
+):
+    import argparse
+
+    states = import_benchmark("legal_answers").make_states(
+        argparse.Namespace(states=4, answers=3, frame=20, own_prompt=12, answer_len=2)
+    )
+    plain, cast = scorer(tiny_model, tmp_path / "a", False), scorer(tiny_model, tmp_path / "b", True)
+    assert (plain.autocast, cast.autocast) == (False, True)
+    assert plain.packed_layers > 0 and cast.packed_layers == 0  # packed fp32 kernels would bypass autocast
+    seen32, scores32, grads32 = step_dtypes(plain, states)
+    seen16, scores16, grads16 = step_dtypes(cast, states)
+    assert torch.bfloat16 in seen16 and torch.bfloat16 not in seen32
+    assert scores16.dtype == scores32.dtype == torch.float32  # the LM head's product is float32
+    assert grads16 == grads32 == {torch.float32}
+    assert torch.allclose(scores16, scores32, atol=0.05)  # the same function, up to bf16's rounding
+    assert not torch.equal(scores16, scores32)
+    assert all(p.dtype == torch.float32 for p in cast.trainable_parameters())
+
+
+@pytest.mark.parametrize("name", ["reinforce", "ppo"])
+def test_a_learner_under_bf16_autocast_learns_the_letter_game(name, tmp_path):
+    result = check_learner_learns(get_registry().load("learner", name), tmp_path, autocast=True)
+    print(result.summary())
+    assert result.passed, result.summary()
+
+
+def test_the_benchmark_times_both_ways_on_the_same_states(import_benchmark, capsys):
+    found = import_benchmark("learner_autocast").main(["--states", "3", "--answers", "2", "--repeats", "2"])
+    assert found["float32_s"] > 0 and found["autocast_s"] > 0 and 0 < found["max_dlogp"] < 0.05
+    assert "bf16 autocast" in capsys.readouterr().out
