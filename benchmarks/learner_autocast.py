@@ -1,7 +1,8 @@
 """A learner step in float32 (oneDNN-packed frozen layers, the default) against the same step under
-`learner_autocast` (the decoder in bfloat16, the LoRA, its gradients, AdamW and the LM head float32), on
-the same TicTacToe-like states scored on every legal answer, in one process: the median step of each, their
-ratio, and how far the bf16 step's answer log-probs are from the float32 one's (before either steps).
+`learner_autocast` (the decoder in bfloat16, the LoRA, its gradients, AdamW and the LM head float32), in
+micro-batches of `--mini-batch` states and in one, on the same TicTacToe-like states scored on every legal
+answer, in one process: the median step of each, the ratios, and how far the bf16 step's answer log-probs
+are from the float32 one's (before either steps).
 
     python benchmarks/learner_autocast.py                                 # tiny random model (seconds)
     python benchmarks/learner_autocast.py --model smollm2-135m --threads 1  # a run's learner on 2 cores
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--frame", type=int, default=60, help="prompt tokens every state shares")
     parser.add_argument("--own-prompt", type=int, default=115, help="prompt tokens of a state's own")
     parser.add_argument("--answer-len", type=int, default=2)
+    parser.add_argument("--mini-batch", type=int, default=4, help="states a micro-batch (a run's default: 4)")
     parser.add_argument("--repeats", type=int, default=3, help="steps timed a way (min 2: the first warms)")
     parser.add_argument(
         "--threads", type=int, default=None, help="torch CPU threads (a run's learner: 1 of 2)"
@@ -52,44 +54,43 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         def _update(self, batch, scale):
             ys = answer_logprobs_of(self, batch)
             (sum(y.logsumexp(-1) for y in ys) * scale).backward()
-            self.found = torch.cat(ys).detach()
+            self.found.append(torch.cat(ys).detach())
             return {}
 
     tmp = tempfile.mkdtemp()
     model = args.model or make_tiny_model(tmp)
     states = make_states(args)
+    mb = args.mini_batch
+    ways = {  # name: (autocast, states a micro-batch)
+        "float32 (packed)": (False, mb),
+        "bf16 autocast": (True, mb),
+        "bf16 autocast, one micro-batch": (True, len(states)),
+    }
     seconds, found = {}, {}
-    for autocast in (False, True):
+    for name, (autocast, size) in ways.items():
         learner = Scorer.create(
-            model,
-            device="cpu",
-            run_dir=tmp,
-            batch_size=len(states),
-            mini_batch_size=len(states),
-            learner_autocast=autocast,
+            model, device="cpu", run_dir=tmp, batch_size=max(4, len(states)), learner_autocast=autocast
         )
         learner.initialize_algorithm()
-        spent = []
+        micro = [states[lo : lo + size] for lo in range(0, len(states), size)]
+        spent, learner.found = [], []
         for repeat in range(args.repeats):
             start = time.perf_counter()
-            learner.optimizer_step_on([states])  # the learner's own context: autocast or not
+            learner.optimizer_step_on(micro)  # the learner's own context: autocast or not
             spent.append(time.perf_counter() - start)
-            if repeat == 0:  # before any AdamW step: both score the same weights
-                found[autocast] = learner.found
-        seconds[autocast] = statistics.median(spent)
+            if repeat == 0:  # before any AdamW step: every way scores the same weights
+                found[name] = torch.cat(learner.found)
+        seconds[name] = statistics.median(spent)
         del learner
-    result = {
-        "float32_s": seconds[False],
-        "autocast_s": seconds[True],
-        "speedup": seconds[False] / seconds[True],
-        "max_dlogp": float((found[True] - found[False]).abs().max()),
-    }
+    base = "float32 (packed)"
     print(
         f"{args.states} states x {args.answers} answers, prompts {args.frame} + ~{args.own_prompt} tokens, "
-        f"threads {torch.get_num_threads()}, median of {args.repeats}"
+        f"micro-batches of {mb}, threads {torch.get_num_threads()}, median of {args.repeats}"
     )
-    print(f"float32 (packed):   {result['float32_s']:7.2f} s a step")
-    print(f"bf16 autocast:      {result['autocast_s']:7.2f} s a step   x{result['speedup']:.2f} faster")
+    result = {"max_dlogp": float((found["bf16 autocast"] - found[base]).abs().max())}
+    for name, spent in seconds.items():
+        result[name] = spent
+        print(f"{name:32s} {spent:7.2f} s a step   x{seconds[base] / spent:.2f} of float32")
     print(f"answer log-probs, bf16 against float32: max |d log pi| {result['max_dlogp']:.3f} nats")
     return result
 
