@@ -22,6 +22,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from legal_answers import make_states  # noqa: E402
 
 
+def scorer_class() -> type:
+    """A learner whose step is every legal answer's log pi and a loss of their log-sum-exp (the scoring an
+    `mmd` step does); each micro-batch's scores are appended to its `found` list (set it before a step)."""
+    import torch
+
+    from unstable_core.learners import BaseLearner
+    from unstable_core.learners.legal import answer_logprobs_of
+
+    class Scorer(BaseLearner):
+        def _update(self, batch, scale):
+            ys = answer_logprobs_of(self, batch)
+            (sum(y.logsumexp(-1) for y in ys) * scale).backward()
+            self.found.append(torch.cat(ys).detach())
+            return {}
+
+    return Scorer
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -41,21 +59,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     import torch
 
-    from unstable_core.learners import BaseLearner
-    from unstable_core.learners.legal import answer_logprobs_of
     from unstable_core.testing import make_tiny_model
 
     if args.threads:
         torch.set_num_threads(args.threads)
-
-    class Scorer(BaseLearner):
-        """Every legal answer's log pi, a loss of their log-sum-exp: the scoring an `mmd` step does."""
-
-        def _update(self, batch, scale):
-            ys = answer_logprobs_of(self, batch)
-            (sum(y.logsumexp(-1) for y in ys) * scale).backward()
-            self.found.append(torch.cat(ys).detach())
-            return {}
+    Scorer = scorer_class()
 
     tmp = tempfile.mkdtemp()
     model = args.model or make_tiny_model(tmp)

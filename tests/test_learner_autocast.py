@@ -4,27 +4,20 @@ float32, and a learner so run still passes the learning check."""
 import pytest
 import torch
 
-from unstable_core.learners import BaseLearner
-from unstable_core.learners.legal import answer_logprobs_of
 from unstable_core.plugins import get_registry
 from unstable_core.testing import check_learner_learns
 
 
-class Scorer(BaseLearner):
-    """A loss of every legal answer's log pi: the scoring an `mmd` step does."""
-
-    def _update(self, batch, scale):
-        ys = answer_logprobs_of(self, batch)
-        (sum(y.logsumexp(-1) for y in ys) * scale).backward()
-        self.scored = torch.cat(ys)
-        return {}
-
-
-def scorer(model, tmp_path, autocast):
-    learner = Scorer.create(
-        model, device="cpu", run_dir=tmp_path, batch_size=4, mini_batch_size=4, learner_autocast=autocast
+def scorer(import_benchmark, model, tmp_path, autocast):
+    learner = (
+        import_benchmark("learner_autocast")
+        .scorer_class()
+        .create(
+            model, device="cpu", run_dir=tmp_path, batch_size=4, mini_batch_size=4, learner_autocast=autocast
+        )
     )
     learner.initialize_algorithm()
+    learner.found = []
     return learner
 
 
@@ -50,7 +43,7 @@ def step_dtypes(learner, states):
         opt.step = original
         for h in hooks:
             h.remove()
-    return seen, learner.scored, grads
+    return seen, learner.found[-1], grads
 
 
 def test_the_decoder_runs_in_bf16_and_the_scores_and_gradients_stay_float32(
@@ -61,7 +54,10 @@ def test_the_decoder_runs_in_bf16_and_the_scores_and_gradients_stay_float32(
     states = import_benchmark("legal_answers").make_states(
         argparse.Namespace(states=4, answers=3, frame=20, own_prompt=12, answer_len=2)
     )
-    plain, cast = scorer(tiny_model, tmp_path / "a", False), scorer(tiny_model, tmp_path / "b", True)
+    plain, cast = (
+        scorer(import_benchmark, tiny_model, tmp_path / name, autocast)
+        for name, autocast in (("a", False), ("b", True))
+    )
     assert (plain.autocast, cast.autocast) == (False, True)
     assert plain.packed_layers > 0 and cast.packed_layers == 0  # packed fp32 kernels would bypass autocast
     seen32, scores32, grads32 = step_dtypes(plain, states)
