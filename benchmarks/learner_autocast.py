@@ -6,20 +6,27 @@ are from the float32 one's (before either steps).
 
     python benchmarks/learner_autocast.py                                 # tiny random model (seconds)
     python benchmarks/learner_autocast.py --model smollm2-135m --threads 1  # a run's learner on 2 cores
+
+On a CPU without bfloat16 kernels a run falls back to float32 (`precision.native_bf16`); here the bf16 rows
+are then timed anyway, emulated, to show what the fallback avoids.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from legal_answers import make_states  # noqa: E402
+
+from unstable_core.learners import precision  # noqa: E402
 
 
 def scorer_class() -> type:
@@ -38,6 +45,25 @@ def scorer_class() -> type:
             return {}
 
     return Scorer
+
+
+def time_way(Scorer: type, model, tmp: str, states, args, autocast: bool, size: int):
+    """The median step of one way, and its answers' log-probs before any AdamW step."""
+    import torch
+
+    learner = Scorer.create(
+        model, device="cpu", run_dir=tmp, batch_size=max(4, len(states)), learner_autocast=autocast
+    )
+    learner.initialize_algorithm()
+    micro = [states[lo : lo + size] for lo in range(0, len(states), size)]
+    spent, learner.found = [], []
+    for repeat in range(args.repeats):
+        start = time.perf_counter()
+        learner.optimizer_step_on(micro)  # the learner's own context: autocast or not
+        spent.append(time.perf_counter() - start)
+        if repeat == 0:  # before any AdamW step: every way scores the same weights
+            found = torch.cat(learner.found)
+    return statistics.median(spent), found
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -74,22 +100,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "bf16 autocast": (True, mb),
         "bf16 autocast, one micro-batch": (True, len(states)),
     }
+    native = precision.native_bf16()
+    if not native:
+        print(precision.autocast_line(True, "cpu") + "; the bf16 rows below are emulated")
     seconds, found = {}, {}
-    for name, (autocast, size) in ways.items():
-        learner = Scorer.create(
-            model, device="cpu", run_dir=tmp, batch_size=max(4, len(states)), learner_autocast=autocast
-        )
-        learner.initialize_algorithm()
-        micro = [states[lo : lo + size] for lo in range(0, len(states), size)]
-        spent, learner.found = [], []
-        for repeat in range(args.repeats):
-            start = time.perf_counter()
-            learner.optimizer_step_on(micro)  # the learner's own context: autocast or not
-            spent.append(time.perf_counter() - start)
-            if repeat == 0:  # before any AdamW step: every way scores the same weights
-                found[name] = torch.cat(learner.found)
-        seconds[name] = statistics.median(spent)
-        del learner
+    emulate = (
+        contextlib.nullcontext() if native else mock.patch.object(precision, "native_bf16", lambda: True)
+    )
+    with emulate:
+        for name, (autocast, size) in ways.items():
+            seconds[name], found[name] = time_way(Scorer, model, tmp, states, args, autocast, size)
     base = "float32 (packed)"
     print(
         f"{args.states} states x {args.answers} answers, prompts {args.frame} + ~{args.own_prompt} tokens, "

@@ -1,11 +1,19 @@
 """`learner_autocast`: on CPU the learner's decoder runs in bfloat16 while what it trains and reads stays
-float32, and a learner so run still passes the learning check."""
+float32, and a learner so run still passes the learning check. Where this CPU has no bfloat16 kernels a run
+falls back to float32; the tests of the bf16 path then run it emulated (`bf16_kernels`), slower, not wronger."""
 
 import pytest
 import torch
 
+from unstable_core.learners import precision
 from unstable_core.plugins import get_registry
 from unstable_core.testing import check_learner_learns
+
+
+@pytest.fixture
+def bf16_kernels(monkeypatch):
+    """The bf16 path on any CPU: where oneDNN has no bf16 kernels, emulated."""
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)
 
 
 def scorer(import_benchmark, model, tmp_path, autocast):
@@ -47,7 +55,7 @@ def step_dtypes(learner, states):
 
 
 def test_the_decoder_runs_in_bf16_and_the_scores_and_gradients_stay_float32(
-    import_benchmark, tiny_model, tmp_path
+    import_benchmark, tiny_model, tmp_path, bf16_kernels
 ):
     import argparse
 
@@ -71,7 +79,7 @@ def test_the_decoder_runs_in_bf16_and_the_scores_and_gradients_stay_float32(
 
 
 @pytest.mark.parametrize("name", ["reinforce", "ppo"])
-def test_a_learner_under_bf16_autocast_learns_the_letter_game(name, tmp_path):
+def test_a_learner_under_bf16_autocast_learns_the_letter_game(name, tmp_path, bf16_kernels):
     result = check_learner_learns(get_registry().load("learner", name), tmp_path, autocast=True)
     print(result.summary())
     assert result.passed, result.summary()
@@ -83,3 +91,21 @@ def test_the_benchmark_times_each_way_on_the_same_states(import_benchmark, capsy
     )
     assert len(found) == 4 and min(found.values()) > 0 and found["max_dlogp"] < 0.05
     assert "bf16 autocast, one micro-batch" in capsys.readouterr().out
+
+
+def test_without_bf16_kernels_the_learner_runs_float32_and_the_run_says_so(
+    import_benchmark, tiny_model, tmp_path, monkeypatch
+):
+    import types
+
+    from unstable_core.cli.progress import precision_line
+
+    monkeypatch.setattr(precision, "native_bf16", lambda: False)
+    learner = scorer(import_benchmark, tiny_model, tmp_path, autocast=True)
+    assert learner.autocast is False and learner.packed_layers > 0  # float32, on packed kernels
+    run = types.SimpleNamespace(cfg=types.SimpleNamespace(learner_autocast=True, device="cpu"))
+    assert "no bfloat16 kernels" in precision_line(run, 10) and "float32" in precision_line(run, 10)
+    assert precision_line(run, None) == ""  # `play` trains nothing
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)
+    assert precision_line(run, 10) == "" and precision.uses_autocast(True, "cpu")
+    assert not precision.uses_autocast(True, "cuda:0")  # a GPU learner's model is bf16 already

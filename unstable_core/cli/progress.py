@@ -202,6 +202,17 @@ def legal_answers_line(run: Any, learning_steps: int | None) -> str:
     return "legal answers: " + "; ".join(parts)
 
 
+def precision_line(run: Any, learning_steps: int | None) -> str:
+    """Where the learner's bfloat16 autocast is asked for but this CPU cannot run it, the one line saying so."""
+    from unstable_core.learners.precision import autocast_line
+    from unstable_core.model_loading import default_device
+
+    cfg = getattr(run, "cfg", None)
+    if learning_steps is None or not getattr(cfg, "learner_autocast", False):
+        return ""
+    return autocast_line(True, cfg.device or default_device())
+
+
 def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: Any) -> dict[str, Any]:
     """Start a run, show live progress, stop cleanly on Ctrl-C, print the summary."""
     from rich.console import Console
@@ -213,9 +224,9 @@ def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: An
     stages = reward_stages(run, learning_steps)
     if stages:
         console.print(f"reward pipeline: {escape(pipeline_text(stages))}", soft_wrap=True)
-    line = legal_answers_line(run, learning_steps)
-    if line:
-        console.print(escape(line), soft_wrap=True)
+    for line in (legal_answers_line(run, learning_steps), precision_line(run, learning_steps)):
+        if line:
+            console.print(escape(line), soft_wrap=True)
     console.print("starting Ray actors and loading the model (a minute on a laptop CPU)...")
     previous = signal.getsignal(signal.SIGTERM)
     try:

@@ -130,7 +130,8 @@ class RunConfig:
             "on CPU, run the learner's decoder passes under torch.autocast in bfloat16 (the LoRA weights, "
             "gradients, optimizer and LM head stay float32): on a CPU with avx512_bf16 a step 1.6x faster "
             "in one micro-batch of 20 states, 1.2x in micro-batches of 4 (raise mini_batch_size with it), "
-            "at bf16's rounding of the activations; a GPU learner's model is bfloat16 already"
+            "at bf16's rounding of the activations; on a CPU without bf16 kernels (AVX2 only) it falls back to "
+            "float32, said at start; a GPU learner's model is bfloat16 already"
         ),
     )
     max_train_len: int | None = attrs.field(
