@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     }
     native = precision.native_bf16()
     if not native:
-        print(precision.autocast_line(True, "cpu") + "; the bf16 rows below are emulated")
+        print(precision.autocast_line("cpu") + "; the bf16 rows below are emulated")
     seconds, found = {}, {}
     emulate = (
         contextlib.nullcontext() if native else mock.patch.object(precision, "native_bf16", lambda: True)

@@ -210,7 +210,7 @@ def precision_line(run: Any, learning_steps: int | None) -> str:
     cfg = getattr(run, "cfg", None)
     if learning_steps is None or not getattr(cfg, "learner_autocast", False):
         return ""
-    return autocast_line(True, cfg.device or default_device())
+    return autocast_line(cfg.device or default_device())
 
 
 def execute(run: Any, learning_steps: int | None, title: str, **start_kwargs: Any) -> dict[str, Any]:

@@ -23,19 +23,20 @@ def native_bf16() -> bool:
         return False
 
 
-def on_cpu(device: Any) -> bool:
-    return str(getattr(device, "type", device)).startswith("cpu")
+def _device_type(device: Any) -> str:
+    """'cpu' or 'cuda' of a torch.device or a name such as 'cuda:0'."""
+    return str(getattr(device, "type", device)).split(":")[0]
 
 
 def uses_autocast(enabled: bool, device: Any) -> bool:
     """Whether a learner on `device` runs under bfloat16 autocast: asked for, on CPU (a GPU learner's
     model is loaded in bfloat16 already), and a CPU with bfloat16 kernels."""
-    return bool(enabled) and on_cpu(device) and native_bf16()
+    return bool(enabled) and _device_type(device) == "cpu" and native_bf16()
 
 
-def autocast_line(enabled: bool, device: Any) -> str:
-    """The line a run prints at start where `learner_autocast` is asked for but falls back; else ''."""
-    if not enabled or not on_cpu(device) or native_bf16():
+def autocast_line(device: Any) -> str:
+    """The line a run that asks for `learner_autocast` on `device` prints at start where it falls back; else ''."""
+    if _device_type(device) != "cpu" or native_bf16():
         return ""
     return (
         "learner_autocast: this CPU has no bfloat16 kernels (oneDNN needs AVX-512 or AMX), so the learner "
@@ -54,4 +55,4 @@ def float32_only(device: Any) -> Any:
     """A context where no autocast applies on `device`'s type: the LM head's product stays float32."""
     import torch
 
-    return torch.autocast(str(getattr(device, "type", device)).split(":")[0], enabled=False)
+    return torch.autocast(_device_type(device), enabled=False)
