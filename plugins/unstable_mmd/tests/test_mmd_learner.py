@@ -81,15 +81,16 @@ def test_update_moves_toward_the_better_answer(learner, magnet):
 
 
 def test_fit_steps_fit_one_target_further(learner):
-    """Forty steps on one batch fit the target of its first step: the policy ends nearer it than after one
+    """Eighty steps on one batch fit the target of its first step: the policy ends nearer it than after one
     step, and at it, not past it (a target recomputed at each step would run on toward q = 1). Adam swings
-    around the target on the way (0.76 after 10 steps, 0.73 after 20), so the steps are enough to settle."""
+    around the target (0.769) on the way, and where depends on the CPU: 0.76 / 0.73 / within 0.01 after 10 /
+    20 / 40 steps on an EPYC; 0.761 / 0.774 / 0.783 / 0.768 / 0.769 after 10 / 20 / 40 / 60 / 80 on a Xeon."""
     from unstable_mmd.learner import mmd_target
 
     step = legal_step([-1.0, 1.0])
     state = LegalState.of(step)
     ends = {}
-    for fit_steps in (1, 40):
+    for fit_steps in (1, 80):
         torch.manual_seed(0)
         lrn = learner(fit_steps=fit_steps, eta=0.5, alpha=0.0, legal_mass_coef=0.0)
         logq = legal_logq(answer_logprobs(lrn, state)).detach()
@@ -97,8 +98,8 @@ def test_fit_steps_fit_one_target_further(learner):
         lrn.update([step])
         ends[fit_steps] = legal_logq(answer_logprobs(lrn, state)).exp()[1].item()
         assert lrn.step == 1  # one update, one policy version
-    assert ends[40] > ends[1] + 0.05
-    assert ends[40] == pytest.approx(target[1].item(), abs=0.01)
+    assert ends[80] > ends[1] + 0.05
+    assert ends[80] == pytest.approx(target[1].item(), abs=0.01)
 
 
 def test_an_unbranched_state_trains_on_its_played_return_or_on_the_rules_only(learner):
